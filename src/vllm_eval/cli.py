@@ -1,0 +1,244 @@
+"""``vllm-eval`` command line.
+
+``vllm-eval run`` evaluates an embedding model on mteb tasks (default: the packaged
+all-MiniLM-L6-v2 on the whole offline suite) and prints a table; ``vllm-eval tasks`` lists the
+offline tasks. Engine options use vLLM's own flag names (``--max-model-len``, ``--dtype``,
+``--gpu-memory-utilization`` ...); any other vLLM ``EngineArgs`` flag is accepted too and checked
+against vLLM's list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+# Named explicitly for --help; every other EngineArgs name is accepted as --snake-or-kebab-name.
+_ENGINE_FLAGS: list[tuple[str, Any, str]] = [
+    ("dtype", str, "model dtype: auto, float32, float16, bfloat16"),
+    ("head_dtype", str, "pooling head dtype (vLLM hf_overrides['head_dtype'])"),
+    ("max_model_len", int, "token limit; longer inputs are truncated and counted"),
+    ("max_num_seqs", int, "max sequences per engine step"),
+    ("max_num_batched_tokens", int, "max tokens per engine step"),
+    ("tensor_parallel_size", int, "GPUs per engine"),
+    ("gpu_memory_utilization", float, "share of GPU memory (of RAM on the CPU build)"),
+    ("seed", int, "engine seed"),
+    ("hf_overrides", json.loads, "JSON dict applied to the HF config"),
+    ("pooler_config", json.loads, "JSON dict of vLLM PoolerConfig fields"),
+]
+_ENGINE_BOOLS = [
+    ("enforce_eager", "disable CUDA graphs / torch.compile (default on the CPU build)"),
+    ("enable_prefix_caching", "reuse KV cache across shared prefixes"),
+    ("trust_remote_code", "run the model repository's own code (default off)"),
+]
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_extra_engine_args(extra: list[str]) -> dict[str, Any]:
+    """``--name value`` / ``--name=value`` / bare ``--flag`` pairs → dict of EngineArgs names.
+
+    Values are parsed as JSON when they can be (numbers, booleans, dicts), else kept as strings.
+
+    Raises:
+        CliError: a token that is not a ``--option``.
+    """
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(extra):
+        tok = extra[i]
+        if not tok.startswith("--") or tok == "--":
+            raise CliError(f"unexpected argument {tok!r}")
+        name, eq, value = tok[2:].partition("=")
+        key = name.replace("-", "_")
+        if eq:
+            out[key] = _parse_value(value)
+            i += 1
+        elif i + 1 < len(extra) and not extra[i + 1].startswith("--"):
+            out[key] = _parse_value(extra[i + 1])
+            i += 2
+        else:
+            out[key] = True
+            i += 1
+    return out
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-eval", description="Evaluate models on benchmarks with vLLM as the inference engine."
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="show vLLM's INFO logs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser(
+        "run",
+        help="evaluate an embedding model on mteb tasks",
+        description="Evaluate an embedding model on mteb tasks. Unlisted vLLM EngineArgs are accepted as "
+        "--name value (e.g. --kv-cache-memory-bytes 1073741824).",
+    )
+    run.add_argument("--model", default=None, help="model directory or hub id (default: packaged all-MiniLM-L6-v2)")
+    run.add_argument("--revision", default=None, help="hub revision")
+    run.add_argument("--model-name", default=None, help="name recorded in results (org/name)")
+    run.add_argument("--tasks", nargs="+", default=None, help="task names, space or comma separated (default: offline suite)")
+    run.add_argument("--backend", choices=["vllm", "st"], default="vllm", help="vllm (default) or st (sentence-transformers reference)")
+    run.add_argument("--output-dir", default=None, help="write mteb result JSON and summary.json here")
+    run.add_argument("--prompts", type=json.loads, default=None, help='JSON dict of static prefixes, e.g. \'{"query": "query: "}\'')
+    run.add_argument("--instruction-template", default=None, help="template containing {instruction}")
+    run.add_argument("--apply-instruction-to-documents", action="store_true")
+    run.add_argument("--dimensions", type=int, default=None, help="matryoshka output width")
+    run.add_argument("--device", default=None, help="torch device for --backend st")
+    run.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    eng = run.add_argument_group("vLLM engine options (EngineArgs names)")
+    for name, typ, help_ in _ENGINE_FLAGS:
+        eng.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
+    for name, help_ in _ENGINE_BOOLS:
+        eng.add_argument("--" + name.replace("_", "-"), dest=name, action=argparse.BooleanOptionalAction,
+                         default=None, help=help_)
+
+    tasks = sub.add_parser("tasks", help="list the offline tasks")
+    tasks.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _task_names(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [n.strip() for v in values for n in v.split(",") if n.strip()]
+
+
+def _make_encoder(args: argparse.Namespace, extra: dict[str, Any]):
+    common = dict(
+        revision=args.revision,
+        model_name=args.model_name,
+        prompts=args.prompts,
+        instruction_template=args.instruction_template,
+        apply_instruction_to_documents=args.apply_instruction_to_documents,
+        dimensions=args.dimensions,
+        show_progress_bar=not args.no_progress,
+    )
+    engine = {name: getattr(args, name) for name, _, _ in _ENGINE_FLAGS}
+    engine.update({name: getattr(args, name) for name, _ in _ENGINE_BOOLS})
+    engine = {k: v for k, v in engine.items() if v is not None}
+    if args.backend == "st":
+        allowed = {"dtype", "max_model_len", "trust_remote_code"}
+        unused = sorted((set(engine) - allowed) | set(extra))
+        if unused:
+            raise CliError(f"--backend st does not take vLLM engine options: {', '.join('--' + u.replace('_', '-') for u in unused)}")
+        from .st_backend import SentenceTransformerEncoder
+
+        return SentenceTransformerEncoder(args.model, device=args.device, **common, **engine)
+    from .encoder import VllmEncoder
+
+    return VllmEncoder(args.model, **common, **engine, **extra)
+
+
+def _print_table(rows, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("task")
+    table.add_column("type")
+    table.add_column("main score")
+    table.add_column("value", justify="right")
+    table.add_column("seconds", justify="right")
+    for r in rows:
+        table.add_row(r.task, r.task_type, r.main_score_name, f"{r.main_score:.4f}", f"{r.seconds:.1f}")
+    Console(width=max(100, Console().width)).print(table)
+
+
+def cmd_run(args: argparse.Namespace, extra_tokens: list[str]) -> int:
+    from .engine import check_engine_kwargs, resolve_model
+    from .tasks import get_tasks
+
+    extra = parse_extra_engine_args(extra_tokens)
+    if args.model is not None:
+        resolve_model(args.model)  # a missing path fails before any engine or task loads
+    if args.backend == "vllm" and extra:
+        check_engine_kwargs(extra)
+    tasks = get_tasks(_task_names(args.tasks))
+    encoder = _make_encoder(args, extra)
+    try:
+        from .results import evaluate
+
+        rows = evaluate(
+            encoder,
+            tasks,
+            output_dir=args.output_dir,
+            show_progress_bar=not args.no_progress,
+            run_info={"backend": args.backend, "model_path": encoder.model,
+                      "engine_kwargs": getattr(encoder, "engine_kwargs", None)},
+        )
+    finally:
+        encoder.close()
+    meta = encoder.mteb_model_meta
+    _print_table(rows, f"{meta.name} ({args.backend})")
+    if args.output_dir:
+        print(f"results: {os.path.join(args.output_dir, 'results', meta.model_name_as_path(), meta.revision)}")
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from .tasks import offline_tasks
+
+    rows = [
+        {"name": name, "type": cls.metadata.type, "main_score": cls.metadata.main_score,
+         "description": cls.metadata.description}
+        for name, cls in offline_tasks().items()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="offline tasks (gensim / scikit-learn data, no network)")
+    for col in ("name", "type", "main_score"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["type"], r["main_score"])
+    Console().print(table)
+    print("Any mteb task name is accepted too (its data then comes from the hub).")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``vllm-eval``; returns the process exit code (0 ok, 2 user error)."""
+    parser = _build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if not args.verbose:
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if extra and args.command != "run":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    from .engine import EngineError
+    from .tasks import UnknownTaskError
+
+    try:
+        if args.command == "run":
+            return cmd_run(args, extra)
+        return cmd_tasks(args)
+    except (CliError, UnknownTaskError, FileNotFoundError, TypeError, ValueError, EngineError) as exc:
+        if args.verbose:
+            raise
+        print(f"vllm-eval: error: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, EngineError) else 2
+    finally:
+        from .engine import shutdown_all
+
+        if "vllm" in sys.modules:
+            shutdown_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

