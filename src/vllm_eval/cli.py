@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     args, extra = parser.parse_known_args(argv)
     if not args.verbose:
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     if extra and args.command != "run":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from .engine import EngineError

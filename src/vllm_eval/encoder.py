@@ -86,8 +86,7 @@ class BatchTokenizer:
 def warn_truncated(n: int, total: int, max_length: int, model: str) -> None:
     """Emit the one per-call :class:`TruncationWarning` when ``n`` > 0."""
     if n:
-        msg = f"{n} of {total} inputs exceeded {max_length} tokens and were truncated ({model})"
-        logger.warning(msg)
+        msg = f"{n} of {total} distinct inputs exceeded {max_length} tokens and were truncated ({model})"
         warnings.warn(msg, TruncationWarning, stacklevel=3)
 
 
@@ -151,19 +150,32 @@ class TextEncoder(PromptedEncoder):
         return self._embed_stream(iter([texts]), total=len(texts), show_progress_bar=show)
 
     def _embed_stream(self, batches: Iterable[list[str]], *, total: int | None, show_progress_bar: bool) -> np.ndarray:
+        # Texts repeat a lot within one call (an STS task encodes each document once per pair it
+        # is in: LeeDocSimilarity has 2,450 texts but 50 distinct), so each distinct text is
+        # embedded once and its row reused.
+        rows: dict[str, int] = {}
+        order: list[int] = []
         parts: list[np.ndarray] = []
-        n_seen = n_truncated = 0
+        n_unique = n_truncated = 0
         with tqdm(total=total, desc=f"encode {self.name}", unit="text", disable=not show_progress_bar) as bar:
             for texts in rechunk(batches, self.chunk_size):
-                ids, n_cut = self.tokenize(texts)
-                parts.append(self._embed_chunk(texts, ids))
-                n_seen += len(texts)
-                n_truncated += n_cut
+                fresh = []
+                for t in texts:
+                    if t not in rows:
+                        rows[t] = n_unique + len(fresh)
+                        fresh.append(t)
+                    order.append(rows[t])
+                if fresh:
+                    ids, n_cut = self.tokenize(fresh)
+                    parts.append(self._embed_chunk(fresh, ids))
+                    n_unique += len(fresh)
+                    n_truncated += n_cut
                 bar.update(len(texts))
-        warn_truncated(n_truncated, n_seen, self.max_length, self.name)
+        warn_truncated(n_truncated, n_unique, self.max_length, self.name)
         if not parts:
             return np.zeros((0, self.mteb_model_meta.embed_dim or 0), dtype=np.float32)
-        return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
+        unique = np.concatenate(parts).astype(np.float32, copy=False)
+        return np.ascontiguousarray(unique[np.asarray(order, dtype=np.int64)])
 
     def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError

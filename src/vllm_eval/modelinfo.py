@@ -52,6 +52,8 @@ def safetensors_stats(model_dir: Path) -> tuple[int | None, int | None]:
     """(number of parameters, bytes of weights) summed over the directory's safetensors headers.
 
     Only the JSON header of each file is read (first 8 bytes give its length), not the tensors.
+    Floating-point tensors count; integer buffers such as ``position_ids`` do not, so the count
+    equals ``sum(p.numel() for p in model.parameters())`` of the loaded model.
     Returns ``(None, None)`` when there are no safetensors files.
     """
     files = sorted(model_dir.glob("*.safetensors"))
@@ -63,7 +65,8 @@ def safetensors_stats(model_dir: Path) -> tuple[int | None, int | None]:
             (size,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(size))
         for name, info in header.items():
-            if name == "__metadata__":
+            # Integer tensors are saved buffers (BERT's position_ids), not parameters.
+            if name == "__metadata__" or not info["dtype"].startswith(("F", "BF")):
                 continue
             count = 1
             for dim in info["shape"]:

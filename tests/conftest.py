@@ -1,0 +1,32 @@
+"""Shared fixtures: one real vLLM CPU engine and one sentence-transformers model per test session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Offline by construction: nothing in the tests may reach the hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+@pytest.fixture(scope="session")
+def vllm_encoder():
+    """VllmEncoder on the packaged all-MiniLM-L6-v2 (fp32, eager: the CPU defaults)."""
+    from vllm_eval import VllmEncoder
+
+    enc = VllmEncoder(show_progress_bar=False)
+    yield enc
+    enc.close()
+
+
+@pytest.fixture(scope="session")
+def st_encoder():
+    """The sentence-transformers reference on the same model, fp32 on CPU."""
+    from vllm_eval import SentenceTransformerEncoder
+
+    enc = SentenceTransformerEncoder(device="cpu", show_progress_bar=False)
+    yield enc
+    enc.close()

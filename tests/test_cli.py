@@ -1,0 +1,63 @@
+"""The `vllm-eval` command end to end, in a fresh process (exit codes included)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_eval.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def test_tasks_lists_the_offline_suite():
+    proc = run_cli("tasks", "--json")
+    assert proc.returncode == 0, proc.stderr
+    names = [row["name"] for row in json.loads(proc.stdout)]
+    assert names == ["LeeDocSimilarity", "SimLex999", "WordSim353", "PangLeePolarity", "TwentyNewsgroupsMini",
+                     "LeeKnownItemRetrieval"]
+
+
+def test_unknown_task_lists_close_names():
+    proc = run_cli("run", "--tasks", "LeeDocSimilarty")
+    assert proc.returncode == 2
+    assert "unknown task 'LeeDocSimilarty'" in proc.stderr and "LeeDocSimilarity" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_model_path_is_named():
+    proc = run_cli("run", "--model", "/no/such/model", "--tasks", "WordSim353")
+    assert proc.returncode == 2
+    assert "/no/such/model" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_unknown_engine_option_is_named():
+    proc = run_cli("run", "--tasks", "WordSim353", "--max-model-length", "128")
+    assert proc.returncode == 2
+    assert "max_model_length" in proc.stderr and "max_model_len" in proc.stderr
+
+
+@pytest.mark.slow
+def test_run_end_to_end_writes_results_and_exits_zero(tmp_path):
+    out = tmp_path / "res"
+    proc = run_cli(
+        "run", "--tasks", "WordSim353,SimLex999", "--output-dir", str(out), "--no-progress",
+        "--max-num-seqs", "64", "--enforce-eager",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "WordSim353" in proc.stdout and "spearman" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["task"] for s in summary["scores"]] == ["WordSim353", "SimLex999"]
+    assert summary["engine_kwargs"]["max_num_seqs"] == 64
+    result = next(out.rglob("WordSim353.json"))
+    mteb_json = json.loads(result.read_text())
+    assert mteb_json["task_name"] == "WordSim353"
+    assert mteb_json["scores"]["test"][0]["main_score"] == pytest.approx(summary["scores"][0]["main_score"])
+    assert "terminate called" not in proc.stderr

@@ -1,0 +1,213 @@
+"""VllmEncoder against the real vLLM CPU engine on the packaged all-MiniLM-L6-v2."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from mteb.types import PromptType
+from torch.utils.data import DataLoader
+
+from vllm_eval.encoder import TruncationWarning
+from vllm_eval.engine import live_engines
+from vllm_eval.prompts import PromptedEncoder
+from vllm_eval.tasks.offline import LeeDocSimilarity, LeeKnownItemRetrieval
+
+TEXTS = ["The cat sat on the mat.", "Stocks fell sharply on Monday.", "A dog barked at the postman."]
+RETRIEVAL = LeeKnownItemRetrieval.metadata
+STS = LeeDocSimilarity.metadata
+
+
+def loader(texts: list, batch_size: int = 2) -> DataLoader:
+    """The shape mteb hands to encode(): batches of {"text": [...]} (any item type, to test checks)."""
+    return DataLoader(
+        [{"text": t} for t in texts], batch_size=batch_size, collate_fn=lambda b: {"text": [x["text"] for x in b]}
+    )
+
+
+def encode(enc, texts, task=RETRIEVAL, prompt_type=None):
+    return enc.encode(loader(texts), task_metadata=task, hf_split="test", hf_subset="default", prompt_type=prompt_type)
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def test_output_dtype_shape_and_normalisation(vllm_encoder):
+    emb = vllm_encoder.encode_texts(TEXTS)
+    assert emb.dtype == np.float32
+    assert emb.shape == (3, 384)
+    # all-MiniLM-L6-v2 ships a Normalize module, so vLLM's pooler normalises.
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    assert vllm_encoder.mteb_model_meta.embed_dim == 384
+    assert vllm_encoder.mteb_model_meta.n_parameters == 22_713_216
+
+
+def test_normalize_false_gives_raw_pooled_vectors(vllm_encoder):
+    from vllm_eval import VllmEncoder
+
+    raw = VllmEncoder(normalize=False, show_progress_bar=False)
+    try:
+        assert raw.llm is vllm_encoder.llm  # normalisation is per request: same engine
+        out = raw.encode_texts(TEXTS)
+    finally:
+        raw.close()
+    norms = np.linalg.norm(out, axis=1)
+    assert np.all(np.abs(norms - 1.0) > 1e-2)
+    np.testing.assert_allclose(unit(out), vllm_encoder.encode_texts(TEXTS), atol=1e-5)
+
+
+def test_static_prompt_reaches_the_model(vllm_encoder):
+    from vllm_eval import VllmEncoder
+
+    enc = VllmEncoder(prompts={"query": "query: ", "document": "passage: "}, show_progress_bar=False)
+    try:
+        q = encode(enc, TEXTS, prompt_type=PromptType.query)
+        d = encode(enc, TEXTS, prompt_type=PromptType.document)
+        sts = encode(enc, TEXTS, task=STS)  # no key matches an STS task without prompt type
+    finally:
+        enc.close()
+    np.testing.assert_allclose(q, vllm_encoder.encode_texts(["query: " + t for t in TEXTS]), atol=1e-6)
+    np.testing.assert_allclose(d, vllm_encoder.encode_texts(["passage: " + t for t in TEXTS]), atol=1e-6)
+    np.testing.assert_allclose(sts, vllm_encoder.encode_texts(TEXTS), atol=1e-6)
+    assert np.max(np.abs(q - vllm_encoder.encode_texts(TEXTS))) > 1e-2
+
+
+class Prompted(PromptedEncoder):
+    """PromptedEncoder is abstract (no encode); prefix resolution needs no model."""
+
+    def encode(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+def test_prompt_keys_follow_mteb_priority():
+    p = Prompted(
+        prompts={"LeeKnownItemRetrieval-query": "A: ", "Retrieval": "B: ", "query": "C: ", "STS": "D: "}
+    )
+    assert p.prefix(RETRIEVAL, PromptType.query) == "A: "
+    assert p.prefix(RETRIEVAL, PromptType.document) == "B: "
+    assert p.prefix(STS, None) == "D: "
+
+
+def test_instruction_template_from_task_metadata(vllm_encoder):
+    from vllm_eval import VllmEncoder
+
+    p = Prompted(instruction_template="Instruct: {instruction}\nQuery: ")
+    q = p.prefix(RETRIEVAL, PromptType.query)
+    assert q.startswith("Instruct: ") and q.endswith("\nQuery: ") and len(q) > len("Instruct: \nQuery: ")
+    assert p.prefix(RETRIEVAL, PromptType.document) == ""  # documents untouched by default
+    both = Prompted(instruction_template="Instruct: {instruction}\n", apply_instruction_to_documents=True)
+    assert both.prefix(RETRIEVAL, PromptType.document).startswith("Instruct: ")
+    own = Prompted(
+        instruction_template=lambda inst, pt: f"<{pt.value if pt else 'none'}>{inst}|",
+        instructions={"LeeKnownItemRetrieval": "find the article"},
+    )
+    assert own.prefix(RETRIEVAL, PromptType.query) == "<query>find the article|"
+    with pytest.raises(ValueError, match="instruction"):
+        Prompted(instruction_template="no placeholder")
+
+    enc = VllmEncoder(instruction_template="Instruct: {instruction}\nQuery: ", show_progress_bar=False)
+    try:
+        got = encode(enc, TEXTS, prompt_type=PromptType.query)
+    finally:
+        enc.close()
+    np.testing.assert_allclose(got, vllm_encoder.encode_texts([q + t for t in TEXTS]), atol=1e-6)
+
+
+def test_matryoshka_dimensions_unsupported_is_a_clear_error(vllm_encoder):
+    from vllm_eval import VllmEncoder
+
+    before = live_engines()
+    with pytest.raises(ValueError, match="does not support matryoshka"):
+        VllmEncoder(dimensions=128, show_progress_bar=False)
+    assert live_engines() == before  # the shared engine survives the failed constructor
+    assert vllm_encoder.encode_texts(TEXTS[:1]).shape == (1, 384)
+
+
+def test_matryoshka_dimensions_when_declared():
+    from vllm_eval import VllmEncoder
+
+    overrides = {"matryoshka_dimensions": [128, 384]}
+    enc = VllmEncoder(dimensions=128, hf_overrides=overrides, show_progress_bar=False)
+    raw = VllmEncoder(normalize=False, hf_overrides=overrides, show_progress_bar=False)
+    try:
+        assert enc.llm is raw.llm
+        small = enc.encode_texts(TEXTS)
+        full = raw.encode_texts(TEXTS)
+        assert enc.mteb_model_meta.embed_dim == 128
+        with pytest.raises(ValueError, match="supports dimensions"):
+            VllmEncoder(dimensions=100, hf_overrides=overrides, show_progress_bar=False)
+    finally:
+        enc.close()
+        raw.close()
+    assert small.shape == (3, 128)
+    np.testing.assert_allclose(small, unit(full[:, :128]), atol=1e-5)
+
+
+def test_truncation_counted_with_one_warning_per_call(vllm_encoder):
+    long = "word " * 600
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        emb = vllm_encoder.encode_texts([long, "short text", long + "x"])
+    trunc = [w for w in caught if issubclass(w.category, TruncationWarning)]
+    assert len(trunc) == 1
+    assert "2 of 3 distinct inputs exceeded 256 tokens" in str(trunc[0].message)
+    assert emb.shape == (3, 384) and np.all(np.isfinite(emb))
+    ids, n = vllm_encoder.tokenize([long])
+    assert n == 1 and len(ids[0]) == 256 and ids[0][0] == 101 and ids[0][-1] == 102  # [CLS] ... [SEP]
+
+
+def test_token_ids_match_vllm_text_path(vllm_encoder):
+    texts = TEXTS + ["", "word " * 600, "Ünïcödé and emoji 🙂"]
+    ours, _ = vllm_encoder.tokenize(texts)
+    outs = vllm_encoder.llm.embed(texts, tokenization_kwargs={"truncate_prompt_tokens": -1}, use_tqdm=False)
+    assert ours == [list(o.prompt_token_ids) for o in outs]
+    np.testing.assert_allclose(
+        vllm_encoder.encode_texts(texts), np.array([o.outputs.embedding for o in outs]), atol=1e-6
+    )
+
+
+def test_empty_string_and_duplicates(vllm_encoder, st_encoder):
+    emb = vllm_encoder.encode_texts(["", "same", "", "same"])
+    np.testing.assert_allclose(emb[0], emb[2])
+    np.testing.assert_allclose(emb[1], emb[3])
+    assert np.isclose(np.linalg.norm(emb[0]), 1.0, atol=1e-5)
+    ref = st_encoder.encode_texts([""])
+    assert float(emb[0] @ ref[0]) >= 0.9999
+
+
+def test_non_string_input_names_the_item(vllm_encoder):
+    with pytest.raises(TypeError, match=r"input 1 is NoneType"):
+        vllm_encoder.encode_texts(["ok", None])
+    with pytest.raises(TypeError, match=r"input 3 is int"):
+        encode(vllm_encoder, ["a", "b", "c", 5], task=STS)
+    with pytest.raises(TypeError, match="single str"):
+        vllm_encoder.encode_texts("not a list")
+
+
+def test_empty_input_gives_empty_matrix(vllm_encoder):
+    out = vllm_encoder.encode_texts([])
+    assert out.shape == (0, 384) and out.dtype == np.float32
+
+
+def test_engine_is_shared_and_released(vllm_encoder):
+    from vllm_eval import VllmEncoder
+
+    n = live_engines()
+    with VllmEncoder(show_progress_bar=False) as other:
+        assert other.llm is vllm_encoder.llm
+        assert live_engines() == n
+    assert other.llm is None
+    assert vllm_encoder.encode_texts(TEXTS[:1]).shape == (1, 384)  # still alive after the other closed
+
+
+def test_bad_options_and_paths_fail_before_the_engine():
+    from vllm_eval import VllmEncoder
+
+    with pytest.raises(TypeError, match="max_model_len"):
+        VllmEncoder(max_len=128)
+    with pytest.raises(FileNotFoundError, match="/no/such/model"):
+        VllmEncoder("/no/such/model")
+    with pytest.raises(ValueError, match="positive int"):
+        VllmEncoder(dimensions=0)

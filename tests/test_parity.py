@@ -1,0 +1,55 @@
+"""The whole offline suite through mteb.evaluate, vLLM against the sentence-transformers reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vllm_eval.results import evaluate
+from vllm_eval.tasks import data, get_tasks
+
+
+@pytest.fixture(scope="module")
+def suite_scores(vllm_encoder, st_encoder, tmp_path_factory):
+    out = tmp_path_factory.mktemp("parity")
+    vllm_rows = evaluate(vllm_encoder, get_tasks(), output_dir=out / "vllm", show_progress_bar=False)
+    st_rows = evaluate(st_encoder, get_tasks(), output_dir=out / "st", show_progress_bar=False)
+    return out, vllm_rows, st_rows
+
+
+def test_every_offline_task_runs_through_mteb(suite_scores):
+    out, vllm_rows, _ = suite_scores
+    assert [r.task for r in vllm_rows] == [
+        "LeeDocSimilarity", "SimLex999", "WordSim353", "PangLeePolarity", "TwentyNewsgroupsMini",
+        "LeeKnownItemRetrieval",
+    ]
+    for r in vllm_rows:
+        assert 0.0 < r.main_score <= 1.0, r
+    # A real model is far above chance on these (chance: r~0, accuracy 0.5, nDCG@10 ~0.03).
+    scores = {r.task: r.main_score for r in vllm_rows}
+    assert scores["LeeDocSimilarity"] > 0.5
+    assert scores["PangLeePolarity"] > 0.6
+    assert scores["LeeKnownItemRetrieval"] > 0.7
+    files = sorted(p.name for p in (out / "vllm").rglob("*.json"))
+    assert "summary.json" in files and "LeeDocSimilarity.json" in files and "model_meta.json" in files
+
+
+def test_main_scores_match_sentence_transformers(suite_scores):
+    _, vllm_rows, st_rows = suite_scores
+    deltas = {v.task: abs(v.main_score - s.main_score) for v, s in zip(vllm_rows, st_rows)}
+    print("parity |delta| per task:", deltas)
+    assert max(deltas.values()) <= 1e-3, deltas
+
+
+def test_per_text_cosine_matches_sentence_transformers(vllm_encoder, st_encoder):
+    texts = (
+        list(data.lee_documents())
+        + [t for t, _ in data.pang_lee_polarity()]
+        + list(data.mini_newsgroups().texts)
+        + [w for a, b, _ in data.word_pairs("wordsim353.tsv") for w in (a, b)]
+    )
+    a = vllm_encoder.encode_texts(texts)
+    b = st_encoder.encode_texts(texts)
+    cos = np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    print(f"per-text cosine over {len(texts)} texts: min {cos.min():.8f}")
+    assert cos.min() >= 0.9999
