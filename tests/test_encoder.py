@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from vllm_eval.encoder import TruncationWarning
 from vllm_eval.engine import live_engines
-from vllm_eval.prompts import PromptedEncoder
+from vllm_eval.prompts import PromptResolver
 from vllm_eval.tasks.offline import LeeDocSimilarity, LeeKnownItemRetrieval
 
 TEXTS = ["The cat sat on the mat.", "Stocks fell sharply on Monday.", "A dog barked at the postman."]
@@ -74,15 +74,8 @@ def test_static_prompt_reaches_the_model(vllm_encoder):
     assert np.max(np.abs(q - vllm_encoder.encode_texts(TEXTS))) > 1e-2
 
 
-class Prompted(PromptedEncoder):
-    """PromptedEncoder is abstract (no encode); prefix resolution needs no model."""
-
-    def encode(self, *args, **kwargs):
-        raise NotImplementedError
-
-
 def test_prompt_keys_follow_mteb_priority():
-    p = Prompted(
+    p = PromptResolver(
         prompts={"LeeKnownItemRetrieval-query": "A: ", "Retrieval": "B: ", "query": "C: ", "STS": "D: "}
     )
     assert p.prefix(RETRIEVAL, PromptType.query) == "A: "
@@ -93,19 +86,19 @@ def test_prompt_keys_follow_mteb_priority():
 def test_instruction_template_from_task_metadata(vllm_encoder):
     from vllm_eval import VllmEncoder
 
-    p = Prompted(instruction_template="Instruct: {instruction}\nQuery: ")
+    p = PromptResolver(instruction_template="Instruct: {instruction}\nQuery: ")
     q = p.prefix(RETRIEVAL, PromptType.query)
     assert q.startswith("Instruct: ") and q.endswith("\nQuery: ") and len(q) > len("Instruct: \nQuery: ")
     assert p.prefix(RETRIEVAL, PromptType.document) == ""  # documents untouched by default
-    both = Prompted(instruction_template="Instruct: {instruction}\n", apply_instruction_to_documents=True)
+    both = PromptResolver(instruction_template="Instruct: {instruction}\n", apply_instruction_to_documents=True)
     assert both.prefix(RETRIEVAL, PromptType.document).startswith("Instruct: ")
-    own = Prompted(
+    own = PromptResolver(
         instruction_template=lambda inst, pt: f"<{pt.value if pt else 'none'}>{inst}|",
         instructions={"LeeKnownItemRetrieval": "find the article"},
     )
     assert own.prefix(RETRIEVAL, PromptType.query) == "<query>find the article|"
     with pytest.raises(ValueError, match="instruction"):
-        Prompted(instruction_template="no placeholder")
+        PromptResolver(instruction_template="no placeholder")
 
     enc = VllmEncoder(instruction_template="Instruct: {instruction}\nQuery: ", show_progress_bar=False)
     try:

@@ -19,7 +19,9 @@ from tqdm.auto import tqdm
 
 from .engine import acquire_engine, release_engine
 from .modelinfo import build_model_meta
-from .prompts import InstructionTemplate, PromptedEncoder
+from mteb.models.abs_encoder import AbsEncoder
+
+from .prompts import InstructionTemplate, PromptResolver, check_texts, texts_from
 
 logger = logging.getLogger(__name__)
 
@@ -109,11 +111,12 @@ def _total(inputs: Any) -> int | None:
         return None
 
 
-class TextEncoder(PromptedEncoder):
+class TextEncoder(AbsEncoder):
     """Shared mteb ``encode`` of our backends: prefix, check, stream in chunks, embed, report truncation.
 
-    Subclasses implement :meth:`_embed_chunk` and set ``self.max_length``, ``self.tokenize``
-    (a :class:`BatchTokenizer`) and ``self.mteb_model_meta``.
+    Subclasses implement :meth:`_embed_chunk` and set ``self.prompting`` (a
+    :class:`~vllm_eval.prompts.PromptResolver`), ``self.max_length``, ``self.tokenize`` (a
+    :class:`BatchTokenizer`) and ``self.mteb_model_meta``.
     """
 
     chunk_size: int = 1024
@@ -140,12 +143,12 @@ class TextEncoder(PromptedEncoder):
             TypeError: an input that is not a str (named by index).
         """
         show = kwargs.get("show_progress_bar", self.show_progress_bar)
-        batches = self.texts_from(inputs, task_metadata, prompt_type)
+        batches = texts_from(inputs, self.prompting.prefix(task_metadata, prompt_type))
         return self._embed_stream(batches, total=_total(inputs), show_progress_bar=show)
 
     def encode_texts(self, texts: Sequence[str], *, show_progress_bar: bool | None = None) -> np.ndarray:
         """Embed ``texts`` exactly as given (no prompt or instruction), float32 (n_texts, dim)."""
-        texts = self.check_texts(texts)
+        texts = check_texts(texts)
         show = self.show_progress_bar if show_progress_bar is None else show_progress_bar
         return self._embed_stream(iter([texts]), total=len(texts), show_progress_bar=show)
 
@@ -250,7 +253,7 @@ class VllmEncoder(TextEncoder):
         trust_remote_code: bool = False,
         **engine_kwargs: Any,
     ) -> None:
-        super().__init__(
+        self.prompting = PromptResolver(
             prompts=prompts,
             instruction_template=instruction_template,
             instructions=instructions,

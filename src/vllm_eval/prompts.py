@@ -38,11 +38,12 @@ def _check_str_mapping(name: str, value: Mapping[str, str] | None) -> dict[str, 
     return dict(value)
 
 
-class PromptedEncoder(AbsEncoder):
-    """Base of our text encoders: owns prompt/instruction resolution and input checking.
+class PromptResolver(AbsEncoder):
+    """Resolves the prefix of a task's texts; every backend (encoders, rerankers) holds one.
 
-    Subclasses implement the model call; :meth:`prefix` and :meth:`texts_from` are the single
-    place where a task's texts become model inputs.
+    It subclasses ``AbsEncoder`` only to reuse mteb's own instruction lookup
+    (``get_task_instruction``: task name, task type, prompt type, then the task's metadata); it is
+    not a model and its ``encode`` raises.
 
     Args:
         prompts: static prefixes keyed as described in the module docstring.
@@ -75,6 +76,9 @@ class PromptedEncoder(AbsEncoder):
         self.instruction_template = instruction_template
         self.apply_instruction_to_documents = apply_instruction_to_documents
 
+    def encode(self, *args: Any, **kwargs: Any):
+        raise TypeError("PromptResolver formats prompts; it is not a model")
+
     def prefix(self, task_metadata: Any, prompt_type: PromptType | None) -> str:
         """The string prepended to every text of ``task_metadata`` for ``prompt_type``."""
         static = get_prompt(self.model_prompts, task_metadata, prompt_type) or ""
@@ -85,26 +89,37 @@ class PromptedEncoder(AbsEncoder):
             instruction = self.get_task_instruction(task_metadata, prompt_type)
         return instruction + static
 
-    @staticmethod
-    def check_texts(texts: Any, offset: int = 0) -> list[str]:
-        """``texts`` as a list of str.
+    def task_instruction(self, task_metadata: Any) -> str | None:
+        """The raw query instruction for a task (no template): an ``instructions`` override by task
+        name or type, else the task's own ``metadata.prompt``; None when neither exists."""
+        for key in (task_metadata.name, task_metadata.type, PromptType.query.value):
+            if self.prompts_dict and key in self.prompts_dict:
+                return self.prompts_dict[key]
+        prompt = task_metadata.prompt
+        if isinstance(prompt, dict):
+            prompt = prompt.get(PromptType.query.value)
+        return prompt or None
 
-        Raises:
-            TypeError: naming the index and value of the first item that is not a str.
-        """
-        if isinstance(texts, str):
-            raise TypeError("expected a sequence of texts, got a single str")
-        out = list(texts)
-        for i, t in enumerate(out):
-            if not isinstance(t, str):
-                raise TypeError(f"input {offset + i} is {type(t).__name__} {t!r:.80}, expected str")
-        return out
 
-    def texts_from(self, inputs: Any, task_metadata: Any, prompt_type: PromptType | None):
-        """Yield the prefixed texts of an mteb ``DataLoader`` batch by batch (never all at once)."""
-        prefix = self.prefix(task_metadata, prompt_type)
-        seen = 0
-        for batch in inputs:
-            texts = self.check_texts(batch["text"], seen)
-            seen += len(texts)
-            yield [prefix + t for t in texts] if prefix else texts
+def check_texts(texts: Any, offset: int = 0) -> list[str]:
+    """``texts`` as a list of str.
+
+    Raises:
+        TypeError: naming the index and value of the first item that is not a str.
+    """
+    if isinstance(texts, str):
+        raise TypeError("expected a sequence of texts, got a single str")
+    out = list(texts)
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise TypeError(f"input {offset + i} is {type(t).__name__} {t!r:.80}, expected str")
+    return out
+
+
+def texts_from(inputs: Any, prefix: str = "", key: str = "text"):
+    """Yield the prefixed texts of an mteb ``DataLoader`` batch by batch (never all at once)."""
+    seen = 0
+    for batch in inputs:
+        texts = check_texts(batch[key], seen)
+        seen += len(texts)
+        yield [prefix + t for t in texts] if prefix else texts

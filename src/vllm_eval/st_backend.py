@@ -13,7 +13,7 @@ import numpy as np
 from .encoder import BatchTokenizer, TextEncoder, packaged_model_path
 from .engine import resolve_model
 from .modelinfo import build_model_meta
-from .prompts import InstructionTemplate
+from .prompts import InstructionTemplate, PromptResolver
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16", "half": "float16",
            "bfloat16": "bfloat16", "bf16": "bfloat16", "auto": "auto"}
@@ -55,7 +55,7 @@ class SentenceTransformerEncoder(TextEncoder):
         show_progress_bar: bool = True,
         trust_remote_code: bool = False,
     ) -> None:
-        super().__init__(
+        self.prompting = PromptResolver(
             prompts=prompts,
             instruction_template=instruction_template,
             instructions=instructions,

@@ -1,0 +1,172 @@
+"""Rerankers against the real vLLM CPU engine, with locally built test models."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from mteb.types import PromptType
+from torch.utils.data import DataLoader
+
+from vllm_eval.encoder import TruncationWarning
+from vllm_eval.registry import ScoreTemplate, get_preset
+from vllm_eval.tasks.offline import LeeKnownItemRetrieval
+
+QUERIES = ["what is a cat", "stock market news", "", "rain in the forecast"]
+DOCS = ["a cat is a small domesticated animal", "shares fell sharply on monday", "an empty query", ""]
+
+
+def loader(texts: list) -> DataLoader:
+    return DataLoader([{"text": t} for t in texts], batch_size=3, collate_fn=lambda b: {"text": [x["text"] for x in b]})
+
+
+@pytest.fixture(scope="session")
+def test_models(tmp_path_factory):
+    from vllm_eval.testing import build_minilm_cross_encoder, build_tiny_qwen3
+
+    root = tmp_path_factory.mktemp("models")
+    return {"cross": build_minilm_cross_encoder(root / "minilm-cross"), "qwen3": build_tiny_qwen3(root / "tiny-qwen3")}
+
+
+@pytest.fixture(scope="session")
+def vllm_cross(test_models):
+    from vllm_eval.reranker import VllmCrossEncoder
+
+    with VllmCrossEncoder(str(test_models["cross"]), show_progress_bar=False) as ce:
+        yield ce
+
+
+@pytest.fixture(scope="session")
+def st_cross(test_models):
+    from vllm_eval.reranker import SentenceTransformerCrossEncoder
+
+    with SentenceTransformerCrossEncoder(str(test_models["cross"]), device="cpu", show_progress_bar=False) as ce:
+        yield ce
+
+
+@pytest.fixture(scope="session")
+def qwen3_reranker(test_models):
+    from vllm_eval.reranker import VllmCrossEncoder
+
+    with VllmCrossEncoder(str(test_models["qwen3"]), preset="qwen3-reranker", show_progress_bar=False) as ce:
+        yield ce
+
+
+def test_cross_encoder_matches_sentence_transformers(vllm_cross, st_cross):
+    from sentence_transformers import CrossEncoder
+
+    assert vllm_cross.mode == "cross-encoder"
+    got = vllm_cross.score_pairs(QUERIES, DOCS)
+    ref = CrossEncoder(str(st_cross.model), device="cpu").predict(list(zip(QUERIES, DOCS)))
+    assert got.dtype == np.float32 and got.shape == (4,)
+    # Pairs 0-2 (an empty query included) tokenize identically; an empty *document* does not:
+    # HF's single-pair call (vLLM) drops the empty second segment's [SEP], the batched call
+    # (sentence-transformers) keeps it. Documented; both scores are valid probabilities.
+    delta = float(np.max(np.abs(got[:3] - ref[:3])))
+    print(f"cross-encoder |vLLM - CrossEncoder.predict| max = {delta:.2e}")
+    assert delta <= 1e-4
+    assert np.all((got > 0) & (got < 1))
+    assert np.ptp(got) > 1e-3  # the seeded head separates the pairs: the check can fail
+    np.testing.assert_allclose(st_cross.score_pairs(QUERIES, DOCS), ref, atol=1e-6)
+
+
+def test_predict_streams_pairs_with_prefixes(vllm_cross):
+    from vllm_eval.reranker import VllmCrossEncoder
+
+    meta = LeeKnownItemRetrieval.metadata
+    with VllmCrossEncoder(str(vllm_cross.model), prompts={"query": "query: ", "document": "passage: "},
+                          chunk_size=3, show_progress_bar=False) as ce:
+        assert ce.llm is vllm_cross.llm
+        got = ce.predict(loader(QUERIES), loader(DOCS), task_metadata=meta, hf_split="test", hf_subset="default",
+                         prompt_type=PromptType.query)
+    ref = vllm_cross.score_pairs(["query: " + q for q in QUERIES], ["passage: " + d for d in DOCS])
+    np.testing.assert_allclose(got, ref, atol=1e-6)
+    assert np.max(np.abs(got - vllm_cross.score_pairs(QUERIES, DOCS))) > 1e-4
+
+
+def _p_yes_reference(model_dir, prompts: list[str]) -> np.ndarray:
+    """P(yes) = softmax(logit_no, logit_yes)[yes] at the last position, straight from transformers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            ids = torch.tensor([tok(p)["input_ids"]])
+            logits = lm(ids).logits[0, -1]
+            out.append(torch.softmax(torch.stack([logits[no], logits[yes]]), 0)[1].item())
+    return np.asarray(out)
+
+
+def test_qwen3_recipe_matches_transformers_p_yes(qwen3_reranker, test_models):
+    assert qwen3_reranker.mode == "template"
+    template = get_preset("qwen3-reranker").score_template
+    got = qwen3_reranker.score_pairs(QUERIES, DOCS)
+    prompts = [template.query(q) + template.document_template.format(document=d) for q, d in zip(QUERIES, DOCS)]
+    assert "<Instruct>: Given a web search query" in prompts[0] and prompts[0].endswith("</think>\n\n")
+    ref = _p_yes_reference(test_models["qwen3"], prompts)
+    delta = float(np.max(np.abs(got - ref)))
+    print(f"qwen3 recipe |vLLM - transformers P(yes)| max = {delta:.2e}")
+    assert delta <= 1e-4
+    assert np.all((got > 0) & (got < 1))
+
+
+def test_template_uses_task_instruction_and_keeps_its_tail(qwen3_reranker, test_models):
+    template = get_preset("qwen3-reranker").score_template
+    got = qwen3_reranker.score_pairs(["q"], ["d"], instruction="Find the article")
+    ref = _p_yes_reference(test_models["qwen3"], [template.query("q", "Find the article") + template.document_template.format(document="d")])
+    assert abs(got[0] - ref[0]) <= 1e-4
+    long_doc = "the market " * 3000  # far over max_model_len=2048
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        score = qwen3_reranker.score_pairs(["q"], [long_doc])
+    assert any(issubclass(w.category, TruncationWarning) for w in caught)
+    qs, ds, cut = qwen3_reranker._apply_template(["q"], [long_doc], None)
+    assert cut == 1 and ds[0].endswith("</think>\n\n")
+    assert len(qwen3_reranker.tokenizer(qs[0] + ds[0])["input_ids"]) <= qwen3_reranker.max_length
+    assert score.shape == (1,) and 0 < score[0] < 1
+
+
+def test_general_score_template_for_any_classifier(vllm_cross):
+    from vllm_eval.reranker import VllmCrossEncoder
+
+    tpl = ScoreTemplate(query_template="Q: {query} ", document_template="D: {document}")
+    with VllmCrossEncoder(str(vllm_cross.model), score_template=tpl, show_progress_bar=False) as ce:
+        assert ce.mode == "template"
+        got = ce.score_pairs(["cat"], ["a cat"])
+    # The template's prompt is one text (no pair separator): same as scoring it as a single input.
+    one = vllm_cross.llm.classify(["Q: cat D: a cat"], use_tqdm=False)[0].outputs.probs[0]
+    assert abs(got[0] - one) <= 1e-5
+
+
+def test_bi_encoder_scores_by_cosine(vllm_encoder):
+    from vllm_eval.encoder import packaged_model_path
+    from vllm_eval.reranker import VllmCrossEncoder
+
+    with VllmCrossEncoder(packaged_model_path(), show_progress_bar=False) as bi:
+        assert bi.mode == "bi-encoder"
+        assert bi.llm is vllm_encoder.llm  # same model, same options: one engine
+        got = bi.score_pairs(QUERIES[:2], DOCS[:2])
+    a, b = vllm_encoder.encode_texts(QUERIES[:2]), vllm_encoder.encode_texts(DOCS[:2])
+    np.testing.assert_allclose(got, np.sum(a * b, axis=1), atol=1e-5)
+
+
+def test_bad_reranker_inputs(test_models, vllm_cross):
+    from vllm_eval.reranker import VllmCrossEncoder
+
+    with pytest.raises(ValueError, match="neither a classifier head nor a registered reranker recipe"):
+        VllmCrossEncoder(str(test_models["qwen3"]))
+    with pytest.raises(TypeError, match="input 1 is NoneType"):
+        vllm_cross.score_pairs(["a", None], ["b", "c"])
+    with pytest.raises(ValueError, match="2 queries but 1 documents"):
+        vllm_cross.score_pairs(["a", "b"], ["c"])
+    with pytest.raises(ValueError, match="different numbers"):
+        vllm_cross.predict(loader(["a", "b"]), loader(["c"]), task_metadata=LeeKnownItemRetrieval.metadata,
+                           hf_split="test", hf_subset="default")
+    assert vllm_cross.score_pairs([], []).shape == (0,)
+    with pytest.raises(KeyError, match="unknown model preset"):
+        VllmCrossEncoder(str(test_models["cross"]), preset="nope")
