@@ -61,3 +61,33 @@ def test_run_end_to_end_writes_results_and_exits_zero(tmp_path):
     assert mteb_json["task_name"] == "WordSim353"
     assert mteb_json["scores"]["test"][0]["main_score"] == pytest.approx(summary["scores"][0]["main_score"])
     assert "terminate called" not in proc.stderr
+
+
+def test_models_lists_the_registry():
+    proc = run_cli("models")
+    assert proc.returncode == 0, proc.stderr
+    assert "qwen3-reranker" in proc.stdout and "reranker" in proc.stdout
+
+
+@pytest.mark.slow
+def test_rerank_two_stages_end_to_end(tmp_path):
+    from vllm_eval.testing import build_minilm_cross_encoder
+
+    model = build_minilm_cross_encoder(tmp_path / "ce")
+    out = tmp_path / "res"
+    proc = run_cli("rerank", "--first-stage", "bm25s", "--reranker", str(model), "--top-k", "5",
+                   "--tasks", "LeeKnownItemRetrieval", "--output-dir", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "first" in proc.stdout and "rerank" in proc.stdout and proc.stdout.count("ndcg_at_10") == 2
+    assert (out / "stage1" / "summary.json").is_file() and (out / "stage2" / "summary.json").is_file()
+    stage2 = json.loads((out / "stage2" / "summary.json").read_text())
+    assert stage2["top_k"] == 5 and stage2["scores"][0]["stage"] == "rerank"
+
+
+def test_rerank_refuses_a_model_without_head_or_recipe(tmp_path):
+    from vllm_eval.testing import build_tiny_qwen3
+
+    model = build_tiny_qwen3(tmp_path / "tiny-qwen3")
+    proc = run_cli("rerank", "--reranker", str(model), "--top-k", "5", "--no-progress")
+    assert proc.returncode == 2
+    assert "neither a classifier head nor a registered reranker recipe" in proc.stderr

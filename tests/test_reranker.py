@@ -170,3 +170,77 @@ def test_bad_reranker_inputs(test_models, vllm_cross):
     assert vllm_cross.score_pairs([], []).shape == (0,)
     with pytest.raises(KeyError, match="unknown model preset"):
         VllmCrossEncoder(str(test_models["cross"]), preset="nope")
+
+
+@pytest.fixture(scope="module")
+def two_stage_rows(vllm_cross, st_cross, tmp_path_factory):
+    import mteb
+
+    from vllm_eval.results import evaluate_two_stage
+
+    bm25 = mteb.get_model("mteb/baseline-bm25s")
+    out = tmp_path_factory.mktemp("rerank")
+    rows = {}
+    for name, model in (("vllm", vllm_cross), ("st", st_cross)):
+        rows[name] = evaluate_two_stage(bm25, model, [LeeKnownItemRetrieval()], top_k=10, output_dir=out / name,
+                                        show_progress_bar=False)
+    return rows
+
+
+def test_bm25_then_rerank_matches_between_backends(two_stage_rows):
+    v, s = two_stage_rows["vllm"], two_stage_rows["st"]
+    assert [r.stage for r in v] == ["first", "rerank"]
+    assert v[0].main_score == pytest.approx(s[0].main_score)  # same bm25s first stage
+    assert v[0].main_score > 0.5  # bm25 finds most known items
+    delta = abs(v[1].main_score - s[1].main_score)
+    print(f"LeeKnownItemRetrieval bm25s top-10 rerank nDCG@10: vllm {v[1].main_score:.6f} st {s[1].main_score:.6f} "
+          f"|delta| {delta:.2e}")
+    assert delta <= 1e-3
+    assert v[1].main_score != pytest.approx(v[0].main_score)  # the reranker really reordered
+
+
+class TinyRetrieval(LeeKnownItemRetrieval):
+    """Three queries over five documents; q2 shares no word with any document."""
+
+    metadata = LeeKnownItemRetrieval.metadata.model_copy(update={"name": "TinyRetrieval"})
+
+    def _build(self):
+        from datasets import Dataset
+        from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
+
+        docs = {"d0": "cats purr and sleep", "d1": "stock markets fell", "d2": "rain is forecast",
+                "d3": "a dog barks", "d4": "the senate voted"}
+        queries = {"q0": "why do cats purr", "q1": "markets fell today", "q2": "zzz qqq"}
+        return {"test": RetrievalSplitData(
+            corpus=Dataset.from_dict({"id": list(docs), "text": list(docs.values())}),
+            queries=Dataset.from_dict({"id": list(queries), "text": list(queries.values())}),
+            relevant_docs={"q0": {"d0": 1}, "q1": {"d1": 1}, "q2": {"d2": 1}},
+            top_ranked=None,
+        )}
+
+
+def test_top_k_larger_than_corpus_and_query_without_candidates(vllm_cross, tmp_path):
+    import mteb
+
+    from vllm_eval.results import evaluate_two_stage
+
+    with pytest.warns(UserWarning, match="larger than TinyRetrieval's corpus"):
+        rows = evaluate_two_stage(mteb.get_model("mteb/baseline-bm25s"), vllm_cross, [TinyRetrieval()],
+                                  top_k=10, output_dir=tmp_path, show_progress_bar=False)
+    assert [r.stage for r in rows] == ["first", "rerank"]
+    assert all(0 <= r.main_score <= 1 for r in rows)
+    # Drop q2's candidates from the first stage's predictions: the reranker then has nothing for
+    # it and mteb scores that query 0 (the documented result), while the others are reranked.
+    import json
+
+    pred = next((tmp_path / "predictions").glob("*.json"))
+    data = json.loads(pred.read_text())
+    data["default"]["test"]["q2"] = {}
+    pred.write_text(json.dumps(data))
+    task = TinyRetrieval().convert_to_reranking(tmp_path / "predictions", top_k=5)
+    from vllm_eval.results import evaluate
+
+    (row,) = evaluate(vllm_cross, [task], show_progress_bar=False)
+    assert 0 <= row.main_score <= 2 / 3 + 1e-9  # q2 contributes 0 to the mean
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        evaluate_two_stage(None, vllm_cross, [TinyRetrieval()], top_k=0, output_dir=tmp_path)

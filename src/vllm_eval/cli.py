@@ -99,16 +99,53 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dimensions", type=int, default=None, help="matryoshka output width")
     run.add_argument("--device", default=None, help="torch device for --backend st")
     run.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    eng = run.add_argument_group("vLLM engine options (EngineArgs names)")
+    _add_engine_flags(run)
+
+    rr = sub.add_parser(
+        "rerank",
+        help="two stages: retrieve (bm25s or an embedding model), keep top-k, rerank",
+        description="Retrieve with a first stage, keep each query's top-k and rerank them; prints both stages' "
+        "main scores. Engine options apply to the reranker.",
+    )
+    rr.add_argument("--first-stage", default="bm25s", help="bm25s (default) or an embedding model path/id")
+    rr.add_argument("--reranker", required=True, help="reranker model directory or hub id")
+    rr.add_argument("--preset", default=None, help="reranker preset (see `vllm-eval models`), e.g. qwen3-reranker")
+    rr.add_argument("--top-k", type=int, default=100, help="candidates per query kept for reranking (default 100)")
+    rr.add_argument("--tasks", nargs="+", default=["LeeKnownItemRetrieval"], help="retrieval tasks")
+    rr.add_argument("--backend", choices=["vllm", "st"], default="vllm", help="reranker backend")
+    rr.add_argument("--prompts", type=json.loads, default=None, help="JSON dict of query/document prefixes")
+    rr.add_argument("--output-dir", default=None, help="write both stages' mteb results here (default: a temp dir)")
+    rr.add_argument("--device", default=None, help="torch device for --backend st")
+    rr.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_engine_flags(rr)
+
+    models = sub.add_parser("models", help="list model presets (the registry)")
+    models.add_argument("--kind", choices=["embedding", "reranker", "language", "multimodal"], default=None)
+
+    tasks = sub.add_parser("tasks", help="list the offline tasks")
+    tasks.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    eng = parser.add_argument_group("vLLM engine options (EngineArgs names)")
     for name, typ, help_ in _ENGINE_FLAGS:
         eng.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
     for name, help_ in _ENGINE_BOOLS:
         eng.add_argument("--" + name.replace("_", "-"), dest=name, action=argparse.BooleanOptionalAction,
                          default=None, help=help_)
 
-    tasks = sub.add_parser("tasks", help="list the offline tasks")
-    tasks.add_argument("--json", action="store_true", help="machine-readable output")
-    return parser
+
+def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    engine = {name: getattr(args, name) for name, _, _ in _ENGINE_FLAGS}
+    engine.update({name: getattr(args, name) for name, _ in _ENGINE_BOOLS})
+    return {k: v for k, v in engine.items() if v is not None}
+
+
+def _check_st_options(engine: dict[str, Any], extra: dict[str, Any], allowed: set[str]) -> None:
+    unused = sorted((set(engine) - allowed) | set(extra))
+    if unused:
+        raise CliError(f"--backend st does not take vLLM engine options: {', '.join('--' + u.replace('_', '-') for u in unused)}")
 
 
 def _task_names(values: list[str] | None) -> list[str] | None:
@@ -127,14 +164,9 @@ def _make_encoder(args: argparse.Namespace, extra: dict[str, Any]):
         dimensions=args.dimensions,
         show_progress_bar=not args.no_progress,
     )
-    engine = {name: getattr(args, name) for name, _, _ in _ENGINE_FLAGS}
-    engine.update({name: getattr(args, name) for name, _ in _ENGINE_BOOLS})
-    engine = {k: v for k, v in engine.items() if v is not None}
+    engine = _engine_options(args)
     if args.backend == "st":
-        allowed = {"dtype", "max_model_len", "trust_remote_code"}
-        unused = sorted((set(engine) - allowed) | set(extra))
-        if unused:
-            raise CliError(f"--backend st does not take vLLM engine options: {', '.join('--' + u.replace('_', '-') for u in unused)}")
+        _check_st_options(engine, extra, {"dtype", "max_model_len", "trust_remote_code"})
         from .st_backend import SentenceTransformerEncoder
 
         return SentenceTransformerEncoder(args.model, device=args.device, **common, **engine)
@@ -147,14 +179,19 @@ def _print_table(rows, title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    staged = any(r.stage for r in rows)
     table = Table(title=title)
     table.add_column("task")
+    if staged:
+        table.add_column("stage")
     table.add_column("type")
     table.add_column("main score")
     table.add_column("value", justify="right")
     table.add_column("seconds", justify="right")
     for r in rows:
-        table.add_row(r.task, r.task_type, r.main_score_name, f"{r.main_score:.4f}", f"{r.seconds:.1f}")
+        cells = [r.task] + ([r.stage] if staged else []) + [r.task_type, r.main_score_name, f"{r.main_score:.4f}",
+                                                             f"{r.seconds:.1f}"]
+        table.add_row(*cells)
     Console(width=max(100, Console().width)).print(table)
 
 
@@ -189,6 +226,68 @@ def cmd_run(args: argparse.Namespace, extra_tokens: list[str]) -> int:
     return 0
 
 
+def cmd_rerank(args: argparse.Namespace, extra_tokens: list[str]) -> int:
+    import tempfile
+
+    from .engine import check_engine_kwargs, resolve_model
+    from .reranker import load_reranker
+    from .results import evaluate_two_stage, load_first_stage
+    from .tasks import get_tasks
+
+    extra = parse_extra_engine_args(extra_tokens)
+    engine = _engine_options(args)
+    resolve_model(args.reranker)
+    if args.first_stage.lower() not in ("bm25s", "bm25", "mteb/baseline-bm25s"):
+        resolve_model(args.first_stage)
+    if args.top_k < 1:
+        raise CliError(f"--top-k must be >= 1, got {args.top_k}")
+    if args.backend == "st":
+        _check_st_options(engine, extra, {"max_model_len", "trust_remote_code"})
+        kwargs: dict[str, Any] = {"device": args.device, **engine}
+        if args.preset:
+            raise CliError("--preset needs --backend vllm (templates have no sentence-transformers form)")
+    else:
+        check_engine_kwargs(extra)
+        kwargs = {"preset": args.preset, **engine, **extra}
+    tasks = get_tasks(_task_names(args.tasks))
+    show = not args.no_progress
+    first = load_first_stage(args.first_stage, show_progress_bar=show)
+    try:
+        reranker = load_reranker(args.reranker, args.backend, prompts=args.prompts, show_progress_bar=show, **kwargs)
+    except BaseException:
+        getattr(first, "close", lambda: None)()
+        raise
+    with tempfile.TemporaryDirectory(prefix="vllm-eval-rerank-") as tmp:
+        try:
+            rows = evaluate_two_stage(
+                first, reranker, tasks, top_k=args.top_k, output_dir=args.output_dir or tmp, show_progress_bar=show,
+                run_info={"first_stage": args.first_stage, "reranker": args.reranker, "backend": args.backend,
+                          "preset": args.preset, "engine_kwargs": getattr(reranker, "engine_kwargs", None)},
+            )
+        finally:
+            reranker.close()
+            getattr(first, "close", lambda: None)()
+    _print_table(rows, f"{args.first_stage} -> top {args.top_k} -> {reranker.mteb_model_meta.name} ({args.backend})")
+    if args.output_dir:
+        print(f"results: {args.output_dir}/stage1, {args.output_dir}/stage2")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .registry import list_presets
+
+    table = Table(title="model presets")
+    for col in ("name", "kind", "model", "description"):
+        table.add_column(col)
+    for p in list_presets(args.kind):
+        table.add_row(p.name, p.kind, p.model, p.description)
+    Console(width=max(120, Console().width)).print(table)
+    return 0
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     from .tasks import offline_tasks
 
@@ -219,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if not args.verbose:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    if extra and args.command != "run":
+    if extra and args.command not in ("run", "rerank"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from .engine import EngineError
     from .tasks import UnknownTaskError
@@ -227,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args, extra)
+        if args.command == "rerank":
+            return cmd_rerank(args, extra)
+        if args.command == "models":
+            return cmd_models(args)
         return cmd_tasks(args)
     except (CliError, UnknownTaskError, FileNotFoundError, TypeError, ValueError, EngineError) as exc:
         if args.verbose:

@@ -267,13 +267,8 @@ class VllmEncoder(TextEncoder):
         self.normalize = normalize
         self.chunk_size = int(chunk_size)
         self.show_progress_bar = show_progress_bar
-        if head_dtype is not None:
-            hf_overrides = {**(hf_overrides or {}), "head_dtype": head_dtype}
-        if isinstance(pooler_config, dict):
-            from vllm.config import PoolerConfig
-
-            pooler_config = PoolerConfig(**pooler_config)
         named = dict(
+            head_dtype=head_dtype,
             revision=revision,
             dtype=dtype,
             max_model_len=max_model_len,

@@ -60,6 +60,26 @@ def check_engine_kwargs(kwargs: dict[str, Any]) -> None:
         raise TypeError(f"unknown vLLM engine option(s): {', '.join(hints)}")
 
 
+def normalize_engine_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Fold our conveniences into vLLM's own options.
+
+    ``head_dtype`` is not an ``EngineArgs`` field: vLLM reads it from the HF config, so it goes into
+    ``hf_overrides["head_dtype"]``. A ``pooler_config`` given as a dict becomes vLLM's ``PoolerConfig``.
+    """
+    out = dict(kwargs)
+    head_dtype = out.pop("head_dtype", None)
+    if head_dtype is not None:
+        out["hf_overrides"] = {**(out.get("hf_overrides") or {}), "head_dtype": head_dtype}
+    if isinstance(out.get("pooler_config"), dict):
+        from vllm.config import PoolerConfig
+
+        try:
+            out["pooler_config"] = PoolerConfig(**out["pooler_config"])
+        except TypeError as exc:
+            raise TypeError(f"pooler_config: {exc}") from None
+    return out
+
+
 def looks_like_path(model: str) -> bool:
     """True when ``model`` is meant as a filesystem path rather than a hub id like ``org/name``."""
     return (
@@ -137,6 +157,8 @@ def acquire_engine(model: str | os.PathLike, **engine_kwargs: Any):
     with :func:`release_engine`. ``runner`` and ``convert`` pick vLLM's pooling or generation
     path, e.g. ``runner="pooling", convert="embed"``.
 
+    ``head_dtype`` and a dict ``pooler_config`` are accepted too (see :func:`normalize_engine_kwargs`).
+
     Raises:
         FileNotFoundError: a model path that does not exist (see :func:`resolve_model`).
         TypeError: an option that is not a vLLM engine option.
@@ -144,6 +166,7 @@ def acquire_engine(model: str | os.PathLike, **engine_kwargs: Any):
     """
     global _ATEXIT
     model = resolve_model(model)
+    engine_kwargs = normalize_engine_kwargs(engine_kwargs)
     check_engine_kwargs(engine_kwargs)
     kwargs = {**default_engine_kwargs(engine_kwargs), **engine_kwargs}
     key = _key(model, kwargs)

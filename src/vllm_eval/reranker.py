@@ -165,8 +165,11 @@ class PairScorer:
         return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0,), dtype=np.float32)
 
     def _lengths(self, texts: list[str], pairs: list[str] | None = None) -> list[int]:
-        enc = self.tokenizer(texts, pairs, add_special_tokens=self.template is None, truncation=False,
-                             return_attention_mask=False, return_token_type_ids=False)
+        """Token counts, capped at ``max_length + 1`` (enough to tell "too long" without tokenizing
+        whole documents, and without the tokenizer's over-length warning)."""
+        enc = self.tokenizer(texts, pairs, add_special_tokens=self.template is None, truncation=True,
+                             max_length=self.max_length + 1, return_attention_mask=False,
+                             return_token_type_ids=False)
         return [len(x) for x in enc["input_ids"]]
 
     def _count_over_length(self, qs: list[str], ds: list[str]) -> int:
@@ -190,8 +193,10 @@ class PairScorer:
             if n <= self.max_length:
                 continue
             cut += 1
-            ids = self.tokenizer(ds[i], add_special_tokens=False)["input_ids"]
-            keep = len(ids) - (n - self.max_length) - 8  # margin for merges across the cut
+            fixed = len(self.tokenizer(fq[i] + head + tail, add_special_tokens=False)["input_ids"])
+            budget = self.max_length - fixed - 8  # margin for merges across the cut
+            ids = self.tokenizer(ds[i], add_special_tokens=False, truncation=True, max_length=max(budget, 1))["input_ids"]
+            keep = budget
             if keep < 0:
                 raise ValueError(
                     f"query {qs[i]!r:.60} with its template is longer than max_model_len={self.max_length} tokens"
