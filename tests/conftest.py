@@ -30,3 +30,12 @@ def st_encoder():
     enc = SentenceTransformerEncoder(device="cpu", show_progress_bar=False)
     yield enc
     enc.close()
+
+
+@pytest.fixture(scope="session")
+def test_models(tmp_path_factory):
+    """Locally built test models (see vllm_eval.testing), once per session."""
+    from vllm_eval.testing import build_minilm_cross_encoder, build_tiny_qwen3
+
+    root = tmp_path_factory.mktemp("models")
+    return {"cross": build_minilm_cross_encoder(root / "minilm-cross"), "qwen3": build_tiny_qwen3(root / "tiny-qwen3")}

