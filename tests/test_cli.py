@@ -20,7 +20,9 @@ def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 def test_tasks_lists_the_offline_suite():
     proc = run_cli("tasks", "--json")
     assert proc.returncode == 0, proc.stderr
-    names = [row["name"] for row in json.loads(proc.stdout)]
+    rows = json.loads(proc.stdout)
+    assert [r["name"] for r in rows if r["kind"] == "generative"] == ["PangLeePolarity", "Digits"]
+    names = [row["name"] for row in rows if row["kind"] == "mteb"]
     assert names == ["LeeDocSimilarity", "SimLex999", "WordSim353", "PangLeePolarity", "TwentyNewsgroupsMini",
                      "LeeKnownItemRetrieval"]
 
@@ -91,3 +93,31 @@ def test_rerank_refuses_a_model_without_head_or_recipe(tmp_path):
     proc = run_cli("rerank", "--reranker", str(model), "--top-k", "5", "--no-progress")
     assert proc.returncode == 2
     assert "neither a classifier head nor a registered reranker recipe" in proc.stderr
+
+
+@pytest.mark.slow
+def test_generate_end_to_end_both_scorings(tmp_path, test_models):
+    model = str(test_models["qwen3"])
+    out = tmp_path / "gen"
+    proc = run_cli("generate", "--model", model, "--task", "PangLeePolarity", "--limit", "8", "--max-tokens", "8",
+                   "--answer-format", "xml", "--max-missing", "1", "--output-dir", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "accuracy" in proc.stdout and "macro-F1" in proc.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["answer_format"] == "xml" and results["config"]["sampling"]["max_tokens"] == 8
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 8
+    out2 = tmp_path / "ll"
+    proc = run_cli("generate", "--model", model, "--task", "PangLeePolarity", "--limit", "8", "--scoring",
+                   "loglikelihood", "--output-dir", str(out2), "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((out2 / "results.json").read_text())["metrics"]["missing"] == 0
+    out3 = tmp_path / "strict"
+    proc = run_cli("generate", "--model", model, "--task", "PangLeePolarity", "--limit", "4", "--max-tokens", "4",
+                   "--max-missing", "0", "--output-dir", str(out3), "--no-progress")
+    assert proc.returncode == 1 and "budget of 0" in proc.stderr
+    assert (out3 / "samples.jsonl").is_file()  # results are kept even when the run fails
+
+
+def test_generate_unknown_task(test_models):
+    proc = run_cli("generate", "--model", str(test_models["qwen3"]), "--task", "Nope")
+    assert proc.returncode == 2 and "unknown generative task 'Nope'" in proc.stderr

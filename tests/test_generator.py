@@ -59,7 +59,8 @@ def test_system_prompt_kept_or_merged(test_models, generator):
                        sampling={"max_tokens": 4}, show_progress_bar=False) as g:
         assert g.messages("hi") == [{"role": "user", "content": "Be brief.\n\nhi"}]
         (out,) = g.generate([("hi", ())])
-        assert out.prompt == "<|im_start|>user\nBe brief.\n\nhi<|im_end|>\n<|im_start|>assistant\n"
+        assert out.prompt == g.render("hi")
+        assert out.prompt.startswith("<|im_start|>user\nBe brief.\n\nhi<|im_end|>") and "system" not in out.prompt
 
 
 def test_images_become_parts_in_position(generator):

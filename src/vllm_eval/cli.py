@@ -363,11 +363,16 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     from .tasks import offline_tasks
+    from .tasks.generative import GENERATIVE_TASKS
 
     rows = [
-        {"name": name, "type": cls.metadata.type, "main_score": cls.metadata.main_score,
+        {"name": name, "kind": "mteb", "type": cls.metadata.type, "main_score": cls.metadata.main_score,
          "description": cls.metadata.description}
         for name, cls in offline_tasks().items()
+    ] + [
+        {"name": t.name, "kind": "generative", "type": f"multiple choice ({t.modality})",
+         "main_score": "accuracy", "description": t.description}
+        for t in GENERATIVE_TASKS.values()
     ]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -376,12 +381,13 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title="offline tasks (gensim / scikit-learn data, no network)")
-    for col in ("name", "type", "main_score"):
+    for col in ("name", "kind", "type", "main_score"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["name"], r["type"], r["main_score"])
+        table.add_row(r["name"], r["kind"], r["type"], r["main_score"])
     Console().print(table)
-    print("Any mteb task name is accepted too (its data then comes from the hub).")
+    print("mteb tasks: `vllm-eval run` / `rerank` (any mteb task name works too, its data then comes from the hub).")
+    print("generative tasks: `vllm-eval generate`.")
     return 0
 
 

@@ -207,3 +207,50 @@ def _qwen3_embedding() -> ModelPreset:
         instruction_template="Instruct: {instruction}\nQuery:",
         description="Qwen3-Embedding: instruction on queries only, last-token pooling",
     )
+
+
+@register_model("qwen3")
+def _qwen3() -> ModelPreset:
+    return ModelPreset(
+        name="qwen3",
+        kind="language",
+        model="Qwen/Qwen3-0.6B",
+        patterns=("qwen/qwen3-[0-9]*",),
+        description="Qwen3 chat models (ChatML template with a system role)",
+    )
+
+
+@register_model("gemma-2")
+def _gemma2() -> ModelPreset:
+    return ModelPreset(
+        name="gemma-2",
+        kind="language",
+        model="google/gemma-2-2b-it",
+        patterns=("*gemma-2-*-it*",),
+        description="Gemma 2 instruction models: no system role, so a system prompt joins the first user turn",
+    )
+
+
+@register_model("qwen2.5-vl")
+def _qwen25_vl() -> ModelPreset:
+    return ModelPreset(
+        name="qwen2.5-vl",
+        kind="multimodal",
+        model="Qwen/Qwen2.5-VL-3B-Instruct",
+        patterns=("*qwen2.5-vl*",),
+        engine_kwargs={"max_model_len": 8192},
+        image_position="before",
+        description="Qwen2.5-VL instruction models; images before the text",
+    )
+
+
+@register_model("llava-1.5")
+def _llava() -> ModelPreset:
+    return ModelPreset(
+        name="llava-1.5",
+        kind="multimodal",
+        model="llava-hf/llava-1.5-7b-hf",
+        patterns=("*llava-1.5*",),
+        image_position="before",
+        description="LLaVA 1.5 (llava-hf); images before the text",
+    )

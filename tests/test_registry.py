@@ -1,0 +1,41 @@
+"""The model registry: one registry for every kind of model."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_eval.registry import ModelPreset, ScoreTemplate, find_preset, get_preset, list_presets, register_model
+
+
+def test_kinds_and_lookup():
+    kinds = {p.kind for p in list_presets()}
+    assert {"embedding", "reranker", "language", "multimodal"} <= kinds
+    assert find_preset("Qwen/Qwen3-Reranker-4B", "reranker").name == "qwen3-reranker"
+    assert find_preset("/models/qwen3-reranker-8b", "reranker").name == "qwen3-reranker"
+    assert find_preset("Qwen/Qwen3-Reranker-4B", "language") is None
+    assert find_preset("Qwen/Qwen2.5-VL-7B-Instruct").kind == "multimodal"
+    qr = get_preset("qwen3-reranker")
+    assert qr.engine_kwargs["hf_overrides"]["classifier_from_token"] == ["no", "yes"]
+    assert qr.engine_kwargs["hf_overrides"]["architectures"] == ["Qwen3ForSequenceClassification"]
+
+
+def test_registering_a_name_twice_is_an_error():
+    with pytest.raises(ValueError, match="already registered"):
+
+        @register_model("qwen3-reranker")
+        def again() -> ModelPreset:
+            return ModelPreset(name="qwen3-reranker", kind="reranker", model="x")
+
+    with pytest.raises(KeyError, match="registered:"):
+        get_preset("no-such-preset")
+
+
+def test_score_template_validation():
+    t = ScoreTemplate(query_template="<q>{instruction}|{query}", document_template="<d>{document}</d>",
+                      default_instruction="find")
+    assert t.query("a") == "<q>find|a" and t.query("a", "other") == "<q>other|a"
+    assert t.document_parts() == ("<d>", "</d>")
+    with pytest.raises(ValueError, match="query"):
+        ScoreTemplate(query_template="no placeholder")
+    with pytest.raises(ValueError, match="default_instruction"):
+        ScoreTemplate(query_template="{instruction}{query}")
