@@ -53,3 +53,23 @@ def test_per_text_cosine_matches_sentence_transformers(vllm_encoder, st_encoder)
     cos = np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     print(f"per-text cosine over {len(texts)} texts: min {cos.min():.8f}")
     assert cos.min() >= 0.9999
+
+
+def test_token_id_path_matches_vllm_text_path(vllm_encoder):
+    """Our default path (batch-tokenized ids, overlapped with the engine) against vLLM's own text path."""
+    from vllm_eval import VllmEncoder
+
+    texts = list(data.lee_documents()) + [t for t, _ in data.pang_lee_polarity()][:100] + ["", "word " * 400]
+    with VllmEncoder(pretokenize=False, show_progress_bar=False) as text_path:
+        assert text_path.llm is vllm_encoder.llm
+        a = vllm_encoder.encode_texts(texts)
+        b = text_path.encode_texts(texts)
+        cos = np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        print(f"token-id vs text path: min cosine {cos.min():.8f} over {len(texts)} texts")
+        assert cos.min() >= 0.9999
+        tasks = ["LeeDocSimilarity", "WordSim353", "LeeKnownItemRetrieval"]
+        fast = evaluate(vllm_encoder, get_tasks(tasks), show_progress_bar=False)
+        slow = evaluate(text_path, get_tasks(tasks), show_progress_bar=False)
+    deltas = {f.task: abs(f.main_score - s.main_score) for f, s in zip(fast, slow)}
+    print("token-id vs text path |delta| per task:", deltas)
+    assert max(deltas.values()) <= 1e-4

@@ -150,6 +150,24 @@ def _build_parser() -> argparse.ArgumentParser:
     samp.add_argument("--sampling-seed", dest="sampling_seed", type=int, default=None)
     _add_engine_flags(gen)
 
+    bench = sub.add_parser(
+        "bench",
+        help="encode throughput and latency: vllm (ours) vs st vs mteb-vllm",
+        description="Measure texts/s, tokens/s and per-call latency of the encode backends on generated texts "
+        "of controlled token length; writes bench.json and plots. Engine options apply to the vLLM backends.",
+    )
+    bench.add_argument("--model", default=None, help="model directory or hub id (default: packaged all-MiniLM-L6-v2)")
+    bench.add_argument("--backends", nargs="+", default=["vllm", "st", "mteb-vllm"], choices=["vllm", "st", "mteb-vllm"])
+    bench.add_argument("--dtypes", nargs="+", default=None, help="default: float32 on CPU, float16 float32 on GPU")
+    bench.add_argument("--lengths", nargs="+", default=["fixed:130", "mixed:16-500"],
+                       help="fixed:N or mixed:A-B token lengths (default: fixed:130 mixed:16-500)")
+    bench.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 512, 2000],
+                       help="texts per encode call (default 64 512 2000)")
+    bench.add_argument("--n-texts", type=int, default=2000)
+    bench.add_argument("--st-batch-size", type=int, default=128, help="sentence-transformers batch size")
+    bench.add_argument("--output-dir", default="results/bench")
+    _add_engine_flags(bench)
+
     models = sub.add_parser("models", help="list model presets (the registry)")
     models.add_argument("--kind", choices=["embedding", "reranker", "language", "multimodal"], default=None)
 
@@ -346,6 +364,31 @@ def cmd_generate(args: argparse.Namespace, extra_tokens: list[str]) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace, extra_tokens: list[str]) -> int:
+    from .bench import run_bench
+    from .engine import check_engine_kwargs, on_cpu, resolve_model
+
+    extra = parse_extra_engine_args(extra_tokens)
+    check_engine_kwargs(extra)
+    if args.model is not None:
+        resolve_model(args.model)
+    engine = {k: v for k, v in {**_engine_options(args), **extra}.items() if k != "dtype"}
+    dtypes = args.dtypes or ([args.dtype] if args.dtype else (["float32"] if on_cpu() else ["float16", "float32"]))
+    records = run_bench(args.model, backends=args.backends, dtypes=dtypes, lengths=args.lengths,
+                        batch_sizes=args.batch_sizes, n_texts=args.n_texts,
+                        engine_kwargs={**engine, "st_batch_size": args.st_batch_size}, output_dir=args.output_dir)
+    best: dict[tuple[str, str, str], float] = {}
+    for r in records:
+        key = (r.backend, r.dtype, r.lengths)
+        best[key] = max(best.get(key, 0.0), r.tokens_per_s)
+    print("\nbest tokens/s per backend, dtype, lengths (ratio to st):")
+    for (backend, dtype, spec), tps in sorted(best.items()):
+        ref = best.get(("st", dtype, spec))
+        print(f"  {backend:10s} {dtype:9s} {spec:14s} {tps:>10.0f}" + (f"  {tps / ref:.2f}x st" if ref else ""))
+    print(f"results: {args.output_dir}/bench.json and plots")
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -397,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if not args.verbose:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    if extra and args.command not in ("run", "rerank", "generate"):
+    if extra and args.command not in ("run", "rerank", "generate", "bench"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from .engine import EngineError
     from .tasks import UnknownTaskError
@@ -409,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_rerank(args, extra)
         if args.command == "generate":
             return cmd_generate(args, extra)
+        if args.command == "bench":
+            return cmd_bench(args, extra)
         if args.command == "models":
             return cmd_models(args)
         return cmd_tasks(args)

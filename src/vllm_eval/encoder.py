@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -155,26 +156,41 @@ class TextEncoder(AbsEncoder):
     def _embed_stream(self, batches: Iterable[list[str]], *, total: int | None, show_progress_bar: bool) -> np.ndarray:
         # Texts repeat a lot within one call (an STS task encodes each document once per pair it
         # is in: LeeDocSimilarity has 2,450 texts but 50 distinct), so each distinct text is
-        # embedded once and its row reused.
+        # embedded once and its row reused. Chunk k+1 is deduplicated and tokenized on a worker
+        # thread while the engine embeds chunk k (the fast tokenizer and the engine's IPC both
+        # release the GIL), so tokenization stays off the engine's critical path.
         rows: dict[str, int] = {}
         order: list[int] = []
         parts: list[np.ndarray] = []
-        n_unique = n_truncated = 0
-        with tqdm(total=total, desc=f"encode {self.name}", unit="text", disable=not show_progress_bar) as bar:
-            for texts in rechunk(batches, self.chunk_size):
-                fresh = []
-                for t in texts:
-                    if t not in rows:
-                        rows[t] = n_unique + len(fresh)
-                        fresh.append(t)
-                    order.append(rows[t])
+        counts = {"unique": 0, "truncated": 0}
+
+        def prepare(texts: list[str]) -> tuple[list[str], list[list[int]], int]:
+            fresh: list[str] = []
+            for t in texts:
+                if t not in rows:
+                    rows[t] = counts["unique"] + len(fresh)
+                    fresh.append(t)
+                order.append(rows[t])
+            counts["unique"] += len(fresh)
+            if not fresh:
+                return fresh, [], len(texts)
+            ids, n_cut = self.tokenize(fresh)
+            counts["truncated"] += n_cut
+            return fresh, ids, len(texts)
+
+        chunks = rechunk(batches, self.chunk_size)
+        with tqdm(total=total, desc=f"encode {self.name}", unit="text", disable=not show_progress_bar) as bar, \
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-eval-tokenize") as pool:
+            first = next(chunks, None)
+            pending = pool.submit(prepare, first) if first is not None else None
+            while pending is not None:
+                fresh, ids, n_texts = pending.result()
+                following = next(chunks, None)
+                pending = pool.submit(prepare, following) if following is not None else None
                 if fresh:
-                    ids, n_cut = self.tokenize(fresh)
                     parts.append(self._embed_chunk(fresh, ids))
-                    n_unique += len(fresh)
-                    n_truncated += n_cut
-                bar.update(len(texts))
-        warn_truncated(n_truncated, n_unique, self.max_length, self.name)
+                bar.update(n_texts)
+        warn_truncated(counts["truncated"], counts["unique"], self.max_length, self.name)
         if not parts:
             return np.zeros((0, self.mteb_model_meta.embed_dim or 0), dtype=np.float32)
         unique = np.concatenate(parts).astype(np.float32, copy=False)
@@ -208,6 +224,8 @@ class VllmEncoder(TextEncoder):
         chunk_size: texts tokenized and handed to the engine per step (mteb's ``batch_size`` is
             too small for vLLM's continuous batching and is not used).
         show_progress_bar: tqdm bar per ``encode`` call.
+        pretokenize: send token ids tokenized here (default, faster); False sends text and lets
+            vLLM tokenize (its own path, kept for comparison and parity tests).
         dtype, max_model_len, max_num_seqs, max_num_batched_tokens, tensor_parallel_size,
         gpu_memory_utilization, enforce_eager, enable_prefix_caching, hf_overrides, pooler_config,
         seed, trust_remote_code: vLLM ``EngineArgs`` of the same names (None = vLLM's default,
@@ -237,6 +255,7 @@ class VllmEncoder(TextEncoder):
         normalize: bool | None = None,
         chunk_size: int = 1024,
         show_progress_bar: bool = True,
+        pretokenize: bool = True,
         device: str | None = None,
         dtype: str | None = None,
         head_dtype: str | None = None,
@@ -267,6 +286,7 @@ class VllmEncoder(TextEncoder):
         self.normalize = normalize
         self.chunk_size = int(chunk_size)
         self.show_progress_bar = show_progress_bar
+        self.pretokenize = pretokenize
         named = dict(
             head_dtype=head_dtype,
             revision=revision,
@@ -336,11 +356,12 @@ class VllmEncoder(TextEncoder):
     def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
         from vllm.inputs import TokensPrompt
 
-        outputs = self.llm.embed(
-            [TokensPrompt(prompt_token_ids=x) for x in ids],
-            pooling_params=self._pooling_params(),
-            use_tqdm=False,
-        )
+        if self.pretokenize:
+            outputs = self.llm.embed([TokensPrompt(prompt_token_ids=x) for x in ids],
+                                     pooling_params=self._pooling_params(), use_tqdm=False)
+        else:
+            outputs = self.llm.embed(texts, pooling_params=self._pooling_params(), use_tqdm=False,
+                                     tokenization_kwargs={"truncate_prompt_tokens": -1})
         for i, out in enumerate(outputs):
             if getattr(out, "error", None) is not None:
                 raise RuntimeError(f"vLLM failed on input {texts[i]!r:.80}: {out.error.message}")

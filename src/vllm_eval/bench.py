@@ -1,0 +1,282 @@
+"""Encode throughput harness: ``vllm-eval bench``.
+
+Measures, side by side in one process and on the same texts, texts/s, tokens/s and per-call latency
+of three backends:
+
+* ``vllm``      — ours (:class:`~vllm_eval.encoder.VllmEncoder`: batch tokenization, token ids, dedup);
+* ``st``        — sentence-transformers ``SentenceTransformer.encode`` (the reference);
+* ``mteb-vllm`` — mteb's own ``VllmEncoderWrapper`` (the peer), fed the same texts.
+
+Texts of controlled token length are built from the model's own vocabulary (whole-word entries,
+one token each), so no data is downloaded: ``fixed:N`` gives N tokens per text including special
+tokens, ``mixed:A-B`` lengths uniform in [A, B]. For each backend, dtype, length mode and batch
+size (texts per encode call, i.e. the offered concurrency) the whole text set is encoded in calls of
+that size; each call's wall time is one latency sample. Results go to ``bench.json`` and plots
+(throughput vs latency with a log latency axis, as in mteb's vLLM docs; fp16 vs fp32; fixed vs mixed).
+Numbers come only from here, never from timed tests.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+BACKENDS = ("vllm", "st", "mteb-vllm")
+
+
+@dataclass
+class BenchRecord:
+    """One measured configuration. Latencies in seconds, throughputs per second of wall time."""
+
+    backend: str
+    dtype: str
+    lengths: str
+    batch_size: int
+    n_texts: int
+    n_tokens: int
+    seconds: float
+    texts_per_s: float
+    tokens_per_s: float
+    latency_p50_s: float
+    latency_p95_s: float
+    calls: int
+
+
+def parse_lengths(spec: str) -> tuple[int, int]:
+    """``"fixed:130"`` → (130, 130); ``"mixed:16-500"`` → (16, 500).
+
+    Raises:
+        ValueError: any other form, or lengths below 3 (two special tokens plus one word).
+    """
+    kind, _, arg = spec.partition(":")
+    try:
+        if kind == "fixed":
+            lo = hi = int(arg)
+        elif kind == "mixed":
+            a, b = arg.split("-")
+            lo, hi = int(a), int(b)
+        else:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"lengths must be 'fixed:N' or 'mixed:A-B', got {spec!r}") from None
+    if lo < 3 or hi < lo:
+        raise ValueError(f"lengths need 3 <= A <= B, got {spec!r}")
+    return lo, hi
+
+
+def make_texts(tokenizer: Any, n: int, lengths: str, seed: int = 0) -> tuple[list[str], list[int]]:
+    """``n`` texts of random vocabulary words with controlled token counts.
+
+    Words are the tokenizer's own whole-word, alphabetic vocabulary entries that encode to exactly
+    one token, so a text of ``L - 2`` words is ``L`` tokens with ``[CLS]``/``[SEP]``-style
+    specials (checked by re-tokenizing).
+
+    Returns:
+        (texts, token counts including special tokens).
+    """
+    lo, hi = parse_lengths(lengths)
+    rng = np.random.default_rng(seed)
+    candidates = [w for w in tokenizer.get_vocab() if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3]
+    ids = tokenizer(candidates, add_special_tokens=False)["input_ids"]
+    words = [w for w, x in zip(candidates, ids) if len(x) == 1]
+    if len(words) < 100:
+        raise ValueError(f"tokenizer has only {len(words)} single-token words; cannot build texts")
+    n_special = len(tokenizer("a")["input_ids"]) - len(tokenizer("a", add_special_tokens=False)["input_ids"])
+    targets = rng.integers(lo, hi + 1, size=n)
+    texts = [" ".join(rng.choice(words, size=max(int(t) - n_special, 1))) for t in targets]
+    counts = [len(x) for x in tokenizer(texts)["input_ids"]]
+    return texts, counts
+
+
+def _time_calls(encode: Callable[[list[str]], Any], texts: list[str], batch_size: int,
+                desc: str) -> tuple[float, list[float]]:
+    latencies = []
+    start = time.perf_counter()
+    for i in tqdm(range(0, len(texts), batch_size), desc=desc, unit="call", leave=False):
+        t0 = time.perf_counter()
+        encode(texts[i : i + batch_size])
+        latencies.append(time.perf_counter() - t0)
+    return time.perf_counter() - start, latencies
+
+
+class _Backend:
+    def __init__(self, name: str, model: str, dtype: str, engine_kwargs: dict[str, Any]):
+        self.name = name
+        if name == "vllm":
+            from .encoder import VllmEncoder
+
+            kwargs = {k: v for k, v in engine_kwargs.items() if k != "st_batch_size"}
+            self.obj = VllmEncoder(model, dtype=dtype, show_progress_bar=False, **kwargs)
+            # Distinct texts only: dedup must not flatter the numbers.
+            self.encode = self.obj.encode_texts
+        elif name == "st":
+            from .st_backend import SentenceTransformerEncoder
+
+            self.obj = SentenceTransformerEncoder(model, dtype=dtype, show_progress_bar=False,
+                                                  batch_size=engine_kwargs.get("st_batch_size", 128))
+            self.encode = lambda texts: self.obj.st.encode(texts, batch_size=self.obj.batch_size,
+                                                           show_progress_bar=False, convert_to_numpy=True)
+        elif name == "mteb-vllm":
+            self.obj, self.encode = _mteb_vllm(model, dtype, engine_kwargs)
+        else:
+            raise ValueError(f"unknown backend {name!r}; choose from {BACKENDS}")
+
+    def close(self) -> None:
+        if self.name == "mteb-vllm":
+            llm = getattr(self.obj, "llm", None)
+            if llm is not None:
+                llm.llm_engine.engine_core.shutdown()
+            self.obj.llm = None
+        else:
+            self.obj.close()
+        gc.collect()
+
+
+def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
+    """mteb's ``VllmEncoderWrapper`` with offline metadata (its default ``from_hub`` needs the network)."""
+    from mteb.models.vllm_wrapper import VllmEncoderWrapper
+    from torch.utils.data import DataLoader
+
+    from .engine import default_engine_kwargs, resolve_model
+    from .modelinfo import build_model_meta
+    from .tasks.offline import LeeDocSimilarity
+
+    path = resolve_model(model)
+    meta = build_model_meta(path)
+    meta = meta.model_copy(update={"name": meta.name, "revision": meta.revision})
+    extra = {k: v for k, v in default_engine_kwargs(engine_kwargs).items() if k != "trust_remote_code"}
+    extra.update({k: v for k, v in engine_kwargs.items() if k != "st_batch_size"})
+    extra["dtype"] = dtype
+    wrapper = VllmEncoderWrapper(meta.model_copy(update={"name": path}), trust_remote_code=False, **extra)
+    task = LeeDocSimilarity.metadata
+
+    def encode(texts: list[str]):
+        loader = DataLoader([{"text": t} for t in texts], batch_size=max(len(texts), 1),
+                            collate_fn=lambda b: {"text": [x["text"] for x in b]})
+        return wrapper.encode(loader, task_metadata=task, hf_split="test", hf_subset="default")
+
+    return wrapper, encode
+
+
+def run_bench(
+    model: str,
+    *,
+    backends: Sequence[str] = BACKENDS,
+    dtypes: Sequence[str] = ("float32",),
+    lengths: Sequence[str] = ("fixed:130", "mixed:16-500"),
+    batch_sizes: Sequence[int] = (64, 512, 2000),
+    n_texts: int = 2000,
+    warmup: int = 64,
+    seed: int = 0,
+    engine_kwargs: dict[str, Any] | None = None,
+    output_dir: str | Path | None = None,
+) -> list[BenchRecord]:
+    """Measure every backend × dtype × lengths × batch size on the same generated texts.
+
+    A backend's model is loaded once per dtype and warmed up on ``warmup`` texts before timing.
+    Writes ``bench.json`` and the plots to ``output_dir`` when given.
+    """
+    from transformers import AutoTokenizer
+
+    from .encoder import packaged_model_path
+    from .engine import resolve_model
+    from .results import package_versions
+
+    model = resolve_model(model or packaged_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    texts_by_len = {spec: make_texts(tokenizer, n_texts, spec, seed) for spec in lengths}
+    records: list[BenchRecord] = []
+    for backend in backends:
+        for dtype in dtypes:
+            b = _Backend(backend, model, dtype, dict(engine_kwargs or {}))
+            try:
+                b.encode(texts_by_len[lengths[0]][0][:warmup])
+                for spec in lengths:
+                    texts, counts = texts_by_len[spec]
+                    for bs in batch_sizes:
+                        seconds, lat = _time_calls(b.encode, texts, bs, f"{backend} {dtype} {spec} bs{bs}")
+                        records.append(BenchRecord(
+                            backend=backend, dtype=dtype, lengths=spec, batch_size=bs, n_texts=len(texts),
+                            n_tokens=int(sum(counts)), seconds=round(seconds, 3),
+                            texts_per_s=round(len(texts) / seconds, 1), tokens_per_s=round(sum(counts) / seconds, 1),
+                            latency_p50_s=round(float(np.percentile(lat, 50)), 4),
+                            latency_p95_s=round(float(np.percentile(lat, 95)), 4), calls=len(lat)))
+                        print(f"{backend:10s} {dtype:9s} {spec:14s} bs={bs:<6d} {records[-1].tokens_per_s:>10.0f} tok/s "
+                              f"{records[-1].texts_per_s:>8.1f} texts/s  p50 {records[-1].latency_p50_s:.3f} s")
+            finally:
+                b.close()
+    if output_dir:
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        payload = {"model": model, "versions": package_versions(), "python": platform.python_version(),
+                   "machine": platform.machine(), "processor": platform.processor(), "n_texts": n_texts,
+                   "engine_kwargs": engine_kwargs or {}, "records": [asdict(r) for r in records]}
+        try:
+            import torch
+
+            payload["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        except Exception:  # device naming is informational only
+            payload["device"] = "unknown"
+        (out / "bench.json").write_text(json.dumps(payload, indent=2) + "\n")
+        plot(records, out)
+    return records
+
+
+def plot(records: Sequence[BenchRecord], out_dir: str | Path) -> list[Path]:
+    """Write ``throughput_latency.png``, ``dtype.png`` and ``lengths.png``; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    paths = []
+    combos = sorted({(r.dtype, r.lengths) for r in records})
+    fig, axes = plt.subplots(1, len(combos), figsize=(5 * len(combos), 4), squeeze=False)
+    for ax, (dtype, spec) in zip(axes[0], combos):
+        for backend in sorted({r.backend for r in records}):
+            rs = sorted((r for r in records if r.backend == backend and r.dtype == dtype and r.lengths == spec),
+                        key=lambda r: r.batch_size)
+            if rs:
+                ax.plot([r.latency_p50_s for r in rs], [r.tokens_per_s for r in rs], marker="o", label=backend)
+                for r in rs:
+                    ax.annotate(str(r.batch_size), (r.latency_p50_s, r.tokens_per_s), fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("latency per call, p50 (s, log)")
+        ax.set_ylabel("tokens / s")
+        ax.set_title(f"{dtype}, {spec}")
+        ax.legend()
+    fig.tight_layout()
+    paths.append(out / "throughput_latency.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    for key, name in (("dtype", "dtype.png"), ("lengths", "lengths.png")):
+        best: dict[tuple[str, str], float] = {}
+        for r in records:
+            k = (r.backend, getattr(r, key))
+            best[k] = max(best.get(k, 0.0), r.tokens_per_s)
+        backends = sorted({b for b, _ in best})
+        groups = sorted({g for _, g in best})
+        fig, ax = plt.subplots(figsize=(6, 4))
+        width = 0.8 / max(len(groups), 1)
+        for j, g in enumerate(groups):
+            ax.bar([i + j * width for i in range(len(backends))], [best.get((b, g), 0.0) for b in backends],
+                   width=width, label=g)
+        ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(backends))], backends)
+        ax.set_ylabel("best tokens / s")
+        ax.set_title("fp16 vs fp32" if key == "dtype" else "fixed vs mixed lengths")
+        ax.legend()
+        fig.tight_layout()
+        paths.append(out / name)
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    return paths
