@@ -18,7 +18,7 @@ import numpy as np
 from mteb.types import PromptType
 from tqdm.auto import tqdm
 
-from .engine import acquire_engine, release_engine
+from .engine import EngineUser, Resource, acquire_engine, raise_on_request_errors
 from .modelinfo import build_model_meta
 from mteb.models.abs_encoder import AbsEncoder
 
@@ -112,7 +112,7 @@ def _total(inputs: Any) -> int | None:
         return None
 
 
-class TextEncoder(AbsEncoder):
+class TextEncoder(AbsEncoder, Resource):
     """Shared mteb ``encode`` of our backends: prefix, check, stream in chunks, embed, report truncation.
 
     Subclasses implement :meth:`_embed_chunk` and set ``self.prompting`` (a
@@ -199,17 +199,7 @@ class TextEncoder(AbsEncoder):
     def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Release the model (engine shutdown when no other user shares it). Idempotent."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-class VllmEncoder(TextEncoder):
+class VllmEncoder(EngineUser, TextEncoder):
     """mteb ``EncoderProtocol`` over vLLM's pooling runner (``LLM.embed``).
 
     Args:
@@ -362,13 +352,5 @@ class VllmEncoder(TextEncoder):
         else:
             outputs = self.llm.embed(texts, pooling_params=self._pooling_params(), use_tqdm=False,
                                      tokenization_kwargs={"truncate_prompt_tokens": -1})
-        for i, out in enumerate(outputs):
-            if getattr(out, "error", None) is not None:
-                raise RuntimeError(f"vLLM failed on input {texts[i]!r:.80}: {out.error.message}")
+        raise_on_request_errors(outputs, lambda i: f"input {texts[i]!r:.80}")
         return np.asarray([o.outputs.embedding for o in outputs], dtype=np.float32)
-
-    def close(self) -> None:
-        """Release this encoder's engine (shut down when no other encoder shares it). Idempotent."""
-        llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
-            release_engine(llm)

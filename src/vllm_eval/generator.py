@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from .engine import acquire_engine, release_engine, resolve_model
+from .engine import EngineUser, acquire_engine, raise_on_request_errors, resolve_model
 from .registry import ModelPreset, find_preset, get_preset
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield buf
 
 
-class VllmGenerator:
+class VllmGenerator(EngineUser):
     """Chat / VLM generation over ``LLM.chat`` (``LLM.generate`` for raw prompts).
 
     Args:
@@ -220,9 +220,8 @@ class VllmGenerator:
         with tqdm(total=total, desc="generate", unit="sample", disable=not self.show_progress_bar) as bar:
             for chunk in _chunks(samples, self.chunk_size):
                 outputs = self._run(chunk)
+                raise_on_request_errors(outputs, lambda i: f"sample {len(results) + i} ({chunk[i][0]!r:.60})")
                 for out in outputs:
-                    if getattr(out, "error", None) is not None:
-                        raise RuntimeError(f"vLLM failed on a sample: {out.error.message}")
                     completion = out.outputs[0]
                     prompt = out.prompt if out.prompt is not None else self.tokenizer.decode(out.prompt_token_ids)
                     results.append(Generation(prompt=prompt, output=completion.text,
@@ -280,14 +279,3 @@ class VllmGenerator:
                 bar.update(len(chunk))
         return np.asarray(out_scores, dtype=np.float64)
 
-    def close(self) -> None:
-        """Release the engine (shut down when no other wrapper shares it). Idempotent."""
-        llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
-            release_engine(llm)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

@@ -31,7 +31,7 @@ from mteb.types import PromptType
 from tqdm.auto import tqdm
 
 from .encoder import TruncationWarning
-from .engine import acquire_engine, release_engine, resolve_model
+from .engine import EngineUser, Resource, acquire_engine, raise_on_request_errors, resolve_model
 from .modelinfo import build_model_meta, local_snapshot
 from .prompts import PromptResolver, texts_from
 from .registry import ModelPreset, ScoreTemplate, find_preset, get_preset
@@ -90,7 +90,7 @@ def _chunks(pairs: Iterable[tuple[str, str]], size: int) -> Iterator[tuple[list[
         yield qs, ds
 
 
-class PairScorer:
+class PairScorer(Resource):
     """Shared ``predict`` of our reranker backends: prefixes, templates, streaming, truncation report.
 
     Subclasses set ``self.prompting``, ``self.mode``, ``self.template``, ``self.tokenizer``,
@@ -207,15 +207,6 @@ class PairScorer:
     def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Release the model. Idempotent."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
 
 def _resolve_preset(model: str, preset: str | ModelPreset | None) -> ModelPreset | None:
     if isinstance(preset, ModelPreset):
@@ -233,7 +224,7 @@ def _read_config(model: str, revision: str | None) -> tuple[dict[str, Any], bool
     return config, (snap / "modules.json").is_file()
 
 
-class VllmCrossEncoder(PairScorer):
+class VllmCrossEncoder(EngineUser, PairScorer):
     """mteb ``CrossEncoderProtocol`` over vLLM's score API (``LLM.score``, pooling runner).
 
     Args:
@@ -318,16 +309,8 @@ class VllmCrossEncoder(PairScorer):
     def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
         outputs = self.llm.score(queries, documents, use_tqdm=False,
                                  tokenization_kwargs={"truncate_prompt_tokens": -1})
-        for i, out in enumerate(outputs):
-            if getattr(out, "error", None) is not None:
-                raise RuntimeError(f"vLLM failed on pair {i} (query {queries[i]!r:.60}): {out.error.message}")
+        raise_on_request_errors(outputs, lambda i: f"pair {i} (query {queries[i]!r:.60})")
         return np.asarray([o.outputs.score for o in outputs], dtype=np.float32)
-
-    def close(self) -> None:
-        """Release the engine (shut down when no other wrapper shares it). Idempotent."""
-        llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
-            release_engine(llm)
 
 
 class SentenceTransformerCrossEncoder(PairScorer):

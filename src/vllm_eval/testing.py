@@ -186,3 +186,64 @@ def build_tiny_qwen3(out_dir: str | Path, seed: int = 0, num_hidden_layers: int 
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out
+
+
+#: Real model shapes for throughput benchmarks (weights random; only the shape matters for speed).
+RANDOM_SHAPES: dict[str, dict] = {
+    "bert-base": {"arch": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                  "intermediate_size": 3072, "pooling": "mean"},
+    "minilm-l6": {"arch": "bert", "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
+                  "intermediate_size": 1536, "pooling": "mean"},
+    "qwen3-0.6b": {"arch": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
+                   "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936,
+                   "pooling": "lasttoken"},
+}
+
+
+def build_random_embedding_model(out_dir: str | Path, shape: str, tokenizer_dir: str | Path, *,
+                                 dtype: str = "float32", seed: int = 0) -> Path:
+    """Save a randomly initialised embedding model of a real shape, as a sentence-transformers folder.
+
+    ``shape`` is a key of :data:`RANDOM_SHAPES` (BERT-base, MiniLM-L6, Qwen3-0.6B); the tokenizer is
+    copied from ``tokenizer_dir``. sentence-transformers modules (pooling as the real model's:
+    mean for BERT, last token for Qwen3-Embedding; then Normalize) are written so both
+    sentence-transformers and vLLM pool the same way. For benchmarks: the outputs mean nothing.
+
+    Returns:
+        The model directory.
+    """
+    import json
+
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel, Qwen3Config, Qwen3Model
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    spec = dict(RANDOM_SHAPES[shape])
+    arch, pooling = spec.pop("arch"), spec.pop("pooling")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(seed)
+    if arch == "bert":
+        config = BertConfig(vocab_size=max(len(tokenizer), 30522), max_position_embeddings=512, **spec)
+        model = BertModel(config, add_pooling_layer=False)
+        max_len = 512
+    else:
+        config = Qwen3Config(max_position_embeddings=32768, tie_word_embeddings=True,
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **spec)
+        model = Qwen3Model(config)
+        max_len = 8192
+    model = model.to(getattr(torch, dtype))
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    dim = spec["hidden_size"]
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    (out / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": dim, f"pooling_mode_{pooling}" if pooling != "mean" else "pooling_mode_mean_tokens": True}))
+    (out / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]))
+    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_len, "do_lower_case": False}))
+    return out
