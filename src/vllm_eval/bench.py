@@ -85,7 +85,7 @@ def make_texts(tokenizer: Any, n: int, lengths: str, seed: int = 0) -> tuple[lis
     """
     lo, hi = parse_lengths(lengths)
     rng = np.random.default_rng(seed)
-    candidates = [w for w in tokenizer.get_vocab() if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3]
+    candidates = [w for w in sorted(tokenizer.get_vocab()) if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3]
     ids = tokenizer(candidates, add_special_tokens=False)["input_ids"]
     words = [w for w, x in zip(candidates, ids) if len(x) == 1]
     if len(words) < 100:
