@@ -4,17 +4,22 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["VllmEncoder", "SentenceTransformerEncoder", "__version__"]
+_LAZY = {
+    "VllmEncoder": "encoder",
+    "SentenceTransformerEncoder": "st_backend",
+    "VllmCrossEncoder": "reranker",
+    "SentenceTransformerCrossEncoder": "reranker",
+    "VllmGenerator": "generator",
+    "register_model": "registry",
+    "ScoreTemplate": "registry",
+}
+__all__ = [*_LAZY, "__version__"]
 
 
 def __getattr__(name: str):
     # Lazy: `import vllm_eval` must not import vLLM/torch (the CLI's `tasks` and `--help` stay fast).
-    if name == "VllmEncoder":
-        from .encoder import VllmEncoder
+    if name in _LAZY:
+        import importlib
 
-        return VllmEncoder
-    if name == "SentenceTransformerEncoder":
-        from .st_backend import SentenceTransformerEncoder
-
-        return SentenceTransformerEncoder
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'vllm_eval' has no attribute {name!r}")
