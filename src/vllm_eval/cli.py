@@ -91,7 +91,13 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--revision", default=None, help="hub revision")
     run.add_argument("--model-name", default=None, help="name recorded in results (org/name)")
     run.add_argument("--tasks", nargs="+", default=None, help="task names, space or comma separated (default: offline suite)")
-    run.add_argument("--backend", choices=["vllm", "st"], default="vllm", help="vllm (default) or st (sentence-transformers reference)")
+    run.add_argument("--backend", choices=["vllm", "st", "remote"], default="vllm",
+                     help="vllm (in-process, default), st (sentence-transformers reference) or remote (vllm serve)")
+    run.add_argument("--endpoint", action="append", default=None,
+                     help="--backend remote: a served base URL, e.g. http://127.0.0.1:8000 (repeatable)")
+    run.add_argument("--api-key", default=None, help="--backend remote: key of servers started with --api-key")
+    run.add_argument("--encoding-format", choices=["float", "base64"], default="float",
+                     help="--backend remote: embedding transfer format")
     run.add_argument("--output-dir", default=None, help="write mteb result JSON and summary.json here")
     run.add_argument("--prompts", type=json.loads, default=None, help='JSON dict of static prefixes, e.g. \'{"query": "query: "}\'')
     run.add_argument("--instruction-template", default=None, help="template containing {instruction}")
@@ -192,9 +198,10 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _check_st_options(engine: dict[str, Any], extra: dict[str, Any], allowed: set[str]) -> None:
+    """The st and remote backends start no vLLM engine: engine options would be silently ignored."""
     unused = sorted((set(engine) - allowed) | set(extra))
     if unused:
-        raise CliError(f"--backend st does not take vLLM engine options: {', '.join('--' + u.replace('_', '-') for u in unused)}")
+        raise CliError(f"this backend does not take vLLM engine options: {', '.join('--' + u.replace('_', '-') for u in unused)}")
 
 
 def _task_names(values: list[str] | None) -> list[str] | None:
@@ -214,6 +221,15 @@ def _make_encoder(args: argparse.Namespace, extra: dict[str, Any]):
         show_progress_bar=not args.no_progress,
     )
     engine = _engine_options(args)
+    if args.backend == "remote":
+        if not args.endpoint:
+            raise CliError("--backend remote needs at least one --endpoint URL")
+        _check_st_options(engine, extra, set())
+        from .remote import RemoteEncoder
+
+        common.pop("revision")
+        return RemoteEncoder(args.endpoint, args.model, api_key=args.api_key, encoding_format=args.encoding_format,
+                             **common)
     if args.backend == "st":
         _check_st_options(engine, extra, {"dtype", "max_model_len", "trust_remote_code"})
         from .st_backend import SentenceTransformerEncoder
@@ -249,7 +265,7 @@ def cmd_run(args: argparse.Namespace, extra_tokens: list[str]) -> int:
     from .tasks import get_tasks
 
     extra = parse_extra_engine_args(extra_tokens)
-    if args.model is not None:
+    if args.model is not None and args.backend != "remote":
         resolve_model(args.model)  # a missing path fails before any engine or task loads
     if args.backend == "vllm" and extra:
         check_engine_kwargs(extra)

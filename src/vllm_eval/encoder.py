@@ -172,7 +172,7 @@ class TextEncoder(AbsEncoder, Resource):
                     fresh.append(t)
                 order.append(rows[t])
             counts["unique"] += len(fresh)
-            if not fresh:
+            if not fresh or self.tokenize is None:  # None: the backend's server tokenizes
                 return fresh, [], len(texts)
             ids, n_cut = self.tokenize(fresh)
             counts["truncated"] += n_cut
