@@ -6,7 +6,6 @@ Prompts, instructions, input checks, chunking, truncation reports and metadata a
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 
