@@ -39,3 +39,13 @@ def test_score_template_validation():
         ScoreTemplate(query_template="no placeholder")
     with pytest.raises(ValueError, match="default_instruction"):
         ScoreTemplate(query_template="{instruction}{query}")
+
+
+def test_preset_engine_options_merge_with_the_users():
+    from vllm_eval.engine import merge_engine_kwargs
+
+    preset = get_preset("qwen3-reranker").engine_kwargs
+    merged = merge_engine_kwargs(preset, {"hf_overrides": {"head_dtype": "float32"}, "dtype": "bfloat16"})
+    assert merged["hf_overrides"]["architectures"] == ["Qwen3ForSequenceClassification"]
+    assert merged["hf_overrides"]["head_dtype"] == "float32" and merged["dtype"] == "bfloat16"
+    assert "head_dtype" not in preset["hf_overrides"]  # the preset itself is untouched

@@ -151,12 +151,12 @@ def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
     from .tasks.offline import LeeDocSimilarity
 
     path = resolve_model(model)
-    meta = build_model_meta(path)
-    meta = meta.model_copy(update={"name": meta.name, "revision": meta.revision})
+    # mteb's wrapper loads ModelMeta.name with vLLM, so the name must be the local path.
+    meta = build_model_meta(path).model_copy(update={"name": path})
     extra = {k: v for k, v in default_engine_kwargs(engine_kwargs).items() if k != "trust_remote_code"}
     extra.update({k: v for k, v in engine_kwargs.items() if k != "st_batch_size"})
     extra["dtype"] = dtype
-    wrapper = VllmEncoderWrapper(meta.model_copy(update={"name": path}), trust_remote_code=False, **extra)
+    wrapper = VllmEncoderWrapper(meta, trust_remote_code=False, **extra)
     task = LeeDocSimilarity.metadata
 
     def encode(texts: list[str]):

@@ -88,6 +88,22 @@ def normalize_engine_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def merge_engine_kwargs(*layers: dict[str, Any] | None) -> dict[str, Any]:
+    """Engine options from several layers (e.g. a preset's, then the user's), later layers winning.
+
+    ``hf_overrides`` dicts are merged key by key rather than replaced, so a user's
+    ``{"head_dtype": ...}`` keeps a preset's ``architectures`` override.
+    """
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            if key == "hf_overrides" and isinstance(value, dict) and isinstance(out.get(key), dict):
+                out[key] = {**out[key], **value}
+            else:
+                out[key] = value
+    return out
+
+
 def looks_like_path(model: str) -> bool:
     """True when ``model`` is meant as a filesystem path rather than a hub id like ``org/name``."""
     return (

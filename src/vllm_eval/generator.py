@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from .engine import EngineUser, acquire_engine, raise_on_request_errors, resolve_model
+from .engine import EngineUser, acquire_engine, merge_engine_kwargs, raise_on_request_errors, resolve_model
 from .registry import ModelPreset, find_preset, get_preset
 
 logger = logging.getLogger(__name__)
@@ -101,7 +101,8 @@ class VllmGenerator(EngineUser):
             set it from the data (tasks do). None means a text-only engine.
         sampling: ``SamplingParams`` overrides of :data:`DEFAULT_SAMPLING`.
         chunk_size: conversations handed to the engine per call.
-        **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len`` ...).
+        **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len`` ...), merged over the
+            preset's (``hf_overrides`` key by key).
 
     Raises:
         ValueError: the model has no chat template and neither ``chat_template`` nor
@@ -141,11 +142,12 @@ class VllmGenerator(EngineUser):
         self.sampling_overrides = dict(sampling or {})
         self.chunk_size = int(chunk_size)
         self.show_progress_bar = show_progress_bar
-        kwargs = {**(p.engine_kwargs if p else {}), **engine_kwargs}
-        if revision is not None:
-            kwargs["revision"] = revision
-        if max_images_per_prompt:
-            kwargs["limit_mm_per_prompt"] = {"image": int(max_images_per_prompt)}
+        kwargs = merge_engine_kwargs(
+            p.engine_kwargs if p else None,
+            engine_kwargs,
+            {"revision": revision} if revision is not None else None,
+            {"limit_mm_per_prompt": {"image": int(max_images_per_prompt)}} if max_images_per_prompt else None,
+        )
         self.engine_kwargs = {"runner": "generate", "trust_remote_code": trust_remote_code, **kwargs}
         self.llm = acquire_engine(self.model, **self.engine_kwargs)
         try:

@@ -31,7 +31,14 @@ from mteb.types import PromptType
 from tqdm.auto import tqdm
 
 from .encoder import TruncationWarning
-from .engine import EngineUser, Resource, acquire_engine, raise_on_request_errors, resolve_model
+from .engine import (
+    EngineUser,
+    Resource,
+    acquire_engine,
+    merge_engine_kwargs,
+    raise_on_request_errors,
+    resolve_model,
+)
 from .modelinfo import build_model_meta, local_snapshot
 from .prompts import PromptResolver, texts_from
 from .registry import ModelPreset, ScoreTemplate, find_preset, get_preset
@@ -270,16 +277,14 @@ class VllmCrossEncoder(EngineUser, PairScorer):
         self.prompting = PromptResolver(prompts=prompts, instructions=instructions)
         self.chunk_size = int(chunk_size)
         self.show_progress_bar = show_progress_bar
-        kwargs = dict(self.preset.engine_kwargs) if self.preset else {}
-        if "hf_overrides" in kwargs and "hf_overrides" in engine_kwargs:
-            engine_kwargs = {**engine_kwargs, "hf_overrides": {**kwargs["hf_overrides"], **engine_kwargs["hf_overrides"]}}
-        kwargs.update(engine_kwargs)
-        if self.template is not None:
-            # A template makes one prompt of query part + document part; without this vLLM would
-            # tokenize them as a pair with separator tokens between.
-            kwargs["hf_overrides"] = {**(kwargs.get("hf_overrides") or {}), "use_sep_token": False}
-        if revision is not None:
-            kwargs["revision"] = revision
+        # A template makes one prompt of query part + document part; without use_sep_token=False
+        # vLLM would tokenize them as a pair with separator tokens between.
+        kwargs = merge_engine_kwargs(
+            self.preset.engine_kwargs if self.preset else None,
+            engine_kwargs,
+            {"hf_overrides": {"use_sep_token": False}} if self.template is not None else None,
+            {"revision": revision} if revision is not None else None,
+        )
         config, is_st = _read_config(self.model, revision)
         archs = (kwargs.get("hf_overrides") or {}).get("architectures") or config.get("architectures") or []
         if config:
