@@ -39,3 +39,21 @@ def test_models(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("models")
     return {"cross": build_minilm_cross_encoder(root / "minilm-cross"), "qwen3": build_tiny_qwen3(root / "tiny-qwen3")}
+
+
+@pytest.fixture(scope="session")
+def vllm_cross(test_models):
+    """VllmCrossEncoder on the seeded MiniLM cross-encoder."""
+    from vllm_eval.reranker import VllmCrossEncoder
+
+    with VllmCrossEncoder(str(test_models["cross"]), show_progress_bar=False) as ce:
+        yield ce
+
+
+@pytest.fixture(scope="session")
+def generator(test_models):
+    """VllmGenerator on the tiny random Qwen3, 12 new tokens."""
+    from vllm_eval.generator import VllmGenerator
+
+    with VllmGenerator(str(test_models["qwen3"]), sampling={"max_tokens": 12}, show_progress_bar=False) as g:
+        yield g

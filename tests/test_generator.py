@@ -19,14 +19,6 @@ NO_SYSTEM_TEMPLATE = (
 )
 
 
-@pytest.fixture(scope="session")
-def generator(test_models):
-    from vllm_eval.generator import VllmGenerator
-
-    with VllmGenerator(str(test_models["qwen3"]), sampling={"max_tokens": 12}, show_progress_bar=False) as g:
-        yield g
-
-
 def test_rendered_prompt_is_the_tokenizers_chat_template(generator, test_models):
     from transformers import AutoTokenizer
 

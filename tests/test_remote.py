@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from vllm_eval.remote import EndpointError, RemoteEncoder
+from vllm_eval.remote import EndpointError, RemoteCrossEncoder, RemoteEncoder, RemoteGenerator
 
 
 def _free_port() -> int:
@@ -51,6 +51,16 @@ class _Stub(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests += 1
         time.sleep(random.uniform(0, 0.02))
+        if self.path == "/score":
+            if any("BAD" in t for t in body["text_2"]):
+                return self._send(400, {"error": {"message": "document too long"}})
+            return self._send(200, {"data": [{"index": i, "score": _vec(q + d)[0]}
+                                             for i, (q, d) in enumerate(zip(body["text_1"], body["text_2"]))]})
+        if self.path == "/v1/chat/completions":
+            text = body["messages"][-1]["content"]
+            if "BAD" in text:
+                return self._send(400, {"error": {"message": "prompt too long"}})
+            return self._send(200, {"choices": [{"message": {"content": text.upper()}}], "usage": {}})
         if any("BAD" in t for t in body["input"]):
             return self._send(400, {"error": {"message": "This model's maximum context length is 128 tokens"}})
         self._send(200, {"data": [{"index": i, "embedding": _vec(t)} for i, t in enumerate(body["input"])]})
@@ -102,35 +112,10 @@ def test_dead_endpoint_skipped_and_all_dead_fails(stubs):
 def vllm_server():
     """A real `vllm serve` of the packaged MiniLM on loopback (fp32, eager, small KV reserve)."""
     from vllm_eval.encoder import packaged_model_path
+    from vllm_eval.testing import serve_model
 
-    port = _free_port()
-    env = {**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", packaged_model_path(), "--host", "127.0.0.1",
-         "--port", str(port), "--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", str(1 << 30)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    import httpx
-
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"vllm serve exited: {proc.stderr.read()[-2000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(1)
-    else:
-        proc.kill()
-        pytest.fail("vllm serve did not become healthy in 240 s")
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with serve_model(packaged_model_path(), timeout=240) as url:
+        yield url
 
 
 def test_remote_suite_matches_in_process(vllm_server, vllm_encoder):
@@ -158,3 +143,85 @@ def test_cli_remote_backend(vllm_server, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "vllm_eval.cli", "run", "--backend", "remote", "--tasks", "WordSim353"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and "needs at least one --endpoint" in proc.stderr
+
+
+def test_reranker_and_generator_share_load_keep_order_and_name_refusals(stubs):
+    urls = [_url(s) for s in stubs]
+    qs, ds = [f"q{i % 7}" for i in range(90)], [f"d{i}" for i in range(90)]
+    with RemoteCrossEncoder(urls, batch_size=4, max_concurrency=5, show_progress_bar=False) as rc:
+        np.testing.assert_allclose(rc.score_pairs(qs, ds), [_vec(q + d)[0] for q, d in zip(qs, ds)], rtol=1e-6)
+        with pytest.raises(EndpointError, match=r"refused pair \(query 'q3', document 'the BAD doc'\).*too long"):
+            rc.score_pairs(["q1"] * 9 + ["q3"], ["d"] * 9 + ["the BAD doc"])
+    before = [s.requests for s in stubs]
+    with RemoteGenerator(urls, max_concurrency=4, show_progress_bar=False) as rg:
+        gens = rg.generate([(f"sample {i}", ()) for i in range(40)])
+        assert [g.output for g in gens] == [f"SAMPLE {i}" for i in range(40)]
+        with pytest.raises(EndpointError, match=r"refused sample 2 \('a BAD one'\).*prompt too long"):
+            rg.generate([("ok", ()), ("fine", ()), ("a BAD one", ())])
+    assert all(s.requests - b >= 10 for s, b in zip(stubs, before))
+
+
+def test_images_travel_as_png_data_urls():
+    import base64
+    import io
+
+    from PIL import Image
+
+    img = (np.arange(64, dtype=np.uint8).reshape(8, 8) * 4)
+    rg = RemoteGenerator.__new__(RemoteGenerator)  # message building needs no server
+    rg.system_prompt, rg.system_role, rg.image_position = "Be brief.", True, "after"
+    msgs = rg.messages("What digit?", [img])
+    assert msgs[0] == {"role": "system", "content": "Be brief."}
+    text, part = msgs[1]["content"]
+    assert text == {"type": "text", "text": "What digit?"} and part["type"] == "image_url"
+    url = part["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    back = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("L"))
+    np.testing.assert_array_equal(back, img)
+
+
+def test_remote_reranker_matches_in_process(test_models, vllm_cross, tmp_path):
+    """A real `vllm serve` of the seeded MiniLM cross-encoder: /score and /rerank give the in-process scores."""
+    from vllm_eval.tasks.data import lee_documents
+    from vllm_eval.testing import serve_model
+
+    docs = list(lee_documents()[:12])
+    qs = [d.split(".")[0] for d in docs[:4] for _ in docs]
+    ds = [d for _ in range(4) for d in docs]
+    ref = vllm_cross.score_pairs(qs, ds)
+    with serve_model(test_models["cross"], timeout=240) as url:
+        for api in ("score", "rerank"):
+            with RemoteCrossEncoder(url, api=api, batch_size=16, show_progress_bar=False) as rc:
+                got = rc.score_pairs(qs, ds)
+            print(f"\nremote /{api} vs in-process: max |delta| {np.abs(got - ref).max():.2e}")
+            np.testing.assert_allclose(got, ref, atol=1e-5)
+        proc = subprocess.run([sys.executable, "-m", "vllm_eval.cli", "rerank", "--backend", "remote", "--endpoint", url,
+                               "--top-k", "10", "--no-progress", "--output-dir", str(tmp_path)],
+                              capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "LeeKnownItemRetrieval" in proc.stdout and (tmp_path / "stage2").is_dir()
+
+
+def test_remote_generator_matches_in_process(test_models, generator, tmp_path):
+    """A real `vllm serve` of the tiny Qwen3: greedy chat answers equal the in-process ones."""
+    from vllm_eval.testing import serve_model
+
+    samples = [(f"Review {i}: the film was {w}. Positive or negative?", ()) for i, w in enumerate(
+        ["dull", "bright", "long", "moving", "flat", "funny"])]
+    ref = generator.generate(samples)
+    with serve_model(test_models["qwen3"], timeout=240) as url:
+        with RemoteGenerator(url, sampling={"max_tokens": 12}, system_prompt="Answer in one word.",
+                             show_progress_bar=False) as rg:
+            got_sys = rg.generate(samples[:2])
+        with RemoteGenerator(url, sampling={"max_tokens": 12}, show_progress_bar=False) as rg:
+            got = rg.generate(samples)
+        proc = subprocess.run([sys.executable, "-m", "vllm_eval.cli", "generate", "--backend", "remote", "--endpoint",
+                               url, "--task", "PangLeePolarity", "--limit", "6", "--max-missing", "6",
+                               "--max-tokens", "8", "--no-progress", "--output-dir", str(tmp_path)],
+                              capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert [g.output for g in got] == [r.output for r in ref]
+    assert [g.prompt_tokens for g in got] == [r.prompt_tokens for r in ref]
+    assert all(g.prompt.startswith('[{"role": "system"') for g in got_sys)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(r["target"] for r in rows)

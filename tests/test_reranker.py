@@ -23,14 +23,6 @@ def loader(texts: list) -> DataLoader:
 
 
 @pytest.fixture(scope="session")
-def vllm_cross(test_models):
-    from vllm_eval.reranker import VllmCrossEncoder
-
-    with VllmCrossEncoder(str(test_models["cross"]), show_progress_bar=False) as ce:
-        yield ce
-
-
-@pytest.fixture(scope="session")
 def st_cross(test_models):
     from vllm_eval.reranker import SentenceTransformerCrossEncoder
 

@@ -5,7 +5,12 @@ of three backends:
 
 * ``vllm``      — ours (:class:`~vllm_eval.encoder.VllmEncoder`: batch tokenization, token ids, dedup);
 * ``st``        — sentence-transformers ``SentenceTransformer.encode`` (the reference);
-* ``mteb-vllm`` — mteb's own ``VllmEncoderWrapper`` (the peer), fed the same texts.
+* ``mteb-vllm`` — mteb's own ``VllmEncoderWrapper`` (the peer), fed the same texts;
+* ``remote``    — :class:`~vllm_eval.remote.RemoteEncoder` over running ``vllm serve`` endpoints
+  (all of them, round-robin), to compare one server with several.
+
+``replicas`` (``data_parallel_size`` / ``replicas_per_gpu``) applies to ``vllm``, so one engine
+and N replicas are measured the same way.
 
 Texts of controlled token length are built from the model's own vocabulary (whole-word entries,
 one token each), so no data is downloaded: ``fixed:N`` gives N tokens per text including special
@@ -30,7 +35,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-BACKENDS = ("vllm", "st", "mteb-vllm")
+BACKENDS = ("vllm", "st", "mteb-vllm", "remote")
 
 
 @dataclass
@@ -109,24 +114,39 @@ def _time_calls(encode: Callable[[list[str]], Any], texts: list[str], batch_size
 
 
 class _Backend:
-    def __init__(self, name: str, model: str, dtype: str, engine_kwargs: dict[str, Any]):
-        self.name = name
+    def __init__(self, name: str, model: str, dtype: str, engine_kwargs: dict[str, Any], *, st_batch_size: int = 128,
+                 replicas: dict[str, int] | None = None, remote: dict[str, Any] | None = None):
+        self.name = self.label = name
         if name == "vllm":
+            r = {k: v for k, v in (replicas or {}).items() if v != 1}
+            if r:  # e.g. vllm-dp2, vllm-dp1x4 (4 replicas on one GPU)
+                self.label = f"vllm-dp{r.get('data_parallel_size', 1)}" + (
+                    f"x{r['replicas_per_gpu']}" if r.get("replicas_per_gpu", 1) != 1 else "")
             from .encoder import VllmEncoder
 
-            kwargs = {k: v for k, v in engine_kwargs.items() if k != "st_batch_size"}
-            self.obj = VllmEncoder(model, dtype=dtype, show_progress_bar=False, **kwargs)
+            self.obj = VllmEncoder(model, dtype=dtype, show_progress_bar=False, **(replicas or {}), **engine_kwargs)
             # Distinct texts only: dedup must not flatter the numbers.
             self.encode = self.obj.encode_texts
         elif name == "st":
             from .st_backend import SentenceTransformerEncoder
 
-            self.obj = SentenceTransformerEncoder(model, dtype=dtype, show_progress_bar=False,
-                                                  batch_size=engine_kwargs.get("st_batch_size", 128))
+            self.obj = SentenceTransformerEncoder(model, dtype=dtype, show_progress_bar=False, batch_size=st_batch_size)
             self.encode = lambda texts: self.obj.st.encode(texts, batch_size=self.obj.batch_size,
                                                            show_progress_bar=False, convert_to_numpy=True)
         elif name == "mteb-vllm":
             self.obj, self.encode = _mteb_vllm(model, dtype, engine_kwargs)
+        elif name == "remote":
+            if not remote or not remote.get("endpoints"):
+                raise ValueError("the remote backend needs endpoints")
+            from .remote import RemoteEncoder
+
+            # The servers' dtype is what they were started with; the record's dtype names the run.
+            self.obj = RemoteEncoder(remote["endpoints"], api_key=remote.get("api_key"),
+                                     batch_size=remote.get("batch_size", 64),
+                                     max_concurrency=remote.get("max_concurrency", 8),
+                                     encoding_format="base64", show_progress_bar=False)
+            self.encode = self.obj.encode_texts
+            self.label = f"remote-{len(remote['endpoints'])}ep"
         else:
             raise ValueError(f"unknown backend {name!r}; choose from {BACKENDS}")
 
@@ -154,7 +174,7 @@ def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
     # mteb's wrapper loads ModelMeta.name with vLLM, so the name must be the local path.
     meta = build_model_meta(path).model_copy(update={"name": path})
     extra = {k: v for k, v in default_engine_kwargs(engine_kwargs).items() if k != "trust_remote_code"}
-    extra.update({k: v for k, v in engine_kwargs.items() if k != "st_batch_size"})
+    extra.update(engine_kwargs)
     extra["dtype"] = dtype
     wrapper = VllmEncoderWrapper(meta, trust_remote_code=False, **extra)
     task = LeeDocSimilarity.metadata
@@ -178,12 +198,18 @@ def run_bench(
     warmup: int = 64,
     seed: int = 0,
     engine_kwargs: dict[str, Any] | None = None,
+    st_batch_size: int = 128,
+    replicas: Sequence[dict[str, int]] | dict[str, int] | None = None,
+    remote: dict[str, Any] | None = None,
     output_dir: str | Path | None = None,
 ) -> list[BenchRecord]:
     """Measure every backend × dtype × lengths × batch size on the same generated texts.
 
     A backend's model is loaded once per dtype and warmed up on ``warmup`` texts before timing.
-    Writes ``bench.json`` and the plots to ``output_dir`` when given.
+    ``engine_kwargs`` (vLLM ``EngineArgs``) go to both vLLM backends, ``replicas``
+    (``data_parallel_size``, ``replicas_per_gpu``; a list measures ours once per entry) to ours, ``remote`` (``endpoints``, ``api_key``,
+    ``batch_size``, ``max_concurrency``) to the remote one, whose servers must serve ``model``
+    (its tokenizer builds the texts). Writes ``bench.json`` and the plots to ``output_dir`` when given.
     """
     from transformers import AutoTokenizer
 
@@ -194,23 +220,26 @@ def run_bench(
     model = resolve_model(model or packaged_model_path())
     tokenizer = AutoTokenizer.from_pretrained(model)
     texts_by_len = {spec: make_texts(tokenizer, n_texts, spec, seed) for spec in lengths}
+    layouts = [replicas] if isinstance(replicas, dict) or replicas is None else list(replicas) or [None]
+    runs = [(backend, layout) for backend in backends for layout in (layouts if backend == "vllm" else [None])]
     records: list[BenchRecord] = []
-    for backend in backends:
+    for backend, layout in runs:
         for dtype in dtypes:
-            b = _Backend(backend, model, dtype, dict(engine_kwargs or {}))
+            b = _Backend(backend, model, dtype, dict(engine_kwargs or {}), st_batch_size=st_batch_size,
+                         replicas=layout, remote=remote)
             try:
                 b.encode(texts_by_len[lengths[0]][0][:warmup])
                 for spec in lengths:
                     texts, counts = texts_by_len[spec]
                     for bs in batch_sizes:
-                        seconds, lat = _time_calls(b.encode, texts, bs, f"{backend} {dtype} {spec} bs{bs}")
+                        seconds, lat = _time_calls(b.encode, texts, bs, f"{b.label} {dtype} {spec} bs{bs}")
                         records.append(BenchRecord(
-                            backend=backend, dtype=dtype, lengths=spec, batch_size=bs, n_texts=len(texts),
+                            backend=b.label, dtype=dtype, lengths=spec, batch_size=bs, n_texts=len(texts),
                             n_tokens=int(sum(counts)), seconds=round(seconds, 3),
                             texts_per_s=round(len(texts) / seconds, 1), tokens_per_s=round(sum(counts) / seconds, 1),
                             latency_p50_s=round(float(np.percentile(lat, 50)), 4),
                             latency_p95_s=round(float(np.percentile(lat, 95)), 4), calls=len(lat)))
-                        print(f"{backend:10s} {dtype:9s} {spec:14s} bs={bs:<6d} {records[-1].tokens_per_s:>10.0f} tok/s "
+                        print(f"{b.label:10s} {dtype:9s} {spec:14s} bs={bs:<6d} {records[-1].tokens_per_s:>10.0f} tok/s "
                               f"{records[-1].texts_per_s:>8.1f} texts/s  p50 {records[-1].latency_p50_s:.3f} s")
             finally:
                 b.close()
@@ -219,7 +248,8 @@ def run_bench(
         out.mkdir(parents=True, exist_ok=True)
         payload = {"model": model, "versions": package_versions(), "python": platform.python_version(),
                    "machine": platform.machine(), "processor": platform.processor(), "n_texts": n_texts,
-                   "engine_kwargs": engine_kwargs or {}, "records": [asdict(r) for r in records]}
+                   "engine_kwargs": engine_kwargs or {}, "replicas": [x for x in layouts if x],
+                   "endpoints": (remote or {}).get("endpoints"), "st_batch_size": st_batch_size, "records": [asdict(r) for r in records]}
         try:
             import torch
 

@@ -93,9 +93,6 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tasks", nargs="+", default=None, help="task names, space or comma separated (default: offline suite)")
     run.add_argument("--backend", choices=["vllm", "st", "remote"], default="vllm",
                      help="vllm (in-process, default), st (sentence-transformers reference) or remote (vllm serve)")
-    run.add_argument("--endpoint", action="append", default=None,
-                     help="--backend remote: a served base URL, e.g. http://127.0.0.1:8000 (repeatable)")
-    run.add_argument("--api-key", default=None, help="--backend remote: key of servers started with --api-key")
     run.add_argument("--encoding-format", choices=["float", "base64"], default="float",
                      help="--backend remote: embedding transfer format")
     run.add_argument("--output-dir", default=None, help="write mteb result JSON and summary.json here")
@@ -105,6 +102,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dimensions", type=int, default=None, help="matryoshka output width")
     run.add_argument("--device", default=None, help="torch device for --backend st")
     run.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_remote_flags(run, "/v1/embeddings")
+    _add_scale_flags(run)
     _add_engine_flags(run)
 
     rr = sub.add_parser(
@@ -114,15 +113,19 @@ def _build_parser() -> argparse.ArgumentParser:
         "main scores. Engine options apply to the reranker.",
     )
     rr.add_argument("--first-stage", default="bm25s", help="bm25s (default) or an embedding model path/id")
-    rr.add_argument("--reranker", required=True, help="reranker model directory or hub id")
+    rr.add_argument("--reranker", default=None, help="reranker model directory or hub id (required unless "
+                    "--backend remote, where it is the served name)")
     rr.add_argument("--preset", default=None, help="reranker preset (see `vllm-eval models`), e.g. qwen3-reranker")
     rr.add_argument("--top-k", type=int, default=100, help="candidates per query kept for reranking (default 100)")
     rr.add_argument("--tasks", nargs="+", default=["LeeKnownItemRetrieval"], help="retrieval tasks")
-    rr.add_argument("--backend", choices=["vllm", "st"], default="vllm", help="reranker backend")
+    rr.add_argument("--backend", choices=["vllm", "st", "remote"], default="vllm",
+                    help="reranker backend: vllm (in-process), st (reference) or remote (vllm serve)")
+    rr.add_argument("--api", choices=["score", "rerank"], default="score", help="--backend remote: endpoint used")
     rr.add_argument("--prompts", type=json.loads, default=None, help="JSON dict of query/document prefixes")
     rr.add_argument("--output-dir", default=None, help="write both stages' mteb results here (default: a temp dir)")
     rr.add_argument("--device", default=None, help="torch device for --backend st")
     rr.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_remote_flags(rr, "/score or /rerank")
     _add_engine_flags(rr)
 
     gen = sub.add_parser(
@@ -131,7 +134,10 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Evaluate a generative model on a multiple-choice task (PangLeePolarity: text, Digits: images). "
         "Writes results.json and samples.jsonl (prompt, raw output, parsed answer, target, correct per sample).",
     )
-    gen.add_argument("--model", required=True, help="model directory or hub id")
+    gen.add_argument("--model", default=None, help="model directory or hub id (--backend remote: served name, "
+                     "default: the server's)")
+    gen.add_argument("--backend", choices=["vllm", "remote"], default="vllm",
+                     help="vllm (in-process) or remote (vllm serve /v1/chat/completions)")
     gen.add_argument("--task", required=True, help="PangLeePolarity or Digits")
     gen.add_argument("--answer-format", choices=["json", "xml", "boxed", "raw"], default="json")
     gen.add_argument("--scoring", choices=["generate", "loglikelihood"], default="generate")
@@ -154,6 +160,7 @@ def _build_parser() -> argparse.ArgumentParser:
     samp.add_argument("--top-k", type=int, default=None)
     samp.add_argument("--max-tokens", type=int, default=None, help="default 256")
     samp.add_argument("--sampling-seed", dest="sampling_seed", type=int, default=None)
+    _add_remote_flags(gen, "/v1/chat/completions")
     _add_engine_flags(gen)
 
     bench = sub.add_parser(
@@ -163,7 +170,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "of controlled token length; writes bench.json and plots. Engine options apply to the vLLM backends.",
     )
     bench.add_argument("--model", default=None, help="model directory or hub id (default: packaged all-MiniLM-L6-v2)")
-    bench.add_argument("--backends", nargs="+", default=["vllm", "st", "mteb-vllm"], choices=["vllm", "st", "mteb-vllm"])
+    bench.add_argument("--backends", nargs="+", default=["vllm", "st", "mteb-vllm"],
+                       choices=["vllm", "st", "mteb-vllm", "remote"],
+                       help="remote: the --endpoint servers (all of them, spread round-robin)")
     bench.add_argument("--dtypes", nargs="+", default=None, help="default: float32 on CPU, float16 float32 on GPU")
     bench.add_argument("--lengths", nargs="+", default=["fixed:130", "mixed:16-500"],
                        help="fixed:N or mixed:A-B token lengths (default: fixed:130 mixed:16-500)")
@@ -172,6 +181,9 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--n-texts", type=int, default=2000)
     bench.add_argument("--st-batch-size", type=int, default=128, help="sentence-transformers batch size")
     bench.add_argument("--output-dir", default="results/bench")
+    _add_remote_flags(bench, "/v1/embeddings")
+    bench.add_argument("--remote-batch-size", type=int, default=64, help="--backends remote: inputs per request")
+    _add_scale_flags(bench, many=True)
     _add_engine_flags(bench)
 
     models = sub.add_parser("models", help="list model presets (the registry)")
@@ -180,6 +192,35 @@ def _build_parser() -> argparse.ArgumentParser:
     tasks = sub.add_parser("tasks", help="list the offline tasks")
     tasks.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
+
+
+def _add_remote_flags(parser: argparse.ArgumentParser, what: str) -> None:
+    rem = parser.add_argument_group(f"--backend remote ({what} of running `vllm serve` instances)")
+    rem.add_argument("--endpoint", action="append", default=None,
+                     help="a served base URL, e.g. http://127.0.0.1:8000 (repeat for several servers)")
+    rem.add_argument("--api-key", default=None, help="key of servers started with --api-key")
+    rem.add_argument("--max-concurrency", type=int, default=8, help="requests in flight over all endpoints (default 8)")
+
+
+def _add_scale_flags(parser: argparse.ArgumentParser, many: bool = False) -> None:
+    dp = parser.add_argument_group("engine replicas (--backend vllm)" + (": several values measure each" if many else ""))
+    extra: dict[str, Any] = {"nargs": "+", "default": [1]} if many else {"default": 1}
+    dp.add_argument("--data-parallel-size", type=int, **extra,
+                    help="engine replicas over this machine's GPUs (each with --tensor-parallel-size GPUs) "
+                    "or over disjoint CPU core sets; inputs are sharded, order kept (default 1)")
+    dp.add_argument("--replicas-per-gpu", type=int, **extra,
+                    help="engines sharing each GPU, for models too small to keep one busy; "
+                    "--gpu-memory-utilization is split among them unless given (default 1)")
+
+
+def _scale_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: v for k in ("data_parallel_size", "replicas_per_gpu") if (v := getattr(args, k, 1)) != 1}
+
+
+def _refuse_data_parallel(extra: dict[str, Any], command: str) -> None:
+    if "data_parallel_size" in extra:
+        raise CliError(f"`vllm-eval {command}` runs one in-process engine; to spread it over GPUs start one "
+                       "`vllm serve` per GPU and pass them with --backend remote --endpoint URL ...")
 
 
 def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -221,15 +262,16 @@ def _make_encoder(args: argparse.Namespace, extra: dict[str, Any]):
         show_progress_bar=not args.no_progress,
     )
     engine = _engine_options(args)
+    if args.backend != "vllm" and _scale_options(args):
+        raise CliError("--data-parallel-size / --replicas-per-gpu need --backend vllm "
+                       "(for servers, pass one --endpoint per replica)")
     if args.backend == "remote":
-        if not args.endpoint:
-            raise CliError("--backend remote needs at least one --endpoint URL")
         _check_st_options(engine, extra, set())
         from .remote import RemoteEncoder
 
         common.pop("revision")
         return RemoteEncoder(args.endpoint, args.model, api_key=args.api_key, encoding_format=args.encoding_format,
-                             **common)
+                             max_concurrency=args.max_concurrency, **common)
     if args.backend == "st":
         _check_st_options(engine, extra, {"dtype", "max_model_len", "trust_remote_code"})
         from .st_backend import SentenceTransformerEncoder
@@ -237,7 +279,14 @@ def _make_encoder(args: argparse.Namespace, extra: dict[str, Any]):
         return SentenceTransformerEncoder(args.model, device=args.device, **common, **engine)
     from .encoder import VllmEncoder
 
-    return VllmEncoder(args.model, **common, **engine, **extra)
+    return VllmEncoder(args.model, **common, **_scale_options(args), **engine, **extra)
+
+
+def _check_endpoints(args: argparse.Namespace) -> None:
+    if args.backend == "remote" and not args.endpoint:
+        raise CliError("--backend remote needs at least one --endpoint URL")
+    if args.backend != "remote" and args.endpoint and "remote" not in getattr(args, "backends", ()):
+        raise CliError("--endpoint is for --backend remote")
 
 
 def _print_table(rows, title: str) -> None:
@@ -265,6 +314,7 @@ def cmd_run(args: argparse.Namespace, extra_tokens: list[str]) -> int:
     from .tasks import get_tasks
 
     extra = parse_extra_engine_args(extra_tokens)
+    _check_endpoints(args)
     if args.model is not None and args.backend != "remote":
         resolve_model(args.model)  # a missing path fails before any engine or task loads
     if args.backend == "vllm" and extra:
@@ -301,7 +351,12 @@ def cmd_rerank(args: argparse.Namespace, extra_tokens: list[str]) -> int:
 
     extra = parse_extra_engine_args(extra_tokens)
     engine = _engine_options(args)
-    resolve_model(args.reranker)
+    _check_endpoints(args)
+    _refuse_data_parallel(extra, "rerank")
+    if args.backend != "remote":
+        if not args.reranker:
+            raise CliError("--reranker MODEL is required (for --backend remote it is the served name, optional)")
+        resolve_model(args.reranker)
     if args.first_stage.lower() not in ("bm25s", "bm25", "mteb/baseline-bm25s"):
         resolve_model(args.first_stage)
     if args.top_k < 1:
@@ -311,6 +366,13 @@ def cmd_rerank(args: argparse.Namespace, extra_tokens: list[str]) -> int:
         kwargs: dict[str, Any] = {"device": args.device, **engine}
         if args.preset:
             raise CliError("--preset needs --backend vllm (templates have no sentence-transformers form)")
+    elif args.backend == "remote":
+        _check_st_options(engine, extra, set())
+        from .registry import get_preset
+
+        kwargs = {"endpoints": args.endpoint, "api": args.api, "api_key": args.api_key,
+                  "max_concurrency": args.max_concurrency,
+                  "score_template": get_preset(args.preset).score_template if args.preset else None}
     else:
         check_engine_kwargs(extra)
         kwargs = {"preset": args.preset, **engine, **extra}
@@ -345,8 +407,15 @@ def cmd_generate(args: argparse.Namespace, extra_tokens: list[str]) -> int:
     from .tasks.multiple_choice import MissingAnswersError
 
     extra = parse_extra_engine_args(extra_tokens)
-    check_engine_kwargs(extra)
-    resolve_model(args.model)
+    _check_endpoints(args)
+    _refuse_data_parallel(extra, "generate")
+    if args.backend == "vllm":
+        if not args.model:
+            raise CliError("--model is required (for --backend remote it is the served name, optional)")
+        check_engine_kwargs(extra)
+        resolve_model(args.model)
+    else:
+        _check_st_options(_engine_options(args), extra, set())
     try:
         task = get_generative_task(args.task)
     except KeyError as exc:
@@ -358,12 +427,22 @@ def cmd_generate(args: argparse.Namespace, extra_tokens: list[str]) -> int:
         with open(chat_template, encoding="utf-8") as fh:
             chat_template = fh.read()
     output_dir = args.output_dir or os.path.join("results", "generate", task.name)
-    with VllmGenerator(
-        args.model, preset=args.preset, chat_template=chat_template, system_prompt=args.system_prompt,
-        raw_prompts=args.raw_prompts, image_position=args.image_position,
-        max_images_per_prompt=1 if task.modality == "image" else None, sampling=sampling,
-        show_progress_bar=not args.no_progress, **_engine_options(args), **extra,
-    ) as generator:
+    common = dict(system_prompt=args.system_prompt, raw_prompts=args.raw_prompts, sampling=sampling,
+                  show_progress_bar=not args.no_progress)
+    if args.backend == "remote":
+        if chat_template or args.preset:
+            raise CliError("--chat-template / --preset apply in-process; a server uses the template it was started with")
+        from .remote import RemoteGenerator
+
+        generator: Any = RemoteGenerator(args.endpoint, args.model, api_key=args.api_key,
+                                         max_concurrency=args.max_concurrency,
+                                         image_position=args.image_position or "before", **common)
+    else:
+        generator = VllmGenerator(
+            args.model, preset=args.preset, chat_template=chat_template, image_position=args.image_position,
+            max_images_per_prompt=1 if task.modality == "image" else None, **common, **_engine_options(args), **extra,
+        )
+    with generator:
         try:
             results = run_multiple_choice(
                 generator, task, answer_format=args.answer_format, scoring=args.scoring, letters=args.letters,
@@ -386,21 +465,29 @@ def cmd_bench(args: argparse.Namespace, extra_tokens: list[str]) -> int:
 
     extra = parse_extra_engine_args(extra_tokens)
     check_engine_kwargs(extra)
+    if "remote" in args.backends and not args.endpoint:
+        raise CliError("--backends remote needs at least one --endpoint URL")
     if args.model is not None:
         resolve_model(args.model)
     engine = {k: v for k, v in {**_engine_options(args), **extra}.items() if k != "dtype"}
     dtypes = args.dtypes or ([args.dtype] if args.dtype else (["float32"] if on_cpu() else ["float16", "float32"]))
+    remote = {"endpoints": args.endpoint, "api_key": args.api_key, "batch_size": args.remote_batch_size,
+              "max_concurrency": args.max_concurrency} if args.endpoint else None
+    replicas = [{"data_parallel_size": dp, "replicas_per_gpu": k}
+                for dp in args.data_parallel_size for k in args.replicas_per_gpu]
     records = run_bench(args.model, backends=args.backends, dtypes=dtypes, lengths=args.lengths,
-                        batch_sizes=args.batch_sizes, n_texts=args.n_texts,
-                        engine_kwargs={**engine, "st_batch_size": args.st_batch_size}, output_dir=args.output_dir)
+                        batch_sizes=args.batch_sizes, n_texts=args.n_texts, engine_kwargs=engine,
+                        st_batch_size=args.st_batch_size, replicas=replicas, remote=remote,
+                        output_dir=args.output_dir)
     best: dict[tuple[str, str, str], float] = {}
     for r in records:
         key = (r.backend, r.dtype, r.lengths)
         best[key] = max(best.get(key, 0.0), r.tokens_per_s)
-    print("\nbest tokens/s per backend, dtype, lengths (ratio to st):")
+    print("\nbest tokens/s per backend, dtype, lengths (ratios to st and to mteb-vllm):")
     for (backend, dtype, spec), tps in sorted(best.items()):
-        ref = best.get(("st", dtype, spec))
-        print(f"  {backend:10s} {dtype:9s} {spec:14s} {tps:>10.0f}" + (f"  {tps / ref:.2f}x st" if ref else ""))
+        ratios = [f"{tps / ref:.2f}x {name}" for name in ("st", "mteb-vllm")
+                  if name != backend and (ref := best.get((name, dtype, spec)))]
+        print(f"  {backend:12s} {dtype:9s} {spec:14s} {tps:>10.0f}  " + "  ".join(ratios))
     print(f"results: {args.output_dir}/bench.json and plots")
     return 0
 

@@ -11,14 +11,16 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from mteb.types import PromptType
 from tqdm.auto import tqdm
 
-from .engine import EngineUser, Resource, acquire_engine, raise_on_request_errors
+from .engine import EngineUser, Resource, acquire_engine, resolve_model
+from .replicas import ReplicaPool, plan_replicas
 from .modelinfo import build_model_meta
 from mteb.models.abs_encoder import AbsEncoder
 
@@ -123,6 +125,8 @@ class TextEncoder(AbsEncoder, Resource):
     chunk_size: int = 1024
     show_progress_bar: bool = True
     name: str = "model"
+    #: Chunks submitted beyond the one being collected (0: one at a time).
+    max_in_flight: int = 0
 
     def encode(
         self,
@@ -179,6 +183,16 @@ class TextEncoder(AbsEncoder, Resource):
             return fresh, ids, len(texts)
 
         chunks = rechunk(batches, self.chunk_size)
+        # Chunks handed over but not collected yet: with engine replicas several are in flight.
+        inflight: deque[tuple[Future | None, int]] = deque()
+
+        def collect(bar: Any, keep: int) -> None:
+            while len(inflight) > keep:
+                future, n_texts = inflight.popleft()
+                if future is not None:
+                    parts.append(future.result())
+                bar.update(n_texts)
+
         with tqdm(total=total, desc=f"encode {self.name}", unit="text", disable=not show_progress_bar) as bar, \
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-eval-tokenize") as pool:
             first = next(chunks, None)
@@ -187,14 +201,20 @@ class TextEncoder(AbsEncoder, Resource):
                 fresh, ids, n_texts = pending.result()
                 following = next(chunks, None)
                 pending = pool.submit(prepare, following) if following is not None else None
-                if fresh:
-                    parts.append(self._embed_chunk(fresh, ids))
-                bar.update(n_texts)
+                inflight.append((self._submit_chunk(fresh, ids) if fresh else None, n_texts))
+                collect(bar, self.max_in_flight)
+            collect(bar, 0)
         warn_truncated(counts["truncated"], counts["unique"], self.max_length, self.name)
         if not parts:
             return np.zeros((0, self.mteb_model_meta.embed_dim or 0), dtype=np.float32)
         unique = np.concatenate(parts).astype(np.float32, copy=False)
         return np.ascontiguousarray(unique[np.asarray(order, dtype=np.int64)])
+
+    def _submit_chunk(self, texts: list[str], ids: list[list[int]]) -> Future:
+        """Start embedding one chunk; the default runs it here and returns a finished future."""
+        future: Future = Future()
+        future.set_result(self._embed_chunk(texts, ids))
+        return future
 
     def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
@@ -216,6 +236,11 @@ class VllmEncoder(EngineUser, TextEncoder):
         show_progress_bar: tqdm bar per ``encode`` call.
         pretokenize: send token ids tokenized here (default, faster); False sends text and lets
             vLLM tokenize (its own path, kept for comparison and parity tests).
+        data_parallel_size: engine replicas over the machine's GPUs (each with
+            ``tensor_parallel_size`` GPUs), or over disjoint core sets on the CPU build; chunks are
+            spread over them and results kept in input order. See :mod:`vllm_eval.replicas`.
+        replicas_per_gpu: engines sharing each GPU (group), for models too small to keep one busy;
+            ``gpu_memory_utilization`` is divided among them unless given.
         dtype, max_model_len, max_num_seqs, max_num_batched_tokens, tensor_parallel_size,
         gpu_memory_utilization, enforce_eager, enable_prefix_caching, hf_overrides, pooler_config,
         seed, trust_remote_code: vLLM ``EngineArgs`` of the same names (None = vLLM's default,
@@ -227,8 +252,10 @@ class VllmEncoder(EngineUser, TextEncoder):
     Raises:
         FileNotFoundError: a model path that does not exist.
         TypeError: an unknown engine option.
-        ValueError: ``dimensions`` for a model without matryoshka support, or out of range.
+        ValueError: ``dimensions`` for a model without matryoshka support, or out of range; more
+            replicas than GPUs or cores.
         vllm_eval.engine.EngineError: vLLM failed to start.
+        vllm_eval.replicas.ReplicaError: a replica failed to start (its reason in the message).
     """
 
     def __init__(
@@ -246,6 +273,8 @@ class VllmEncoder(EngineUser, TextEncoder):
         chunk_size: int = 1024,
         show_progress_bar: bool = True,
         pretokenize: bool = True,
+        data_parallel_size: int = 1,
+        replicas_per_gpu: int = 1,
         device: str | None = None,
         dtype: str | None = None,
         head_dtype: str | None = None,
@@ -299,15 +328,22 @@ class VllmEncoder(EngineUser, TextEncoder):
             **{k: v for k, v in named.items() if v is not None},
             **engine_kwargs,
         }
-        self.llm = acquire_engine(self.model, **self.engine_kwargs)
+        self.pool: ReplicaPool | None = None
         try:
-            self._check_dimensions()
-            config = self.llm.model_config
-            self.max_length = int(config.max_model_len)
-            encoder_config = getattr(config, "encoder_config", None) or {}
-            self.tokenize = BatchTokenizer(
-                self.llm.get_tokenizer(), self.max_length, bool(encoder_config.get("do_lower_case", False))
-            )
+            if data_parallel_size * replicas_per_gpu > 1:
+                placements = plan_replicas(data_parallel_size, replicas_per_gpu,
+                                           tensor_parallel_size=tensor_parallel_size or 1,
+                                           engine_kwargs=self.engine_kwargs)
+                self.pool = ReplicaPool(resolve_model(self.model), self.engine_kwargs, placements,
+                                        setup=_engine_info)
+                self.max_in_flight = 2 * len(self.pool)
+                info = self.pool.info
+            else:
+                self.llm = acquire_engine(self.model, **self.engine_kwargs)
+                info = _engine_info(self.llm)
+            self._check_dimensions(info)
+            self.max_length = info["max_model_len"]
+            self.tokenize = BatchTokenizer(info["tokenizer"], self.max_length, info["do_lower_case"])
             self.mteb_model_meta = build_model_meta(
                 self.model,
                 revision=revision,
@@ -321,36 +357,92 @@ class VllmEncoder(EngineUser, TextEncoder):
             raise
         self.name = self.mteb_model_meta.name
 
-    def _check_dimensions(self) -> None:
+    def _check_dimensions(self, info: dict[str, Any]) -> None:
         if self.dimensions is None:
             return
-        config = self.llm.model_config
-        if not config.is_matryoshka:
+        if not info["is_matryoshka"]:
             raise ValueError(
                 f"model {self.model!r} does not support matryoshka embeddings, so dimensions="
                 f"{self.dimensions} cannot be applied; leave dimensions unset (or, if the model was "
                 "trained for it, pass hf_overrides={'matryoshka_dimensions': [...]})"
             )
-        allowed = config.matryoshka_dimensions
-        width = config.embedding_size
+        allowed = info["matryoshka_dimensions"]
+        width = info["embedding_size"]
         if allowed and self.dimensions not in allowed:
             raise ValueError(f"model {self.model!r} supports dimensions {list(allowed)}, not {self.dimensions}")
         if not 1 <= self.dimensions <= width:
             raise ValueError(f"dimensions must be in [1, {width}] for model {self.model!r}, got {self.dimensions}")
 
-    def _pooling_params(self):
-        from vllm import PoolingParams
+    def _payload(self, texts: list[str], ids: list[list[int]]) -> tuple[list[Any], int | None, bool | None]:
+        return (ids if self.pretokenize else texts), self.dimensions, self.normalize
 
-        return PoolingParams(dimensions=self.dimensions, use_activation=self.normalize)
+    def _named(self, texts: list[str], result: tuple[np.ndarray | None, tuple[int, str] | None]) -> np.ndarray:
+        array, error = result
+        if error is not None:
+            i, reason = error
+            raise RuntimeError(f"vLLM failed on input {texts[i]!r:.80}: {reason}")
+        return array
 
     def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
-        from vllm.inputs import TokensPrompt
+        return self._named(texts, embed_job(self.llm, self._payload(texts, ids)))
 
-        if self.pretokenize:
-            outputs = self.llm.embed([TokensPrompt(prompt_token_ids=x) for x in ids],
-                                     pooling_params=self._pooling_params(), use_tqdm=False)
-        else:
-            outputs = self.llm.embed(texts, pooling_params=self._pooling_params(), use_tqdm=False,
-                                     tokenization_kwargs={"truncate_prompt_tokens": -1})
-        raise_on_request_errors(outputs, lambda i: f"input {texts[i]!r:.80}")
-        return np.asarray([o.outputs.embedding for o in outputs], dtype=np.float32)
+    def _submit_chunk(self, texts: list[str], ids: list[list[int]]) -> Future:
+        if self.pool is None:
+            return super()._submit_chunk(texts, ids)
+        named: Future = Future()
+
+        def done(f: Future) -> None:
+            try:
+                named.set_result(self._named(texts, f.result()))
+            except BaseException as exc:
+                named.set_exception(exc)
+
+        self.pool.submit(embed_job, self._payload(texts, ids)).add_done_callback(done)
+        return named
+
+    def close(self) -> None:
+        """Release the engine, or stop the replicas. Idempotent."""
+        pool, self.pool = getattr(self, "pool", None), None
+        if pool is not None:
+            pool.close()
+        super().close()
+
+
+def _engine_info(llm: Any) -> dict[str, Any]:
+    """What an encoder needs from an engine: its tokenizer and limits (picklable, for replicas)."""
+    config = llm.model_config
+    encoder_config = getattr(config, "encoder_config", None) or {}
+    return {
+        "tokenizer": llm.get_tokenizer(),
+        "max_model_len": int(config.max_model_len),
+        "do_lower_case": bool(encoder_config.get("do_lower_case", False)),
+        "is_matryoshka": bool(config.is_matryoshka),
+        "matryoshka_dimensions": list(config.matryoshka_dimensions or []),
+        "embedding_size": int(config.embedding_size),
+    }
+
+
+def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]
+              ) -> tuple[np.ndarray | None, tuple[int, str] | None]:
+    """Embed one chunk on ``llm``: token-id lists (or texts) -> float32 (n, dim).
+
+    The single code path of the in-process engine and of every replica. Returns the array and
+    None, or None and ``(index, vLLM's reason)`` for the first input vLLM failed on, so the
+    caller can name the text (a replica does not hold the texts).
+    """
+    from vllm import PoolingParams
+    from vllm.inputs import TokensPrompt
+
+    inputs, dimensions, normalize = payload
+    params = PoolingParams(dimensions=dimensions, use_activation=normalize)
+    if inputs and isinstance(inputs[0], str):
+        outputs = llm.embed(inputs, pooling_params=params, use_tqdm=False,
+                            tokenization_kwargs={"truncate_prompt_tokens": -1})
+    else:
+        outputs = llm.embed([TokensPrompt(prompt_token_ids=x) for x in inputs], pooling_params=params,
+                            use_tqdm=False)
+    for i, out in enumerate(outputs):
+        error = getattr(out, "error", None)
+        if error is not None:
+            return None, (i, str(getattr(error, "message", error)))
+    return np.asarray([o.outputs.embedding for o in outputs], dtype=np.float32), None

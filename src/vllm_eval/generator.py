@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from .engine import EngineUser, acquire_engine, merge_engine_kwargs, raise_on_request_errors, resolve_model
+from .engine import EngineUser, Resource, acquire_engine, merge_engine_kwargs, raise_on_request_errors, resolve_model
 from .registry import ModelPreset, find_preset, get_preset
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def sampling_params(overrides: dict[str, Any] | None = None):
     return SamplingParams(**params)
 
 
-def _to_pil(image: Any):
+def to_pil(image: Any):
     """A PIL image from a PIL image or an array (H, W) / (H, W, C), uint8 or float in [0, 1]."""
     from PIL import Image
 
@@ -85,7 +85,65 @@ def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield buf
 
 
-class VllmGenerator(EngineUser):
+class ChatPrompter(Resource):
+    """What every generator backend shares: the chat messages of a sample, and the streamed loop.
+
+    Subclasses set ``system_prompt``, ``system_role`` (False: the template has no system turn, so
+    the system prompt is merged into the user turn), ``image_position``, ``chunk_size``,
+    ``show_progress_bar``, and implement :meth:`image_part` and :meth:`_generate_chunk`.
+    """
+
+    system_prompt: str | None = None
+    system_role: bool = True
+    image_position: str = "before"
+    chunk_size: int = 256
+    show_progress_bar: bool = True
+
+    def image_part(self, image: Any) -> dict[str, Any]:
+        """One image as a chat content part (in-process: ``image_pil``; remote: a data URL)."""
+        return {"type": "image_pil", "image_pil": to_pil(image)}
+
+    def messages(self, text: str, images: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """The chat messages for one sample: system prompt (or merged), images, text.
+
+        Images become content parts (:meth:`image_part`) placed before or after the text.
+
+        Raises:
+            TypeError: ``text`` is not a str.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"prompt text must be a str, got {type(text).__name__}")
+        if self.system_prompt and not self.system_role:
+            text = f"{self.system_prompt}\n\n{text}"
+        if images:
+            parts: list[dict[str, Any]] = [self.image_part(im) for im in images]
+            text_part = {"type": "text", "text": text}
+            content: Any = parts + [text_part] if self.image_position == "before" else [text_part] + parts
+        else:
+            content = text
+        msgs = [{"role": "user", "content": content}]
+        if self.system_prompt and self.system_role:
+            msgs.insert(0, {"role": "system", "content": self.system_prompt})
+        return msgs
+
+    def generate(self, samples: Iterable[tuple[str, Sequence[Any]]], total: int | None = None) -> list[Generation]:
+        """Generate one answer per ``(text, images)`` sample, in order, in one streamed pass.
+
+        Returns:
+            One :class:`Generation` per sample.
+        """
+        results: list[Generation] = []
+        with tqdm(total=total, desc="generate", unit="sample", disable=not self.show_progress_bar) as bar:
+            for chunk in _chunks(samples, self.chunk_size):
+                results.extend(self._generate_chunk(chunk, len(results)))
+                bar.update(len(chunk))
+        return results
+
+    def _generate_chunk(self, chunk: list[tuple[str, Sequence[Any]]], offset: int) -> list[Generation]:  # pragma: no cover
+        raise NotImplementedError
+
+
+class VllmGenerator(EngineUser, ChatPrompter):
     """Chat / VLM generation over ``LLM.chat`` (``LLM.generate`` for raw prompts).
 
     Args:
@@ -182,26 +240,6 @@ class VllmGenerator(EngineUser):
                 logger.info("chat template rejects a system turn (%s); merging it into the user turn", exc)
                 self.system_role = False
 
-    def messages(self, text: str, images: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """The chat messages for one sample: system prompt (or merged), images, text.
-
-        Images become ``{"type": "image_pil"}`` parts placed before or after the text.
-        """
-        if not isinstance(text, str):
-            raise TypeError(f"prompt text must be a str, got {type(text).__name__}")
-        if self.system_prompt and not self.system_role:
-            text = f"{self.system_prompt}\n\n{text}"
-        if images:
-            parts: list[dict[str, Any]] = [{"type": "image_pil", "image_pil": _to_pil(im)} for im in images]
-            text_part = {"type": "text", "text": text}
-            content: Any = parts + [text_part] if self.image_position == "before" else [text_part] + parts
-        else:
-            content = text
-        msgs = [{"role": "user", "content": content}]
-        if self.system_prompt and self.system_role:
-            msgs.insert(0, {"role": "system", "content": self.system_prompt})
-        return msgs
-
     def render(self, text: str) -> str:
         """The text prompt the model sees for a text-only sample (chat template applied)."""
         if self.raw_prompts:
@@ -212,24 +250,16 @@ class VllmGenerator(EngineUser):
 
     # --- generation ---------------------------------------------------------------------------
 
-    def generate(self, samples: Iterable[tuple[str, Sequence[Any]]], total: int | None = None) -> list[Generation]:
-        """Generate one answer per ``(text, images)`` sample, in order, in one streamed pass.
-
-        Returns:
-            One :class:`Generation` per sample.
-        """
-        results: list[Generation] = []
-        with tqdm(total=total, desc="generate", unit="sample", disable=not self.show_progress_bar) as bar:
-            for chunk in _chunks(samples, self.chunk_size):
-                outputs = self._run(chunk)
-                raise_on_request_errors(outputs, lambda i: f"sample {len(results) + i} ({chunk[i][0]!r:.60})")
-                for out in outputs:
-                    completion = out.outputs[0]
-                    prompt = out.prompt if out.prompt is not None else self.tokenizer.decode(out.prompt_token_ids)
-                    results.append(Generation(prompt=prompt, output=completion.text,
-                                              prompt_tokens=len(out.prompt_token_ids or ()),
-                                              output_tokens=len(completion.token_ids)))
-                bar.update(len(chunk))
+    def _generate_chunk(self, chunk: list[tuple[str, Sequence[Any]]], offset: int) -> list[Generation]:
+        outputs = self._run(chunk)
+        raise_on_request_errors(outputs, lambda i: f"sample {offset + i} ({chunk[i][0]!r:.60})")
+        results = []
+        for out in outputs:
+            completion = out.outputs[0]
+            prompt = out.prompt if out.prompt is not None else self.tokenizer.decode(out.prompt_token_ids)
+            results.append(Generation(prompt=prompt, output=completion.text,
+                                      prompt_tokens=len(out.prompt_token_ids or ()),
+                                      output_tokens=len(completion.token_ids)))
         return results
 
     def _run(self, chunk: list[tuple[str, Sequence[Any]]]):
@@ -238,7 +268,7 @@ class VllmGenerator(EngineUser):
             for text, images in chunk:
                 prompt: dict[str, Any] = {"prompt": text}
                 if images:
-                    prompt["multi_modal_data"] = {"image": [_to_pil(im) for im in images]}
+                    prompt["multi_modal_data"] = {"image": [to_pil(im) for im in images]}
                 prompts.append(prompt)
             return self.llm.generate(prompts, self.sampling, use_tqdm=False)
         conversations = [self.messages(text, images) for text, images in chunk]

@@ -357,10 +357,15 @@ class SentenceTransformerCrossEncoder(PairScorer):
         self.ce = None
 
 
-def load_reranker(model: str, backend: str = "vllm", **kwargs: Any) -> PairScorer:
-    """A reranker for ``model`` on ``backend`` (``vllm`` or ``st``)."""
+def load_reranker(model: str | None, backend: str = "vllm", **kwargs: Any) -> PairScorer:
+    """A reranker for ``model`` on ``backend``: ``vllm``, ``st`` or ``remote`` (``endpoints=`` then
+    names the servers and ``model`` the served name, None for the server's)."""
+    if backend == "remote":
+        from .remote import RemoteCrossEncoder
+
+        return RemoteCrossEncoder(kwargs.pop("endpoints"), model, **kwargs)
     if backend == "st":
         return SentenceTransformerCrossEncoder(model, **kwargs)
     if backend == "vllm":
         return VllmCrossEncoder(model, **kwargs)
-    raise ValueError(f"unknown reranker backend {backend!r}; use 'vllm' or 'st'")
+    raise ValueError(f"unknown reranker backend {backend!r}; use 'vllm', 'st' or 'remote'")

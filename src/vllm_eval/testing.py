@@ -11,10 +11,20 @@ meaningless for quality. Build them once into a directory and reuse it.
   Qwen-style chat template (for the Qwen3-Reranker recipe and for generation tests).
 * :func:`build_tiny_llava` — a randomly initialised ``LlavaForConditionalGeneration`` (tiny CLIP
   vision tower, 2-layer Qwen2 text model) with a LLaVA processor, for vision-language tests.
+
+:func:`serve_model` runs a real ``vllm serve`` of such a model on loopback (tests, the remote bench).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 #: ChatML (Qwen2/Qwen3 style) chat template, trimmed to what the tests use: optional system turn,
@@ -247,3 +257,65 @@ def build_random_embedding_model(out_dir: str | Path, shape: str, tokenizer_dir:
     ]))
     (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_len, "do_lower_case": False}))
     return out
+
+
+@contextlib.contextmanager
+def serve_model(model: str | Path, *args: str, host: str = "127.0.0.1", port: int | None = None,
+                env: dict[str, str] | None = None, timeout: float = 300.0) -> Iterator[str]:
+    """Run ``vllm serve`` (vLLM's OpenAI-compatible server) on ``model`` while the block runs.
+
+    Started as ``python -m vllm.entrypoints.openai.api_server`` (the CPU wheel's ``vllm`` console
+    script fails with PackageNotFoundError), with CPU-friendly defaults that ``args`` (server
+    flags) can override: fp32, eager, 1 GiB KV reserve. Yields the base URL once ``/health``
+    answers 200; the server is terminated (then killed) on exit.
+
+    Raises:
+        RuntimeError: the server exited, or was not healthy within ``timeout`` seconds (with the
+            tail of its log).
+    """
+    import httpx
+
+    if port is None:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+    defaults = {"--dtype": "float32", "--enforce-eager": None, "--kv-cache-memory-bytes": str(1 << 30)}
+    flags = [str(a) for a in args]
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", host,
+           "--port", str(port)]
+    for name, value in defaults.items():
+        if name not in flags:
+            cmd += [name] + ([value] if value is not None else [])
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING", **(env or {})}
+    if "VLLM_CPU_OMP_THREADS_BIND" not in full_env:
+        full_env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    log = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(cmd + flags, env=full_env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    url = f"http://{host}:{port}"
+
+    def tail() -> str:
+        log.seek(0)
+        return log.read()[-3000:]
+
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vllm serve {model} exited with code {proc.returncode}:\n{tail()}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vllm serve {model} not healthy after {timeout:.0f} s:\n{tail()}")
+            time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

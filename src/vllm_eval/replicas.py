@@ -1,0 +1,365 @@
+"""Engine replicas: several plain vLLM engines, each in its own worker process, fed from one queue.
+
+Used for two things that are the same mechanism at two scales:
+
+* **data parallelism** over the GPUs of a machine (``data_parallel_size=N``): replica *i* sees
+  GPUs ``[i*tp, (i+1)*tp)`` through ``CUDA_VISIBLE_DEVICES`` (``tp`` = ``tensor_parallel_size``);
+* **several replicas on one GPU** (``replicas_per_gpu=K``): when one engine cannot keep a GPU busy
+  (encoder-sized models are bound by per-request CPU work, not FLOPs), K engines share it, each
+  with ``gpu_memory_utilization / K``. The published finding behind this: 4 instances of
+  jina-embeddings-v3 on one GPU gave ~4.6x one instance (vLLM issue #31678).
+
+Each replica is a normal ``vllm.LLM`` built by :func:`vllm_eval.engine.acquire_engine`, in a
+spawned worker process of its own, so its input processing runs under its own GIL. On the CPU
+build, replicas get disjoint core sets (``VLLM_CPU_OMP_THREADS_BIND``) instead of GPUs.
+
+This is vLLM's recipe for dense models (independent replicas, no cross-rank traffic; vLLM's
+own ``data_parallel_size`` only adds coordination that MoE layers need). Each job goes to the live
+replica with the fewest jobs outstanding; a replica that dies has its jobs moved to the others
+(with a warning), so a lost process costs time, not results.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import traceback
+import warnings
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Default share of GPU memory all replicas on one GPU use together (vLLM's own default, 0.9).
+GPU_MEMORY_SHARE = 0.9
+#: KV-cache reserve per replica on the CPU build (pooling needs little; 2 GiB each would add up).
+CPU_REPLICA_KV_CACHE_BYTES = 1024**3
+
+
+class ReplicaError(RuntimeError):
+    """A replica failed to start, died, or failed a job (the message names the replica and why)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where replica ``index`` runs: environment for its process, and its start wave.
+
+    Replicas of one wave start together; waves start one after another, so replicas sharing a
+    GPU never profile its memory at the same time (vLLM's start-up profiling assumes it is alone).
+    """
+
+    index: int
+    env: dict[str, str]
+    wave: int
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        where = self.env.get("CUDA_VISIBLE_DEVICES") or self.env.get("VLLM_CPU_OMP_THREADS_BIND") or "?"
+        unit = "GPU" if "CUDA_VISIBLE_DEVICES" in self.env else "cores"
+        return f"replica {self.index} ({unit} {where})"
+
+
+def _visible_gpus() -> list[str]:
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def _cpu_cores() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def plan_replicas(
+    data_parallel_size: int,
+    replicas_per_gpu: int = 1,
+    *,
+    tensor_parallel_size: int = 1,
+    engine_kwargs: dict[str, Any] | None = None,
+    cpu: bool | None = None,
+    devices: list[str] | None = None,
+) -> list[Placement]:
+    """Place ``data_parallel_size * replicas_per_gpu`` replicas on this machine's GPUs or cores.
+
+    GPU build: replica group *i* (of ``data_parallel_size``) gets GPUs ``devices[i*tp:(i+1)*tp]``;
+    the ``replicas_per_gpu`` replicas of a group share them, each with
+    ``gpu_memory_utilization`` (default 0.9) divided by ``replicas_per_gpu`` unless the user set
+    ``gpu_memory_utilization``, which is then taken per replica.
+    CPU build: the cores this process may use are split into equal contiguous sets, one per replica.
+
+    Raises:
+        ValueError: sizes below 1, more GPUs asked for than are visible, or fewer cores than replicas.
+    """
+    from .engine import on_cpu
+
+    engine_kwargs = dict(engine_kwargs or {})
+    for name, value in (("data_parallel_size", data_parallel_size), ("replicas_per_gpu", replicas_per_gpu),
+                        ("tensor_parallel_size", tensor_parallel_size)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    cpu = on_cpu() if cpu is None else cpu
+    n = data_parallel_size * replicas_per_gpu
+    if cpu:
+        if tensor_parallel_size != 1:
+            raise ValueError("replicas on the CPU build need tensor_parallel_size=1")
+        cores = _cpu_cores() if devices is None else [int(d) for d in devices]
+        if len(cores) < n:
+            raise ValueError(f"{n} replicas need at least {n} CPU cores; this process may use {len(cores)}")
+        per = len(cores) // n
+        extra = {} if {"gpu_memory_utilization", "kv_cache_memory_bytes"} & set(engine_kwargs) else \
+            {"kv_cache_memory_bytes": CPU_REPLICA_KV_CACHE_BYTES}
+        out = []
+        for i in range(n):
+            mine = cores[i * per:(i + 1) * per]
+            # The worker's scheduler shares these cores; with explicit binding vLLM reserves none.
+            env = {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, mine)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+            out.append(Placement(index=i, env=env, wave=0, engine_kwargs=extra))
+        return out
+    gpus = _visible_gpus() if devices is None else list(devices)
+    need = data_parallel_size * tensor_parallel_size
+    if need > len(gpus):
+        raise ValueError(f"data_parallel_size={data_parallel_size} x tensor_parallel_size={tensor_parallel_size} "
+                         f"needs {need} GPUs; {len(gpus)} visible ({','.join(gpus) or 'none'})")
+    extra = {}
+    if replicas_per_gpu > 1 and "gpu_memory_utilization" not in engine_kwargs:
+        extra["gpu_memory_utilization"] = round(GPU_MEMORY_SHARE / replicas_per_gpu, 4)
+    out = []
+    for g in range(data_parallel_size):
+        group = gpus[g * tensor_parallel_size:(g + 1) * tensor_parallel_size]
+        for k in range(replicas_per_gpu):
+            out.append(Placement(index=len(out), env={"CUDA_VISIBLE_DEVICES": ",".join(group)}, wave=k,
+                                 engine_kwargs=extra))
+    return out
+
+
+def _worker(model: str, engine_kwargs: dict[str, Any], env: dict[str, str], index: int,
+            jobs: Any, results: Any, setup: Callable[[Any], Any] | None) -> None:  # jobs: this replica's inbox
+    """Replica process: build one engine, then run jobs ``(job_id, fn, payload)`` until ``None``."""
+    # Own process group: if this process is killed, the parent can still stop the engine-core
+    # processes it started (they would otherwise live on, holding memory).
+    os.setpgrp()
+    os.environ.update(env)
+    parent = os.getppid()
+    llm = None
+    try:
+        from .engine import acquire_engine
+
+        llm = acquire_engine(model, **engine_kwargs)
+        info = setup(llm) if setup is not None else None
+    except BaseException as exc:  # the parent must hear why, not wait forever
+        results.put(("failed", index, f"{type(exc).__name__}: {exc}", index))
+        _release(llm)
+        return
+    results.put(("ready", index, info, index))
+    try:
+        while True:
+            try:
+                job = jobs.get(timeout=5.0)
+            except queue.Empty:
+                if os.getppid() != parent:  # the parent died without stopping us
+                    break
+                continue
+            if job is None:
+                break
+            job_id, fn, payload = job
+            try:
+                results.put(("done", job_id, fn(llm, payload), index))
+            except BaseException as exc:  # a bad job must not take the replica down
+                logger.debug("job %s failed:\n%s", job_id, traceback.format_exc())
+                results.put(("error", job_id, f"replica {index}: {type(exc).__name__}: {exc}", index))
+    finally:
+        _release(llm)
+
+
+def _kill_group(pid: int) -> None:
+    """Stop what a dead replica left behind (its engine core and workers share its process group)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _release(llm: Any) -> None:
+    if llm is not None:
+        from .engine import release_engine
+
+        release_engine(llm)
+
+
+class ReplicaPool:
+    """Start replicas per ``placements``, run jobs on them, shut them down.
+
+    Args:
+        model: resolved model path or hub id.
+        engine_kwargs: vLLM ``EngineArgs`` for every replica (a placement's own options win).
+        placements: from :func:`plan_replicas`.
+        setup: ``setup(llm) -> info`` run in each replica once its engine is up; the first
+            replica's ``info`` is kept in :attr:`info` (e.g. the tokenizer and model limits,
+            so the parent needs no engine of its own). Must be a picklable module-level function.
+        start_timeout: seconds to wait for one wave of replicas.
+
+    Raises:
+        ReplicaError: a replica failed to start (its reason in the message); the others are stopped.
+    """
+
+    def __init__(self, model: str, engine_kwargs: dict[str, Any], placements: list[Placement], *,
+                 setup: Callable[[Any], Any] | None = None, start_timeout: float = 900.0) -> None:
+        ctx = mp.get_context("spawn")  # a forked CUDA context or OpenMP pool is unusable
+        self.placements = placements
+        # One inbox per replica: a replica killed while reading cannot block the others' queue.
+        self._inboxes = [ctx.Queue() for _ in placements]
+        self._results = ctx.Queue()
+        self._procs: list[Any] = []
+        self._jobs: dict[int, tuple[Future, Callable[[Any, Any], Any], Any]] = {}
+        self._outstanding: dict[int, set[int]] = {p.index: set() for p in placements}
+        self._dead: set[int] = set()
+        self._lock = threading.Lock()
+        self._next = 0
+        self._closed = False
+        self.info: Any = None
+        #: Jobs finished per replica (index -> count): shows how the work was shared.
+        self.jobs_done: dict[int, int] = {p.index: 0 for p in placements}
+        try:
+            for wave in sorted({p.wave for p in placements}):
+                members = [p for p in placements if p.wave == wave]
+                for p in members:
+                    proc = ctx.Process(target=_worker, name=f"vllm-eval-replica-{p.index}", daemon=False,
+                                       args=(model, {**engine_kwargs, **p.engine_kwargs}, p.env, p.index,
+                                             self._inboxes[p.index], self._results, setup))
+                    proc.start()
+                    self._procs.append(proc)
+                self._await_ready(members, start_timeout)
+        except BaseException:
+            self.close()
+            raise
+        self._collector = threading.Thread(target=self._collect, name="vllm-eval-replica-results", daemon=True)
+        self._collector.start()
+
+    def __len__(self) -> int:
+        return len(self._procs)
+
+    def _await_ready(self, members: list[Placement], timeout: float) -> None:
+        waiting = {p.index: p for p in members}
+        deadline = timeout
+        while waiting:
+            try:
+                kind, index, info, _ = self._results.get(timeout=5.0)
+            except queue.Empty:
+                deadline -= 5.0
+                for p in waiting.values():
+                    proc = self._procs[p.index]
+                    if not proc.is_alive():
+                        raise ReplicaError(f"{p.describe()} exited with code {proc.exitcode} while starting")
+                if deadline <= 0:
+                    raise ReplicaError(f"{', '.join(p.describe() for p in waiting.values())} not ready "
+                                       f"after {timeout:.0f} s") from None
+                continue
+            if kind == "failed":
+                raise ReplicaError(f"{waiting.get(index, members[0]).describe()} failed to start: {info}")
+            if self.info is None:
+                self.info = info
+            waiting.pop(index, None)
+
+    def submit(self, fn: Callable[[Any, Any], Any], payload: Any) -> Future:
+        """Run ``fn(llm, payload)`` on the live replica with the fewest jobs outstanding.
+
+        ``fn`` must be a module-level function; ``payload`` and the result must pickle.
+
+        Raises:
+            ReplicaError: the pool is closed or no replica is alive.
+        """
+        if self._closed:
+            raise ReplicaError("the replica pool is closed")
+        self._reap()
+        future: Future = Future()
+        with self._lock:
+            job_id = self._next
+            self._next += 1
+            self._jobs[job_id] = (future, fn, payload)
+            self._dispatch(job_id)
+        return future
+
+    def _dispatch(self, job_id: int) -> None:
+        """Send a job to the least-loaded live replica (caller holds the lock)."""
+        live = [i for i in self._outstanding if i not in self._dead]
+        if not live:
+            future = self._jobs.pop(job_id)[0]
+            future.set_exception(ReplicaError("every replica has died"))
+            return
+        target = min(live, key=lambda i: len(self._outstanding[i]))
+        self._outstanding[target].add(job_id)
+        _, fn, payload = self._jobs[job_id]
+        self._inboxes[target].put((job_id, fn, payload))
+
+    def _collect(self) -> None:
+        while True:
+            try:
+                kind, job_id, value, index = self._results.get(timeout=2.0)
+            except queue.Empty:
+                if self._closed:
+                    return
+                self._reap()
+                continue
+            except (EOFError, OSError):
+                return
+            with self._lock:
+                self._outstanding[index].discard(job_id)
+                job = self._jobs.pop(job_id, None)
+                self.jobs_done[index] += 1
+            if job is None:
+                continue
+            if kind == "done":
+                job[0].set_result(value)
+            else:
+                job[0].set_exception(ReplicaError(value))
+
+    def _reap(self) -> None:
+        """Mark replicas that died; move their outstanding jobs to the live ones."""
+        with self._lock:
+            for p, proc in zip(self.placements, self._procs):
+                if p.index in self._dead or proc.is_alive():
+                    continue
+                self._dead.add(p.index)
+                _kill_group(proc.pid)
+                moved = sorted(self._outstanding[p.index])
+                self._outstanding[p.index] = set()
+                warnings.warn(f"{p.describe()} exited with code {proc.exitcode}; {len(moved)} pending job(s) "
+                              f"moved to the other replicas", RuntimeWarning, stacklevel=1)
+                for job_id in moved:
+                    self._dispatch(job_id)
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop every replica (each shuts its engine down), then reap the processes. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for p, proc in zip(self.placements, self._procs):
+            if proc.is_alive():
+                self._inboxes[p.index].put(None)
+        for proc in self._procs:
+            proc.join(timeout)
+            if proc.is_alive():
+                logger.warning("replica process %s did not stop in %.0f s; terminating", proc.name, timeout)
+                proc.terminate()
+                proc.join(10)
+            if proc.exitcode not in (0, None):
+                _kill_group(proc.pid)
+        with self._lock:
+            jobs, self._jobs = self._jobs, {}
+        for future, _, _ in jobs.values():
+            if not future.done():
+                future.set_exception(ReplicaError("the replica pool was closed"))
+        for q in (*self._inboxes, self._results):
+            q.close()
+            q.cancel_join_thread()

@@ -1,0 +1,111 @@
+"""Engine replicas (data parallelism): placement, and a real 2-replica pool on the CPU build."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vllm_eval.replicas import ReplicaError, plan_replicas
+
+
+def test_gpu_placement_groups_waves_and_memory_share():
+    ps = plan_replicas(2, 2, tensor_parallel_size=2, cpu=False, devices=list("0123"))
+    assert [p.env["CUDA_VISIBLE_DEVICES"] for p in ps] == ["0,1", "0,1", "2,3", "2,3"]
+    assert [p.wave for p in ps] == [0, 1, 0, 1]  # replicas sharing a GPU start one after another
+    assert {p.engine_kwargs["gpu_memory_utilization"] for p in ps} == {0.45}
+    own = plan_replicas(1, 2, engine_kwargs={"gpu_memory_utilization": 0.3}, cpu=False, devices=["0"])
+    assert all("gpu_memory_utilization" not in p.engine_kwargs for p in own)
+    assert [p.env for p in plan_replicas(2, cpu=False, devices=["4", "6"])] == [
+        {"CUDA_VISIBLE_DEVICES": "4"}, {"CUDA_VISIBLE_DEVICES": "6"}]
+
+
+def test_cpu_placement_splits_cores():
+    ps = plan_replicas(2, cpu=True, devices=["0", "1", "2", "3", "4"])
+    assert [p.env["VLLM_CPU_OMP_THREADS_BIND"] for p in ps] == ["0,1", "2,3"]
+    assert all(p.engine_kwargs == {"kv_cache_memory_bytes": 1 << 30} for p in ps)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"data_parallel_size": 3, "cpu": False, "devices": ["0", "1"]}, "needs 3 GPUs; 2 visible"),
+    ({"data_parallel_size": 1, "tensor_parallel_size": 2, "cpu": False, "devices": ["0"]}, "needs 2 GPUs"),
+    ({"data_parallel_size": 3, "cpu": True, "devices": ["0", "1"]}, "at least 3 CPU cores"),
+    ({"data_parallel_size": 0, "cpu": True}, "data_parallel_size must be a positive int"),
+    ({"data_parallel_size": 2, "replicas_per_gpu": -1, "cpu": False, "devices": ["0"]}, "replicas_per_gpu"),
+])
+def test_bad_placements_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        plan_replicas(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def dp_encoder():
+    from vllm_eval import VllmEncoder
+
+    # Small chunks so both replicas get several jobs from this short text list.
+    enc = VllmEncoder(data_parallel_size=2, chunk_size=40, show_progress_bar=False)
+    yield enc
+    enc.close()
+
+
+def _texts() -> list[str]:
+    from vllm_eval.tasks.data import lee_documents, word_pairs
+
+    words = [w for a, b, _ in word_pairs("simlex999.txt")[:150] for w in (a, b)]
+    texts = list(lee_documents()) + words + list(lee_documents()[:10])  # repeats: dedup must map rows back
+    rng = np.random.default_rng(0)
+    return [texts[i] for i in rng.permutation(len(texts))]
+
+
+def test_two_replicas_match_one_engine_in_order(dp_encoder, vllm_encoder):
+    texts = _texts()
+    got = dp_encoder.encode_texts(texts)
+    ref = vllm_encoder.encode_texts(texts)
+    cos = np.sum(got * ref, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
+    print(f"\n2 replicas vs 1 engine: min cosine {cos.min():.8f} over {len(texts)} texts; jobs {dp_encoder.pool.jobs_done}")
+    assert got.shape == ref.shape and cos.min() >= 0.9999
+    assert all(n > 0 for n in dp_encoder.pool.jobs_done.values())  # both replicas worked
+
+
+def test_two_replicas_give_the_same_task_scores(dp_encoder, vllm_encoder):
+    from vllm_eval.results import evaluate
+    from vllm_eval.tasks import get_tasks
+
+    names = ["LeeDocSimilarity", "WordSim353", "PangLeePolarity"]
+    got = evaluate(dp_encoder, get_tasks(names), show_progress_bar=False)
+    ref = evaluate(vllm_encoder, get_tasks(names), show_progress_bar=False)
+    deltas = {g.task: abs(g.main_score - r.main_score) for g, r in zip(got, ref)}
+    print("\n2 replicas vs 1 engine |delta main score|:", deltas)
+    assert max(deltas.values()) <= 1e-4
+
+
+def test_a_dead_replica_costs_time_not_results(dp_encoder, vllm_encoder):
+    # Last test using the fixture: it kills one of its replicas.
+    proc = dp_encoder.pool._procs[1]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(30)
+    texts = [f"text number {i}" for i in range(400)]
+    with pytest.warns(RuntimeWarning, match=r"replica 1 \(cores .*\) exited with code -9"):
+        got = dp_encoder.encode_texts(texts)
+    np.testing.assert_allclose(got, vllm_encoder.encode_texts(texts), atol=1e-5)
+
+
+def test_replica_that_cannot_start_is_named():
+    from vllm_eval import VllmEncoder
+
+    with pytest.raises(ReplicaError, match=r"(?s)replica \d \(cores .*\) failed to start: .*max_model_len"):
+        VllmEncoder(data_parallel_size=2, max_model_len=100000, show_progress_bar=False)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["run", "--backend", "st", "--data-parallel-size", "2"], "need --backend vllm"),
+    (["rerank", "--reranker", "x", "--data-parallel-size", "2"], "start one `vllm serve` per GPU"),
+    (["run", "--endpoint", "http://127.0.0.1:1"], "--endpoint is for --backend remote"),
+])
+def test_cli_refuses_replicas_where_they_do_not_apply(argv, match):
+    proc = subprocess.run([sys.executable, "-m", "vllm_eval.cli", *argv], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and match in proc.stderr, proc.stderr[-1500:]
