@@ -25,15 +25,15 @@ PY
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt" ;;
   bert-fixed|bert-mixed)
     lengths=$([ "$part" = bert-fixed ] && echo fixed:130 || echo mixed:16-500)
-    CUDA_VISIBLE_DEVICES=0 bench --model "$models/bert-base" --dtypes float16 --backends vllm st mteb-vllm \
-      --replicas-per-gpu 1 2 4 --lengths "$lengths" --batch-sizes 2048 "$n" --n-texts "$n" \
+    CUDA_VISIBLE_DEVICES=0 bench --model "$models/bert-base" --dtypes float16 --backends ${BACKENDS:-vllm st mteb-vllm} \
+      --replicas-per-gpu ${RPGS:-1 2 4} --lengths "$lengths" --batch-sizes 2048 "$n" --n-texts "$n" \
       --output-dir "$out/$part" ;;
   qwen3)
     CUDA_VISIBLE_DEVICES=0 bench --model "$models/qwen3-0.6b" --dtypes bfloat16 --backends vllm st \
-      --replicas-per-gpu 1 2 4 --lengths fixed:130 --batch-sizes 2048 "$n" --n-texts "$n" \
+      --replicas-per-gpu ${RPGS:-1 2 4} --lengths fixed:130 --batch-sizes 2048 "$n" --n-texts "$n" \
       --output-dir "$out/$part" ;;
   dp)
     bench --model "$models/bert-base" --dtypes float16 --backends vllm --data-parallel-size 1 2 \
-      --replicas-per-gpu ${RPG:-2} --lengths mixed:16-500 --batch-sizes "$n" --n-texts "$n" --output-dir "$out/$part" ;;
+      --replicas-per-gpu ${RPG:-1} --lengths mixed:16-500 --batch-sizes "$n" --n-texts "$n" --output-dir "$out/$part" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac

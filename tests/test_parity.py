@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from vllm_eval.results import evaluate
 from vllm_eval.tasks import data, get_tasks
+from vllm_eval.testing import row_cosines, score_deltas
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_per_text_cosine_matches_sentence_transformers(vllm_encoder, st_encoder)
     )
     a = vllm_encoder.encode_texts(texts)
     b = st_encoder.encode_texts(texts)
-    cos = np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    cos = row_cosines(a, b)
     print(f"per-text cosine over {len(texts)} texts: min {cos.min():.8f}")
     assert cos.min() >= 0.9999
 
@@ -64,12 +64,9 @@ def test_token_id_path_matches_vllm_text_path(vllm_encoder):
         assert text_path.llm is vllm_encoder.llm
         a = vllm_encoder.encode_texts(texts)
         b = text_path.encode_texts(texts)
-        cos = np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        cos = row_cosines(a, b)
         print(f"token-id vs text path: min cosine {cos.min():.8f} over {len(texts)} texts")
         assert cos.min() >= 0.9999
-        tasks = ["LeeDocSimilarity", "WordSim353", "LeeKnownItemRetrieval"]
-        fast = evaluate(vllm_encoder, get_tasks(tasks), show_progress_bar=False)
-        slow = evaluate(text_path, get_tasks(tasks), show_progress_bar=False)
-    deltas = {f.task: abs(f.main_score - s.main_score) for f, s in zip(fast, slow)}
+        deltas = score_deltas(vllm_encoder, text_path, ["LeeDocSimilarity", "WordSim353", "LeeKnownItemRetrieval"])
     print("token-id vs text path |delta| per task:", deltas)
     assert max(deltas.values()) <= 1e-4

@@ -119,16 +119,12 @@ def vllm_server():
 
 
 def test_remote_suite_matches_in_process(vllm_server, vllm_encoder):
-    from vllm_eval.results import evaluate
-    from vllm_eval.tasks import get_tasks
+    from vllm_eval.testing import score_deltas
 
-    tasks = ["LeeDocSimilarity", "WordSim353", "LeeKnownItemRetrieval"]
     with RemoteEncoder(vllm_server, encoding_format="base64", batch_size=32, show_progress_bar=False) as remote:
         texts = ["The cat sat.", "", "word " * 400]
         np.testing.assert_allclose(remote.encode_texts(texts), vllm_encoder.encode_texts(texts), atol=1e-5)
-        got = evaluate(remote, get_tasks(tasks), show_progress_bar=False)
-    ref = evaluate(vllm_encoder, get_tasks(tasks), show_progress_bar=False)
-    deltas = {g.task: abs(g.main_score - r.main_score) for g, r in zip(got, ref)}
+        deltas = score_deltas(remote, vllm_encoder, ["LeeDocSimilarity", "WordSim353", "LeeKnownItemRetrieval"])
     print("remote vs in-process |delta|:", deltas)
     assert max(deltas.values()) <= 1e-4
 

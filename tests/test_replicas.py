@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from vllm_eval.replicas import ReplicaError, plan_replicas
+from vllm_eval.testing import row_cosines, score_deltas
 
 
 def test_gpu_placement_groups_waves_and_memory_share():
@@ -65,20 +66,14 @@ def test_two_replicas_match_one_engine_in_order(dp_encoder, vllm_encoder):
     texts = _texts()
     got = dp_encoder.encode_texts(texts)
     ref = vllm_encoder.encode_texts(texts)
-    cos = np.sum(got * ref, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
+    cos = row_cosines(got, ref)
     print(f"\n2 replicas vs 1 engine: min cosine {cos.min():.8f} over {len(texts)} texts; jobs {dp_encoder.pool.jobs_done}")
     assert got.shape == ref.shape and cos.min() >= 0.9999
     assert all(n > 0 for n in dp_encoder.pool.jobs_done.values())  # both replicas worked
 
 
 def test_two_replicas_give_the_same_task_scores(dp_encoder, vllm_encoder):
-    from vllm_eval.results import evaluate
-    from vllm_eval.tasks import get_tasks
-
-    names = ["LeeDocSimilarity", "WordSim353", "PangLeePolarity"]
-    got = evaluate(dp_encoder, get_tasks(names), show_progress_bar=False)
-    ref = evaluate(vllm_encoder, get_tasks(names), show_progress_bar=False)
-    deltas = {g.task: abs(g.main_score - r.main_score) for g, r in zip(got, ref)}
+    deltas = score_deltas(dp_encoder, vllm_encoder, ["LeeDocSimilarity", "WordSim353", "PangLeePolarity"])
     print("\n2 replicas vs 1 engine |delta main score|:", deltas)
     assert max(deltas.values()) <= 1e-4
 

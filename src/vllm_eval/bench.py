@@ -5,7 +5,9 @@ of three backends:
 
 * ``vllm``      — ours (:class:`~vllm_eval.encoder.VllmEncoder`: batch tokenization, token ids, dedup);
 * ``st``        — sentence-transformers ``SentenceTransformer.encode`` (the reference);
-* ``mteb-vllm`` — mteb's own ``VllmEncoderWrapper`` (the peer), fed the same texts;
+* ``mteb-vllm`` — mteb's own ``VllmEncoderWrapper`` (the peer), fed the same texts, with the same
+  engine options but without the process-wide settings our engines make (on small CPUs, computing
+  on every core), i.e. as its users run it;
 * ``remote``    — :class:`~vllm_eval.remote.RemoteEncoder` over running ``vllm serve`` endpoints
   (all of them, round-robin), to compare one server with several.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import platform
 import time
 from collections.abc import Callable, Sequence
@@ -166,7 +169,7 @@ def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
     from mteb.models.vllm_wrapper import VllmEncoderWrapper
     from torch.utils.data import DataLoader
 
-    from .engine import default_engine_kwargs, resolve_model
+    from .engine import ENV_SET_HERE, default_engine_kwargs, resolve_model
     from .modelinfo import build_model_meta
     from .tasks.offline import LeeDocSimilarity
 
@@ -176,7 +179,12 @@ def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
     extra = {k: v for k, v in default_engine_kwargs(engine_kwargs).items() if k != "trust_remote_code"}
     extra.update(engine_kwargs)
     extra["dtype"] = dtype
-    wrapper = VllmEncoderWrapper(meta, trust_remote_code=False, **extra)
+    # The peer as its users get it: without the process-wide settings our own engines made.
+    saved = {k: os.environ.pop(k) for k in list(ENV_SET_HERE) if k in os.environ}
+    try:
+        wrapper = VllmEncoderWrapper(meta, trust_remote_code=False, **extra)
+    finally:
+        os.environ.update(saved)
     task = LeeDocSimilarity.metadata
 
     def encode(texts: list[str]):

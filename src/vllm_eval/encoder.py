@@ -9,6 +9,7 @@ sent as token ids (truncation counted and reported), and the engine is shared an
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from collections import deque
@@ -336,7 +337,9 @@ class VllmEncoder(EngineUser, TextEncoder):
                                            engine_kwargs=self.engine_kwargs)
                 self.pool = ReplicaPool(resolve_model(self.model), self.engine_kwargs, placements,
                                         setup=_engine_info)
-                self.max_in_flight = 2 * len(self.pool)
+                # Chunks are split over the replicas: each still gets chunk_size texts per job.
+                self.chunk_size *= len(self.pool)
+                self.max_in_flight = 2
                 info = self.pool.info
             else:
                 self.llm = acquire_engine(self.model, **self.engine_kwargs)
@@ -389,16 +392,28 @@ class VllmEncoder(EngineUser, TextEncoder):
     def _submit_chunk(self, texts: list[str], ids: list[list[int]]) -> Future:
         if self.pool is None:
             return super()._submit_chunk(texts, ids)
-        named: Future = Future()
+        # One job per replica, so even a single chunk keeps every replica busy.
+        size = -(-len(texts) // len(self.pool))
+        starts = list(range(0, len(texts), size))
+        parts = [self.pool.submit(embed_job, self._payload(texts[i:i + size], ids[i:i + size])) for i in starts]
+        combined: Future = Future()
+        pending = [len(parts)]
+        lock = threading.Lock()
 
-        def done(f: Future) -> None:
+        def done(_: Future) -> None:
+            with lock:
+                pending[0] -= 1
+                if pending[0]:
+                    return
             try:
-                named.set_result(self._named(texts, f.result()))
+                combined.set_result(np.concatenate([self._named(texts[i:i + size], f.result())
+                                                    for i, f in zip(starts, parts)]))
             except BaseException as exc:
-                named.set_exception(exc)
+                combined.set_exception(exc)
 
-        self.pool.submit(embed_job, self._payload(texts, ids)).add_done_callback(done)
-        return named
+        for f in parts:
+            f.add_done_callback(done)
+        return combined
 
     def close(self) -> None:
         """Release the engine, or stop the replicas. Idempotent."""

@@ -172,6 +172,10 @@ class _Entry:
     refs: int
 
 
+#: Environment variables this module set (not the user): the bench unsets them to run mteb's
+#: wrapper as its users get it.
+ENV_SET_HERE: set[str] = set()
+
 _LOCK = threading.Lock()
 _ENGINES: dict[str, _Entry] = {}
 _ATEXIT = False
@@ -213,7 +217,9 @@ def acquire_engine(model: str | os.PathLike, **engine_kwargs: Any):
             # vLLM's CPU worker keeps one core for its scheduler and computes on the rest: on a
             # 2-core machine that is half the machine. The scheduler is idle while a pooling batch
             # runs, so compute on every core (measured here: 3,791 -> 6,971 tok/s, MiniLM fp32).
-            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+            if "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ:
+                os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+                ENV_SET_HERE.add("VLLM_CPU_NUM_OF_RESERVED_CPU")
         from vllm import LLM
 
         logger.info("starting vLLM engine for %s with %s", model, kwargs)

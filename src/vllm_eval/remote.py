@@ -124,6 +124,15 @@ class RemoteClient:
         """The first entry of ``GET /v1/models`` (id, max_model_len) of the first live endpoint."""
         return self.request("GET", "/v1/models")["data"][0]
 
+    def served_model(self, model: str | None) -> tuple[str, int]:
+        """``(model name, max_model_len or 0)``: ``model`` or the server's; the client is closed on failure."""
+        try:
+            info = self.models()
+        except BaseException:
+            self.close()
+            raise
+        return model or info["id"], int(info.get("max_model_len") or 0)
+
     def map(self, fn: Any, items: list[Any]) -> list[Any]:
         """``fn`` over ``items`` with at most ``max_concurrency`` at once; results in input order."""
         if len(items) <= 1:
@@ -202,13 +211,7 @@ class RemoteEncoder(TextEncoder):
         self.batch_size = int(batch_size)
         self.chunk_size, self.show_progress_bar = int(chunk_size), show_progress_bar
         self.tokenize = None  # the server tokenizes and truncates (truncate_prompt_tokens=-1)
-        try:
-            info = self.http.models()
-        except BaseException:
-            self.http.close()
-            raise
-        self.model = model or info["id"]
-        self.max_length = int(info.get("max_model_len") or 0)
+        self.model, self.max_length = self.http.served_model(model)
         self.mteb_model_meta = build_model_meta(self.model, model_name=model_name or self.model,
                                                 embed_dim=dimensions, max_model_len=self.max_length or None,
                                                 framework=["API"])
@@ -275,13 +278,7 @@ class RemoteCrossEncoder(PairScorer):
         self.chunk_size, self.show_progress_bar = int(chunk_size), show_progress_bar
         self.http = RemoteClient(endpoints, api_key=api_key, timeout=timeout, retries=retries, backoff=backoff,
                                  max_concurrency=max_concurrency)
-        try:
-            info = self.http.models()
-        except BaseException:
-            self.http.close()
-            raise
-        self.model = model or info["id"]
-        self.max_length = int(info.get("max_model_len") or 0)
+        self.model, self.max_length = self.http.served_model(model)
         meta = build_model_meta(self.model, model_name=model_name or self.model, max_model_len=self.max_length or None,
                                 framework=["API"])
         self.mteb_model_meta = meta.model_copy(update={"model_type": ["cross-encoder"], "embed_dim": None,
@@ -380,11 +377,7 @@ class RemoteGenerator(ChatPrompter):
         self.chunk_size, self.show_progress_bar = int(chunk_size), show_progress_bar
         self.http = RemoteClient(endpoints, api_key=api_key, timeout=timeout, retries=retries, backoff=backoff,
                                  max_concurrency=max_concurrency)
-        try:
-            self.model = model or self.http.models()["id"]
-        except BaseException:
-            self.http.close()
-            raise
+        self.model, _ = self.http.served_model(model)
 
     def image_part(self, image: Any) -> dict[str, Any]:
         return {"type": "image_url", "image_url": {"url": image_data_url(image)}}

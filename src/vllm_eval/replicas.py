@@ -180,6 +180,11 @@ def _worker(model: str, engine_kwargs: dict[str, Any], env: dict[str, str], inde
                 results.put(("error", job_id, f"replica {index}: {type(exc).__name__}: {exc}", index))
     finally:
         _release(llm)
+        # The engine is shut down and our messages are flushed; skip interpreter finalization, where
+        # vLLM's background threads (CUDA build) aborted with "PyEval_SaveThread: ... GIL is released".
+        results.close()
+        results.join_thread()
+        os._exit(0)
 
 
 def _kill_group(pid: int) -> None:

@@ -319,3 +319,21 @@ def serve_model(model: str | Path, *args: str, host: str = "127.0.0.1", port: in
             proc.kill()
             proc.wait()
         log.close()
+
+
+def row_cosines(a, b):
+    """Cosine similarity of each row of ``a`` with the same row of ``b``: float (n,) for (n, dim) inputs."""
+    import numpy as np
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def score_deltas(model, reference, task_names: list[str]) -> dict[str, float]:
+    """|main score of ``model`` - main score of ``reference``| per task, both run through mteb here."""
+    from .results import evaluate
+    from .tasks import get_tasks
+
+    got = evaluate(model, get_tasks(task_names), show_progress_bar=False)
+    ref = evaluate(reference, get_tasks(task_names), show_progress_bar=False)
+    return {g.task: abs(g.main_score - r.main_score) for g, r in zip(got, ref)}
