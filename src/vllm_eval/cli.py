@@ -1,10 +1,12 @@
 """``vllm-eval`` command line.
 
 ``vllm-eval run`` evaluates an embedding model on mteb tasks (default: the packaged
-all-MiniLM-L6-v2 on the whole offline suite) and prints a table; ``vllm-eval tasks`` lists the
-offline tasks. Engine options use vLLM's own flag names (``--max-model-len``, ``--dtype``,
+all-MiniLM-L6-v2 on the whole offline suite) and prints a table; ``rerank`` runs retrieve-then-rerank,
+``generate`` a multiple-choice task, ``bench`` the throughput harness; ``tasks`` and ``models`` list
+what is there. Engine options use vLLM's own flag names (``--max-model-len``, ``--dtype``,
 ``--gpu-memory-utilization`` ...); any other vLLM ``EngineArgs`` flag is accepted too and checked
-against vLLM's list.
+against vLLM's list. ``--backend remote --endpoint URL ...`` uses running ``vllm serve`` instances;
+``--data-parallel-size`` / ``--replicas-per-gpu`` run engine replicas (:mod:`vllm_eval.replicas`).
 """
 
 from __future__ import annotations
@@ -572,5 +574,24 @@ def main(argv: list[str] | None = None) -> int:
             shutdown_all()
 
 
+def run() -> None:
+    """Console entry point: :func:`main`, then a hard exit once vLLM has been loaded.
+
+    Every engine is shut down and every result written before this point, but interpreter
+    finalization itself sometimes aborted with vLLM loaded ("terminate called without an active
+    exception", exit 134, 1 run in 4 of ``generate --scoring loglikelihood`` on the CPU build);
+    the exit code must be the command's own.
+    """
+    code = main()
+    if "vllm" in sys.modules:
+        import logging
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

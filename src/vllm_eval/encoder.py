@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -108,6 +108,24 @@ def rechunk(batches: Iterable[list[str]], size: int) -> Iterator[list[str]]:
         yield buf
 
 
+_END = object()
+
+
+def prefetched(items: Iterable[Any], prepare: Callable[[Any], Any]) -> Iterator[Any]:
+    """``prepare(item)`` for each item, in order; the next item's is computed on a worker thread
+    while the caller works on the current one (tokenizers release the GIL, so tokenizing chunk k+1
+    overlaps the engine's work on chunk k)."""
+    it = iter(items)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-eval-prepare") as pool:
+        item = next(it, _END)
+        pending = pool.submit(prepare, item) if item is not _END else None
+        while pending is not None:
+            result = pending.result()
+            item = next(it, _END)
+            pending = pool.submit(prepare, item) if item is not _END else None
+            yield result
+
+
 def _total(inputs: Any) -> int | None:
     try:
         return len(inputs.dataset)
@@ -194,14 +212,8 @@ class TextEncoder(AbsEncoder, Resource):
                     parts.append(future.result())
                 bar.update(n_texts)
 
-        with tqdm(total=total, desc=f"encode {self.name}", unit="text", disable=not show_progress_bar) as bar, \
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-eval-tokenize") as pool:
-            first = next(chunks, None)
-            pending = pool.submit(prepare, first) if first is not None else None
-            while pending is not None:
-                fresh, ids, n_texts = pending.result()
-                following = next(chunks, None)
-                pending = pool.submit(prepare, following) if following is not None else None
+        with tqdm(total=total, desc=f"encode {self.name}", unit="text", disable=not show_progress_bar) as bar:
+            for fresh, ids, n_texts in prefetched(chunks, prepare):
                 inflight.append((self._submit_chunk(fresh, ids) if fresh else None, n_texts))
                 collect(bar, self.max_in_flight)
             collect(bar, 0)

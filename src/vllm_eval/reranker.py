@@ -30,7 +30,7 @@ import numpy as np
 from mteb.types import PromptType
 from tqdm.auto import tqdm
 
-from .encoder import TruncationWarning
+from .encoder import TruncationWarning, prefetched
 from .engine import (
     EngineUser,
     Resource,
@@ -154,14 +154,19 @@ class PairScorer(Resource):
 
     def _score_stream(self, pairs: Iterable[tuple[str, str]], instruction: str | None, total: int | None,
                       show: bool) -> np.ndarray:
+        # Chunk k+1 is formatted and its lengths counted on a worker thread while the engine scores
+        # chunk k (the fast tokenizer releases the GIL), as the encoder does with its tokenization.
         parts: list[np.ndarray] = []
         n = n_cut = 0
+
+        def prepare(chunk: tuple[list[str], list[str]]) -> tuple[list[str], list[str], int]:
+            qs, ds = chunk
+            if self.template is not None:
+                return self._apply_template(qs, ds, instruction)
+            return qs, ds, self._count_over_length(qs, ds)
+
         with tqdm(total=total, desc=f"rerank {self.name}", unit="pair", disable=not show) as bar:
-            for qs, ds in _chunks(pairs, self.chunk_size):
-                if self.template is not None:
-                    qs, ds, cut = self._apply_template(qs, ds, instruction)
-                else:
-                    cut = self._count_over_length(qs, ds)
+            for qs, ds, cut in prefetched(_chunks(pairs, self.chunk_size), prepare):
                 parts.append(self._score_chunk(qs, ds))
                 n += len(qs)
                 n_cut += cut
