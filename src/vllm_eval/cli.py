@@ -284,11 +284,19 @@ def _make_encoder(args: argparse.Namespace, extra: dict[str, Any]):
     return VllmEncoder(args.model, **common, **_scale_options(args), **engine, **extra)
 
 
-def _check_endpoints(args: argparse.Namespace) -> None:
-    if args.backend == "remote" and not args.endpoint:
-        raise CliError("--backend remote needs at least one --endpoint URL")
-    if args.backend != "remote" and args.endpoint and "remote" not in getattr(args, "backends", ()):
+def _check_common(args: argparse.Namespace, extra: dict[str, Any]) -> None:
+    """Checks every model command shares, before any model, engine or task loads."""
+    from .engine import check_engine_kwargs
+
+    backends = getattr(args, "backends", None) or [args.backend]
+    if "remote" in backends and not args.endpoint:
+        raise CliError(f"--backend{'s' if args.command == 'bench' else ''} remote needs at least one --endpoint URL")
+    if "remote" not in backends and args.endpoint:
         raise CliError("--endpoint is for --backend remote")
+    if args.command in ("rerank", "generate"):
+        _refuse_data_parallel(extra, args.command)
+    if extra and {"vllm", "mteb-vllm"} & set(backends):
+        check_engine_kwargs(extra)
 
 
 def _print_table(rows, title: str) -> None:
@@ -311,16 +319,12 @@ def _print_table(rows, title: str) -> None:
     Console(width=max(100, Console().width)).print(table)
 
 
-def cmd_run(args: argparse.Namespace, extra_tokens: list[str]) -> int:
-    from .engine import check_engine_kwargs, resolve_model
+def cmd_run(args: argparse.Namespace, extra: dict[str, Any]) -> int:
+    from .engine import resolve_model
     from .tasks import get_tasks
 
-    extra = parse_extra_engine_args(extra_tokens)
-    _check_endpoints(args)
     if args.model is not None and args.backend != "remote":
         resolve_model(args.model)  # a missing path fails before any engine or task loads
-    if args.backend == "vllm" and extra:
-        check_engine_kwargs(extra)
     tasks = get_tasks(_task_names(args.tasks))
     encoder = _make_encoder(args, extra)
     try:
@@ -343,18 +347,15 @@ def cmd_run(args: argparse.Namespace, extra_tokens: list[str]) -> int:
     return 0
 
 
-def cmd_rerank(args: argparse.Namespace, extra_tokens: list[str]) -> int:
+def cmd_rerank(args: argparse.Namespace, extra: dict[str, Any]) -> int:
     import tempfile
 
-    from .engine import check_engine_kwargs, resolve_model
+    from .engine import resolve_model
     from .reranker import load_reranker
     from .results import evaluate_two_stage, load_first_stage
     from .tasks import get_tasks
 
-    extra = parse_extra_engine_args(extra_tokens)
     engine = _engine_options(args)
-    _check_endpoints(args)
-    _refuse_data_parallel(extra, "rerank")
     if args.backend != "remote":
         if not args.reranker:
             raise CliError("--reranker MODEL is required (for --backend remote it is the served name, optional)")
@@ -376,7 +377,6 @@ def cmd_rerank(args: argparse.Namespace, extra_tokens: list[str]) -> int:
                   "max_concurrency": args.max_concurrency,
                   "score_template": get_preset(args.preset).score_template if args.preset else None}
     else:
-        check_engine_kwargs(extra)
         kwargs = {"preset": args.preset, **engine, **extra}
     tasks = get_tasks(_task_names(args.tasks))
     show = not args.no_progress
@@ -402,19 +402,15 @@ def cmd_rerank(args: argparse.Namespace, extra_tokens: list[str]) -> int:
     return 0
 
 
-def cmd_generate(args: argparse.Namespace, extra_tokens: list[str]) -> int:
-    from .engine import check_engine_kwargs, resolve_model
+def cmd_generate(args: argparse.Namespace, extra: dict[str, Any]) -> int:
+    from .engine import resolve_model
     from .generator import VllmGenerator
     from .tasks.generative import get_generative_task, run_multiple_choice
     from .tasks.multiple_choice import MissingAnswersError
 
-    extra = parse_extra_engine_args(extra_tokens)
-    _check_endpoints(args)
-    _refuse_data_parallel(extra, "generate")
     if args.backend == "vllm":
         if not args.model:
             raise CliError("--model is required (for --backend remote it is the served name, optional)")
-        check_engine_kwargs(extra)
         resolve_model(args.model)
     else:
         _check_st_options(_engine_options(args), extra, set())
@@ -461,14 +457,10 @@ def cmd_generate(args: argparse.Namespace, extra_tokens: list[str]) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace, extra_tokens: list[str]) -> int:
+def cmd_bench(args: argparse.Namespace, extra: dict[str, Any]) -> int:
     from .bench import run_bench
-    from .engine import check_engine_kwargs, on_cpu, resolve_model
+    from .engine import on_cpu, resolve_model
 
-    extra = parse_extra_engine_args(extra_tokens)
-    check_engine_kwargs(extra)
-    if "remote" in args.backends and not args.endpoint:
-        raise CliError("--backends remote needs at least one --endpoint URL")
     if args.model is not None:
         resolve_model(args.model)
     engine = {k: v for k, v in {**_engine_options(args), **extra}.items() if k != "dtype"}
@@ -551,14 +543,11 @@ def main(argv: list[str] | None = None) -> int:
     from .tasks import UnknownTaskError
 
     try:
-        if args.command == "run":
-            return cmd_run(args, extra)
-        if args.command == "rerank":
-            return cmd_rerank(args, extra)
-        if args.command == "generate":
-            return cmd_generate(args, extra)
-        if args.command == "bench":
-            return cmd_bench(args, extra)
+        commands = {"run": cmd_run, "rerank": cmd_rerank, "generate": cmd_generate, "bench": cmd_bench}
+        if args.command in commands:
+            engine_extra = parse_extra_engine_args(extra)
+            _check_common(args, engine_extra)
+            return commands[args.command](args, engine_extra)
         if args.command == "models":
             return cmd_models(args)
         return cmd_tasks(args)
