@@ -20,7 +20,7 @@ import numpy as np
 from mteb.types import PromptType
 from tqdm.auto import tqdm
 
-from .engine import EngineUser, Resource, acquire_engine, resolve_model
+from .engine import EngineUser, Resource, acquire_engine, first_request_error, resolve_model
 from .replicas import ReplicaPool, plan_replicas
 from .modelinfo import build_model_meta
 from mteb.models.abs_encoder import AbsEncoder
@@ -468,8 +468,7 @@ def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]
     else:
         outputs = llm.embed([TokensPrompt(prompt_token_ids=x) for x in inputs], pooling_params=params,
                             use_tqdm=False)
-    for i, out in enumerate(outputs):
-        error = getattr(out, "error", None)
-        if error is not None:
-            return None, (i, str(getattr(error, "message", error)))
+    failed = first_request_error(outputs)
+    if failed is not None:
+        return None, failed
     return np.asarray([o.outputs.embedding for o in outputs], dtype=np.float32), None

@@ -294,13 +294,21 @@ class EngineUser(Resource):
             release_engine(llm)
 
 
+def first_request_error(outputs: list[Any]) -> tuple[int, str] | None:
+    """``(index, vLLM's reason)`` of the first output that carries an error, or None."""
+    for i, out in enumerate(outputs):
+        error = getattr(out, "error", None)
+        if error is not None:
+            return i, str(getattr(error, "message", error))
+    return None
+
+
 def raise_on_request_errors(outputs: list[Any], describe: Any) -> None:
     """Raise ``RuntimeError`` for the first vLLM output that carries an error.
 
     ``describe(i)`` names input ``i`` in the message (e.g. its text), so the user sees which input
     failed and vLLM's reason, not an empty result.
     """
-    for i, out in enumerate(outputs):
-        error = getattr(out, "error", None)
-        if error is not None:
-            raise RuntimeError(f"vLLM failed on {describe(i)}: {getattr(error, 'message', error)}")
+    failed = first_request_error(outputs)
+    if failed is not None:
+        raise RuntimeError(f"vLLM failed on {describe(failed[0])}: {failed[1]}")

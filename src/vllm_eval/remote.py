@@ -206,7 +206,6 @@ class RemoteEncoder(TextEncoder):
                                         apply_instruction_to_documents=apply_instruction_to_documents)
         self.http = RemoteClient(endpoints, api_key=api_key, timeout=timeout, retries=retries, backoff=backoff,
                                  max_concurrency=max_concurrency)
-        self.endpoints = self.http.endpoints
         self.dimensions, self.encoding_format = dimensions, encoding_format
         self.batch_size = int(batch_size)
         self.chunk_size, self.show_progress_bar = int(chunk_size), show_progress_bar
