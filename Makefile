@@ -11,7 +11,7 @@ VLLM_BUILD ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo 
 CUDA_ONLY := torchvision torchaudio torchcodec
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo lint test bench clean
 
 $(VENV)/.installed-$(VLLM_BUILD): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,7 +26,12 @@ venv: $(VENV)/.installed-$(VLLM_BUILD)
 demo: venv
 	$(VENV)/bin/vllm-eval run --output-dir results/demo
 
-test: venv
+# ruff: format, import order, bugbear and complexity rules (pyproject.toml), on the whole tree.
+lint: venv
+	$(VENV)/bin/ruff format --check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts
+
+test: lint
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:

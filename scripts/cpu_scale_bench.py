@@ -17,7 +17,7 @@ from pathlib import Path
 
 if __name__ == "__main__":
     from vllm_eval.bench import plot, run_bench
-    from vllm_eval.encoder import packaged_model_path
+    from vllm_eval.modelinfo import packaged_model_path
     from vllm_eval.replicas import _cpu_cores
     from vllm_eval.results import package_versions
     from vllm_eval.testing import serve_model
@@ -27,18 +27,27 @@ if __name__ == "__main__":
     model = packaged_model_path()
     common = {"lengths": ["mixed:16-500"], "batch_sizes": [n], "n_texts": n, "dtypes": ["float32"]}
     cores = _cpu_cores()
-    halves = [cores[: len(cores) // 2], cores[len(cores) // 2:]]
-    records = run_bench(model, backends=["vllm"], replicas=[{"data_parallel_size": 1}, {"data_parallel_size": 2}],
-                        **common)
+    halves = [cores[: len(cores) // 2], cores[len(cores) // 2 :]]
+    records = run_bench(
+        model, backends=["vllm"], replicas=[{"data_parallel_size": 1}, {"data_parallel_size": 2}], **common
+    )
     remote = {"batch_size": 64, "max_concurrency": 8}
     with serve_model(model, env={"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores))}) as url:
         records += run_bench(model, backends=["remote"], remote={**remote, "endpoints": [url]}, **common)
-    with serve_model(model, env={"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, halves[0]))}) as u1, \
-            serve_model(model, env={"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, halves[1]))}) as u2:
+    with (
+        serve_model(model, env={"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, halves[0]))}) as u1,
+        serve_model(model, env={"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, halves[1]))}) as u2,
+    ):
         records += run_bench(model, backends=["remote"], remote={**remote, "endpoints": [u1, u2]}, **common)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"model": model, "versions": package_versions(), "cpu_cores": len(cores), "n_texts": n,
-               "remote": remote, "records": [asdict(r) for r in records]}
+    payload = {
+        "model": model,
+        "versions": package_versions(),
+        "cpu_cores": len(cores),
+        "n_texts": n,
+        "remote": remote,
+        "records": [asdict(r) for r in records],
+    }
     (out / "bench.json").write_text(json.dumps(payload, indent=2) + "\n")
     plot(records, out)
     print("\nlayout        tok/s      texts/s")

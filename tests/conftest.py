@@ -43,10 +43,10 @@ def test_models(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def vllm_cross(test_models):
-    """VllmCrossEncoder on the seeded MiniLM cross-encoder."""
-    from vllm_eval.reranker import VllmCrossEncoder
+    """VllmReranker on the seeded MiniLM cross-encoder."""
+    from vllm_eval.reranker import VllmReranker
 
-    with VllmCrossEncoder(str(test_models["cross"]), show_progress_bar=False) as ce:
+    with VllmReranker(str(test_models["cross"]), show_progress_bar=False) as ce:
         yield ce
 
 
@@ -57,3 +57,25 @@ def generator(test_models):
 
     with VllmGenerator(str(test_models["qwen3"]), sampling={"max_tokens": 12}, show_progress_bar=False) as g:
         yield g
+
+
+@pytest.fixture()
+def cli_in_process(monkeypatch, capsys):
+    """``call(*argv) -> (exit code, stderr)`` running ``vllm_eval.cli.main`` in this process.
+
+    Logging is left as pytest set it up, the environment is restored afterwards, and the session's
+    engines survive (``main`` shuts down every engine of its process when it ends).
+    """
+    from vllm_eval import cli, engine
+
+    monkeypatch.setattr(cli.logs, "configure", lambda verbose, output_dir: None)
+    monkeypatch.setattr(engine, "shutdown_all", lambda: None)
+    saved = dict(os.environ)
+
+    def call(*argv: str) -> tuple[int, str]:
+        code = cli.main(list(argv))
+        return code, capsys.readouterr().err
+
+    yield call
+    os.environ.clear()
+    os.environ.update(saved)

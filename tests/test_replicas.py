@@ -22,7 +22,9 @@ def test_gpu_placement_groups_waves_and_memory_share():
     own = plan_replicas(1, 2, engine_kwargs={"gpu_memory_utilization": 0.3}, cpu=False, devices=["0"])
     assert all("gpu_memory_utilization" not in p.engine_kwargs for p in own)
     assert [p.env for p in plan_replicas(2, cpu=False, devices=["4", "6"])] == [
-        {"CUDA_VISIBLE_DEVICES": "4"}, {"CUDA_VISIBLE_DEVICES": "6"}]
+        {"CUDA_VISIBLE_DEVICES": "4"},
+        {"CUDA_VISIBLE_DEVICES": "6"},
+    ]
 
 
 def test_cpu_placement_splits_cores():
@@ -31,13 +33,16 @@ def test_cpu_placement_splits_cores():
     assert all(p.engine_kwargs == {"kv_cache_memory_bytes": 1 << 30} for p in ps)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"data_parallel_size": 3, "cpu": False, "devices": ["0", "1"]}, "needs 3 GPUs; 2 visible"),
-    ({"data_parallel_size": 1, "tensor_parallel_size": 2, "cpu": False, "devices": ["0"]}, "needs 2 GPUs"),
-    ({"data_parallel_size": 3, "cpu": True, "devices": ["0", "1"]}, "at least 3 CPU cores"),
-    ({"data_parallel_size": 0, "cpu": True}, "data_parallel_size must be a positive int"),
-    ({"data_parallel_size": 2, "replicas_per_gpu": -1, "cpu": False, "devices": ["0"]}, "replicas_per_gpu"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"data_parallel_size": 3, "cpu": False, "devices": ["0", "1"]}, "needs 3 GPUs; 2 visible"),
+        ({"data_parallel_size": 1, "tensor_parallel_size": 2, "cpu": False, "devices": ["0"]}, "needs 2 GPUs"),
+        ({"data_parallel_size": 3, "cpu": True, "devices": ["0", "1"]}, "at least 3 CPU cores"),
+        ({"data_parallel_size": 0, "cpu": True}, "data_parallel_size must be a positive int"),
+        ({"data_parallel_size": 2, "replicas_per_gpu": -1, "cpu": False, "devices": ["0"]}, "replicas_per_gpu"),
+    ],
+)
 def test_bad_placements_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         plan_replicas(**kwargs)
@@ -67,7 +72,10 @@ def test_two_replicas_match_one_engine_in_order(dp_encoder, vllm_encoder):
     got = dp_encoder.encode_texts(texts)
     ref = vllm_encoder.encode_texts(texts)
     cos = row_cosines(got, ref)
-    print(f"\n2 replicas vs 1 engine: min cosine {cos.min():.8f} over {len(texts)} texts; jobs {dp_encoder.pool.jobs_done}")
+    print(
+        f"\n2 replicas vs 1 engine: min cosine {cos.min():.8f} over {len(texts)} texts; "
+        f"jobs {dp_encoder.pool.jobs_done}"
+    )
     assert got.shape == ref.shape and cos.min() >= 0.9999
     assert all(n > 0 for n in dp_encoder.pool.jobs_done.values())  # both replicas worked
 
@@ -96,11 +104,14 @@ def test_replica_that_cannot_start_is_named():
         VllmEncoder(data_parallel_size=2, max_model_len=100000, show_progress_bar=False)
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["run", "--backend", "st", "--data-parallel-size", "2"], "need --backend vllm"),
-    (["rerank", "--reranker", "x", "--data-parallel-size", "2"], "start one `vllm serve` per GPU"),
-    (["run", "--endpoint", "http://127.0.0.1:1"], "--endpoint is for --backend remote"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["run", "--backend", "st", "--data-parallel-size", "2"], "need --backend vllm"),
+        (["rerank", "--reranker", "x", "--data-parallel-size", "2"], "start one `vllm serve` per GPU"),
+        (["run", "--endpoint", "http://127.0.0.1:1"], "--endpoint is for --backend remote"),
+    ],
+)
 def test_cli_refuses_replicas_where_they_do_not_apply(argv, match):
     proc = subprocess.run([sys.executable, "-m", "vllm_eval.cli", *argv], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and match in proc.stderr, proc.stderr[-1500:]

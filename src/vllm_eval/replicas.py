@@ -34,16 +34,16 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ReplicaError, UsageError
+
+__all__ = ["ReplicaError", "ReplicaPool", "plan_replicas"]
+
 logger = logging.getLogger(__name__)
 
 #: Default share of GPU memory all replicas on one GPU use together (vLLM's own default, 0.9).
 GPU_MEMORY_SHARE = 0.9
 #: KV-cache reserve per replica on the CPU build (pooling needs little; 2 GiB each would add up).
 CPU_REPLICA_KV_CACHE_BYTES = 1024**3
-
-
-class ReplicaError(RuntimeError):
-    """A replica failed to start, died, or failed a job (the message names the replica and why)."""
 
 
 @dataclass(frozen=True)
@@ -99,29 +99,35 @@ def plan_replicas(
     CPU build: the cores this process may use are split into equal contiguous sets, one per replica.
 
     Raises:
-        ValueError: sizes below 1, more GPUs asked for than are visible, or fewer cores than replicas.
+        UsageError: sizes below 1, more GPUs asked for than are visible, or fewer cores than replicas.
     """
     from .engine import on_cpu
 
     engine_kwargs = dict(engine_kwargs or {})
-    for name, value in (("data_parallel_size", data_parallel_size), ("replicas_per_gpu", replicas_per_gpu),
-                        ("tensor_parallel_size", tensor_parallel_size)):
+    for name, value in (
+        ("data_parallel_size", data_parallel_size),
+        ("replicas_per_gpu", replicas_per_gpu),
+        ("tensor_parallel_size", tensor_parallel_size),
+    ):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+            raise UsageError(f"{name} must be a positive int, got {value!r}")
     cpu = on_cpu() if cpu is None else cpu
     n = data_parallel_size * replicas_per_gpu
     if cpu:
         if tensor_parallel_size != 1:
-            raise ValueError("replicas on the CPU build need tensor_parallel_size=1")
+            raise UsageError("replicas on the CPU build need tensor_parallel_size=1")
         cores = _cpu_cores() if devices is None else [int(d) for d in devices]
         if len(cores) < n:
-            raise ValueError(f"{n} replicas need at least {n} CPU cores; this process may use {len(cores)}")
+            raise UsageError(f"{n} replicas need at least {n} CPU cores; this process may use {len(cores)}")
         per = len(cores) // n
-        extra = {} if {"gpu_memory_utilization", "kv_cache_memory_bytes"} & set(engine_kwargs) else \
-            {"kv_cache_memory_bytes": CPU_REPLICA_KV_CACHE_BYTES}
+        extra = (
+            {}
+            if {"gpu_memory_utilization", "kv_cache_memory_bytes"} & set(engine_kwargs)
+            else {"kv_cache_memory_bytes": CPU_REPLICA_KV_CACHE_BYTES}
+        )
         out = []
         for i in range(n):
-            mine = cores[i * per:(i + 1) * per]
+            mine = cores[i * per : (i + 1) * per]
             # The worker's scheduler shares these cores; with explicit binding vLLM reserves none.
             env = {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, mine)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
             out.append(Placement(index=i, env=env, wave=0, engine_kwargs=extra))
@@ -129,22 +135,32 @@ def plan_replicas(
     gpus = _visible_gpus() if devices is None else list(devices)
     need = data_parallel_size * tensor_parallel_size
     if need > len(gpus):
-        raise ValueError(f"data_parallel_size={data_parallel_size} x tensor_parallel_size={tensor_parallel_size} "
-                         f"needs {need} GPUs; {len(gpus)} visible ({','.join(gpus) or 'none'})")
+        raise UsageError(
+            f"data_parallel_size={data_parallel_size} x tensor_parallel_size={tensor_parallel_size} "
+            f"needs {need} GPUs; {len(gpus)} visible ({','.join(gpus) or 'none'})"
+        )
     extra = {}
     if replicas_per_gpu > 1 and "gpu_memory_utilization" not in engine_kwargs:
         extra["gpu_memory_utilization"] = round(GPU_MEMORY_SHARE / replicas_per_gpu, 4)
     out = []
     for g in range(data_parallel_size):
-        group = gpus[g * tensor_parallel_size:(g + 1) * tensor_parallel_size]
+        group = gpus[g * tensor_parallel_size : (g + 1) * tensor_parallel_size]
         for k in range(replicas_per_gpu):
-            out.append(Placement(index=len(out), env={"CUDA_VISIBLE_DEVICES": ",".join(group)}, wave=k,
-                                 engine_kwargs=extra))
+            out.append(
+                Placement(index=len(out), env={"CUDA_VISIBLE_DEVICES": ",".join(group)}, wave=k, engine_kwargs=extra)
+            )
     return out
 
 
-def _worker(model: str, engine_kwargs: dict[str, Any], env: dict[str, str], index: int,
-            jobs: Any, results: Any, setup: Callable[[Any], Any] | None) -> None:  # jobs: this replica's inbox
+def _worker(
+    model: str,
+    engine_kwargs: dict[str, Any],
+    env: dict[str, str],
+    index: int,
+    jobs: Any,
+    results: Any,
+    setup: Callable[[Any], Any] | None,
+) -> None:  # jobs: this replica's inbox
     """Replica process: build one engine, then run jobs ``(job_id, fn, payload)`` until ``None``."""
     # Own process group: if this process is killed, the parent can still stop the engine-core
     # processes it started (they would otherwise live on, holding memory).
@@ -218,8 +234,15 @@ class ReplicaPool:
         ReplicaError: a replica failed to start (its reason in the message); the others are stopped.
     """
 
-    def __init__(self, model: str, engine_kwargs: dict[str, Any], placements: list[Placement], *,
-                 setup: Callable[[Any], Any] | None = None, start_timeout: float = 900.0) -> None:
+    def __init__(
+        self,
+        model: str,
+        engine_kwargs: dict[str, Any],
+        placements: list[Placement],
+        *,
+        setup: Callable[[Any], Any] | None = None,
+        start_timeout: float = 900.0,
+    ) -> None:
         ctx = mp.get_context("spawn")  # a forked CUDA context or OpenMP pool is unusable
         self.placements = placements
         # One inbox per replica: a replica killed while reading cannot block the others' queue.
@@ -239,9 +262,20 @@ class ReplicaPool:
             for wave in sorted({p.wave for p in placements}):
                 members = [p for p in placements if p.wave == wave]
                 for p in members:
-                    proc = ctx.Process(target=_worker, name=f"vllm-eval-replica-{p.index}", daemon=False,
-                                       args=(model, {**engine_kwargs, **p.engine_kwargs}, p.env, p.index,
-                                             self._inboxes[p.index], self._results, setup))
+                    proc = ctx.Process(
+                        target=_worker,
+                        name=f"vllm-eval-replica-{p.index}",
+                        daemon=False,
+                        args=(
+                            model,
+                            {**engine_kwargs, **p.engine_kwargs},
+                            p.env,
+                            p.index,
+                            self._inboxes[p.index],
+                            self._results,
+                            setup,
+                        ),
+                    )
                     proc.start()
                     self._procs.append(proc)
                 self._await_ready(members, start_timeout)
@@ -265,10 +299,11 @@ class ReplicaPool:
                 for p in waiting.values():
                     proc = self._procs[p.index]
                     if not proc.is_alive():
-                        raise ReplicaError(f"{p.describe()} exited with code {proc.exitcode} while starting")
+                        raise ReplicaError(f"{p.describe()} exited with code {proc.exitcode} while starting") from None
                 if deadline <= 0:
-                    raise ReplicaError(f"{', '.join(p.describe() for p in waiting.values())} not ready "
-                                       f"after {timeout:.0f} s") from None
+                    raise ReplicaError(
+                        f"{', '.join(p.describe() for p in waiting.values())} not ready after {timeout:.0f} s"
+                    ) from None
                 continue
             if kind == "failed":
                 raise ReplicaError(f"{waiting.get(index, members[0]).describe()} failed to start: {info}")
@@ -339,8 +374,12 @@ class ReplicaPool:
                 _kill_group(proc.pid)
                 moved = sorted(self._outstanding[p.index])
                 self._outstanding[p.index] = set()
-                warnings.warn(f"{p.describe()} exited with code {proc.exitcode}; {len(moved)} pending job(s) "
-                              f"moved to the other replicas", RuntimeWarning, stacklevel=1)
+                warnings.warn(
+                    f"{p.describe()} exited with code {proc.exitcode}; {len(moved)} pending job(s) "
+                    f"moved to the other replicas",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
                 for job_id in moved:
                     self._dispatch(job_id)
 

@@ -18,13 +18,16 @@ meaningless for quality. Build them once into a directory and reuse it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 #: ChatML (Qwen2/Qwen3 style) chat template, trimmed to what the tests use: optional system turn,
@@ -55,7 +58,7 @@ def build_minilm_cross_encoder(out_dir: str | Path, seed: int = 0) -> Path:
     import torch
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from .encoder import packaged_model_path
+    from .modelinfo import packaged_model_path
 
     out = Path(out_dir)
     if (out / "config.json").is_file():
@@ -96,7 +99,9 @@ def _tiny_tokenizer(extra_tokens: tuple[str, ...] = ()):
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_train_bpe_tokenizer(vocab_size=1000), eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        tokenizer_object=_train_bpe_tokenizer(vocab_size=1000),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
         unk_token=None,
     )
     tokenizer.add_tokens(["yes", "no"])
@@ -133,24 +138,53 @@ def build_tiny_llava(out_dir: str | Path, seed: int = 0, image_size: int = 28) -
     tokenizer = _tiny_tokenizer(("<image>",))
     image_token = tokenizer.convert_tokens_to_ids("<image>")
     torch.manual_seed(seed)
-    vision = CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                              image_size=image_size, patch_size=14, projection_dim=64)
-    text = Qwen2Config(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                       tie_word_embeddings=False, eos_token_id=tokenizer.eos_token_id,
-                       pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-    config = LlavaConfig(vision_config=vision, text_config=text, image_token_index=image_token,
-                         vision_feature_select_strategy="default", vision_feature_layer=-1,
-                         projector_hidden_act="gelu", image_seq_length=(image_size // 14) ** 2)
+    vision = CLIPVisionConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=image_size,
+        patch_size=14,
+        projection_dim=64,
+    )
+    text = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=image_token,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        projector_hidden_act="gelu",
+        image_seq_length=(image_size // 14) ** 2,
+    )
     model = LlavaForConditionalGeneration(config).to(torch.float32)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out, safe_serialization=True)
-    image_processor = CLIPImageProcessor(size={"shortest_edge": image_size},
-                                         crop_size={"height": image_size, "width": image_size})
-    processor = LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=14,
-                               vision_feature_select_strategy="default", chat_template=CHATML_TEMPLATE,
-                               image_token="<image>", num_additional_image_tokens=1)
+    image_processor = CLIPImageProcessor(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        chat_template=CHATML_TEMPLATE,
+        image_token="<image>",
+        num_additional_image_tokens=1,
+    )
     processor.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -200,18 +234,39 @@ def build_tiny_qwen3(out_dir: str | Path, seed: int = 0, num_hidden_layers: int 
 
 #: Real model shapes for throughput benchmarks (weights random; only the shape matters for speed).
 RANDOM_SHAPES: dict[str, dict] = {
-    "bert-base": {"arch": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-                  "intermediate_size": 3072, "pooling": "mean"},
-    "minilm-l6": {"arch": "bert", "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
-                  "intermediate_size": 1536, "pooling": "mean"},
-    "qwen3-0.6b": {"arch": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
-                   "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936,
-                   "pooling": "lasttoken"},
+    "bert-base": {
+        "arch": "bert",
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "pooling": "mean",
+    },
+    "minilm-l6": {
+        "arch": "bert",
+        "hidden_size": 384,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 12,
+        "intermediate_size": 1536,
+        "pooling": "mean",
+    },
+    "qwen3-0.6b": {
+        "arch": "qwen3",
+        "hidden_size": 1024,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 3072,
+        "vocab_size": 151936,
+        "pooling": "lasttoken",
+    },
 }
 
 
-def build_random_embedding_model(out_dir: str | Path, shape: str, tokenizer_dir: str | Path, *,
-                                 dtype: str = "float32", seed: int = 0) -> Path:
+def build_random_embedding_model(
+    out_dir: str | Path, shape: str, tokenizer_dir: str | Path, *, dtype: str = "float32", seed: int = 0
+) -> Path:
     """Save a randomly initialised embedding model of a real shape, as a sentence-transformers folder.
 
     ``shape`` is a key of :data:`RANDOM_SHAPES` (BERT-base, MiniLM-L6, Qwen3-0.6B); the tokenizer is
@@ -239,8 +294,13 @@ def build_random_embedding_model(out_dir: str | Path, shape: str, tokenizer_dir:
         model = BertModel(config, add_pooling_layer=False)
         max_len = 512
     else:
-        config = Qwen3Config(max_position_embeddings=32768, tie_word_embeddings=True,
-                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **spec)
+        config = Qwen3Config(
+            max_position_embeddings=32768,
+            tie_word_embeddings=True,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            **spec,
+        )
         model = Qwen3Model(config)
         max_len = 8192
     model = model.to(getattr(torch, dtype))
@@ -248,20 +308,36 @@ def build_random_embedding_model(out_dir: str | Path, shape: str, tokenizer_dir:
     tokenizer.save_pretrained(out)
     dim = spec["hidden_size"]
     (out / "1_Pooling").mkdir(exist_ok=True)
-    (out / "1_Pooling" / "config.json").write_text(json.dumps(
-        {"word_embedding_dimension": dim, f"pooling_mode_{pooling}" if pooling != "mean" else "pooling_mode_mean_tokens": True}))
-    (out / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-    ]))
+    (out / "1_Pooling" / "config.json").write_text(
+        json.dumps(
+            {
+                "word_embedding_dimension": dim,
+                f"pooling_mode_{pooling}" if pooling != "mean" else "pooling_mode_mean_tokens": True,
+            }
+        )
+    )
+    (out / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+            ]
+        )
+    )
     (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_len, "do_lower_case": False}))
     return out
 
 
 @contextlib.contextmanager
-def serve_model(model: str | Path, *args: str, host: str = "127.0.0.1", port: int | None = None,
-                env: dict[str, str] | None = None, timeout: float = 300.0) -> Iterator[str]:
+def serve_model(
+    model: str | Path,
+    *args: str,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 300.0,
+) -> Iterator[str]:
     """Run ``vllm serve`` (vLLM's OpenAI-compatible server) on ``model`` while the block runs.
 
     Started as ``python -m vllm.entrypoints.openai.api_server`` (the CPU wheel's ``vllm`` console
@@ -281,8 +357,17 @@ def serve_model(model: str | Path, *args: str, host: str = "127.0.0.1", port: in
             port = s.getsockname()[1]
     defaults = {"--dtype": "float32", "--enforce-eager": None, "--kv-cache-memory-bytes": str(1 << 30)}
     flags = [str(a) for a in args]
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", host,
-           "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
     for name, value in defaults.items():
         if name not in flags:
             cmd += [name] + ([value] if value is not None else [])
@@ -319,6 +404,55 @@ def serve_model(model: str | Path, *args: str, host: str = "127.0.0.1", port: in
             proc.kill()
             proc.wait()
         log.close()
+
+
+class JsonStubHandler(BaseHTTPRequestHandler):
+    """Base of the tests' scripted HTTP servers: no request log, JSON in and out."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def read_json(self) -> object:
+        """The request body, parsed."""
+        return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+    def send_json(self, code: int, body: object) -> None:
+        """Reply ``body`` (JSON-encoded unless already bytes) with status ``code``."""
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+@contextlib.contextmanager
+def stub_server(handler: type[BaseHTTPRequestHandler], **attrs: object) -> Iterator[ThreadingHTTPServer]:
+    """A threaded HTTP server on a free loopback port running ``handler``; ``attrs`` are set on the
+    server (the handler reads them as ``self.server.<name>``). Its URL is ``url_of(server)``."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    for name, value in attrs.items():
+        setattr(srv, name, value)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def url_of(srv: ThreadingHTTPServer) -> str:
+    """``http://127.0.0.1:<port>`` of a :func:`stub_server`."""
+    return f"http://127.0.0.1:{srv.server_address[1]}"
+
+
+def text_loader(texts: list, batch_size: int = 2):
+    """The shape mteb hands to ``encode()``: a ``DataLoader`` of ``{"text": [...]}`` batches."""
+    from torch.utils.data import DataLoader
+
+    return DataLoader(
+        [{"text": t} for t in texts], batch_size=batch_size, collate_fn=lambda b: {"text": [x["text"] for x in b]}
+    )
 
 
 def row_cosines(a, b):

@@ -1,25 +1,15 @@
-"""Task lookup: our offline tasks by name, then mteb's own registry."""
+"""Task lookup: our offline tasks by name, then mteb's own registry; and whether a task's data can be had."""
 
 from __future__ import annotations
 
 import difflib
 from typing import Any
 
-OFFLINE_TASK_NAMES = (
-    "LeeDocSimilarity",
-    "SimLex999",
-    "WordSim353",
-    "PangLeePolarity",
-    "TwentyNewsgroupsMini",
-    "LeeKnownItemRetrieval",
-)
+from ..errors import DataUnavailableError, UnknownNameError
 
 
-class UnknownTaskError(KeyError):
+class UnknownTaskError(UnknownNameError):
     """A task name that is neither an offline task nor an mteb task; the message lists close names."""
-
-    def __str__(self) -> str:  # KeyError would quote the whole message
-        return str(self.args[0])
 
 
 def offline_tasks() -> dict[str, type]:
@@ -32,8 +22,8 @@ def offline_tasks() -> dict[str, type]:
 def get_tasks(names: list[str] | None = None) -> list[Any]:
     """mteb task objects for ``names`` (default: the whole offline suite).
 
-    Offline tasks are matched case-insensitively; other names go to ``mteb.get_task`` (which may
-    need the network to load data later).
+    Offline tasks are matched case-insensitively; other names go to ``mteb.get_task`` (whose data
+    comes from the hub; see :func:`check_available`).
 
     Raises:
         UnknownTaskError: naming the unknown task and up to five close names.
@@ -57,7 +47,35 @@ def get_tasks(names: list[str] | None = None) -> list[Any]:
             lowered = [k for k in known if name.lower() in k.lower() and k not in close][: 5 - len(close)]
             hint = close + lowered
             raise UnknownTaskError(
-                f"unknown task {name!r}" + (f"; close names: {', '.join(hint)}" if hint else "")
+                f"unknown task {name!r}"
+                + (f"; close names: {', '.join(hint)}" if hint else "")
                 + "; `vllm-eval tasks` lists the offline suite"
             ) from None
     return out
+
+
+def check_available(tasks: list[Any]) -> None:
+    """Fail now, by name, for a task whose data cannot be had: the hub is offline and it is not cached.
+
+    Offline tasks always pass. With the hub reachable nothing is checked (mteb downloads as usual).
+
+    Raises:
+        DataUnavailableError: naming the task, its dataset and revision.
+    """
+    from ..hub import cached_dataset, hub_offline
+
+    if not hub_offline():
+        return
+    offline = set(offline_tasks())
+    for task in tasks:
+        meta = task.metadata
+        if meta.name in offline:
+            continue
+        dataset = meta.dataset or {}
+        path, revision = dataset.get("path"), dataset.get("revision")
+        if path and not cached_dataset(path, revision):
+            raise DataUnavailableError(
+                f"task {meta.name} needs dataset {path} (revision {revision}), which is not in the local Hugging "
+                "Face cache, and the hub is offline (HF_HUB_OFFLINE or no network); download it where there is "
+                "network, or run the offline suite (`vllm-eval tasks`)"
+            )

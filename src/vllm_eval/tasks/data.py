@@ -13,7 +13,7 @@ import io
 import pickle
 import zlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +43,7 @@ def read_lines(name: str, encoding: str = "utf-8") -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-@lru_cache(maxsize=None)
+@cache
 def lee_documents() -> tuple[str, ...]:
     """The 50 news articles of Lee, Pincombe & Welsh (2005), one string each."""
     docs = tuple(read_lines("lee.cor", LEGACY_ENCODING))
@@ -52,13 +52,13 @@ def lee_documents() -> tuple[str, ...]:
     return docs
 
 
-@lru_cache(maxsize=None)
+@cache
 def lee_background_documents() -> tuple[str, ...]:
     """The 300 background articles shipped with the Lee corpus (used as retrieval distractors)."""
     return tuple(read_lines("lee_background.cor", LEGACY_ENCODING))
 
 
-@lru_cache(maxsize=None)
+@cache
 def lee_similarity_matrix() -> np.ndarray:
     """Mean human similarity ratings of the 50 Lee articles, float64 array of shape (50, 50).
 
@@ -170,7 +170,7 @@ class NewsgroupsMini:
     labels: tuple[str, ...]
 
 
-@lru_cache(maxsize=None)
+@cache
 def mini_newsgroups() -> NewsgroupsMini:
     """Load ``mini_newsgroup`` (200 posts from alt.atheism and sci.space), headers removed."""
     raw = zlib.decompress(gensim_file("mini_newsgroup").read_bytes())

@@ -6,7 +6,7 @@
   handwritten digits (UCI Optical Recognition of Handwritten Digits), upscaled to 64×64 — the
   offline analogue of eva's PatchCamelyon yes/no task.
 
-:func:`run_multiple_choice` runs a task through a :class:`~vllm_eval.generator.VllmGenerator`
+:func:`run_multiple_choice` runs a task through any generator backend (:class:`~vllm_eval.generator.base.GeneratorBase`)
 either by generating and parsing answers, or by log-likelihood of each option (lm-evaluation-harness
 style, no parsing), and writes ``results.json`` and ``samples.jsonl``.
 """
@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..errors import UnknownNameError, UsageError
 from . import data
 from .multiple_choice import (
     LETTERS,
@@ -51,8 +52,14 @@ def _pang_lee_items() -> list[MCItem]:
     items = []
     for i, (text, label) in enumerate(data.pang_lee_polarity()):
         question = f'Is the sentiment of this movie review sentence positive or negative?\n\nSentence: "{text}"'
-        items.append(MCItem(id=f"pang-lee-{i}", question=question, options=("negative", "positive"),
-                            target=0 if label == "neg" else 1))
+        items.append(
+            MCItem(
+                id=f"pang-lee-{i}",
+                question=question,
+                options=("negative", "positive"),
+                target=0 if label == "neg" else 1,
+            )
+        )
     return items
 
 
@@ -71,8 +78,10 @@ def _digit_items() -> list[MCItem]:
     imgs, targets = _digit_images()
     question = "Which digit (0-9) is handwritten in the image?"
     options = tuple(str(d) for d in range(10))
-    return [MCItem(id=f"digits-{i}", question=question, options=options, target=int(t), images=(imgs[i],))
-            for i, t in enumerate(targets)]
+    return [
+        MCItem(id=f"digits-{i}", question=question, options=options, target=int(t), images=(imgs[i],))
+        for i, t in enumerate(targets)
+    ]
 
 
 GENERATIVE_TASKS: dict[str, GenerativeTask] = {
@@ -99,17 +108,17 @@ def get_generative_task(name: str) -> GenerativeTask:
     """The generative task called ``name`` (case-insensitive).
 
     Raises:
-        KeyError: unknown task (the message lists the known ones).
+        UnknownNameError: unknown task (the message lists the known ones).
     """
     for key, task in GENERATIVE_TASKS.items():
         if key.lower() == name.lower():
             return task
-    raise KeyError(f"unknown generative task {name!r}; known: {', '.join(GENERATIVE_TASKS)}")
+    raise UnknownNameError(f"unknown generative task {name!r}; known: {', '.join(GENERATIVE_TASKS)}")
 
 
 def _budget(max_missing: float, n: int) -> int:
     if max_missing < 0:
-        raise ValueError(f"max_missing must be >= 0, got {max_missing}")
+        raise UsageError(f"max_missing must be >= 0, got {max_missing}")
     return int(max_missing * n) if max_missing <= 1 else int(max_missing)
 
 
@@ -143,14 +152,14 @@ def run_multiple_choice(
 
     Raises:
         MissingAnswersError: more missing answers than the budget (files already written).
-        ValueError: log-likelihood scoring of an image task, an unknown format or scoring.
+        UsageError: log-likelihood scoring of an image task, an unknown format or scoring.
     """
     from ..results import package_versions
 
     if scoring not in ("generate", "loglikelihood"):
-        raise ValueError(f"scoring must be 'generate' or 'loglikelihood', got {scoring!r}")
+        raise UsageError(f"scoring must be 'generate' or 'loglikelihood', got {scoring!r}")
     if scoring == "loglikelihood" and task.modality != "text":
-        raise ValueError(f"log-likelihood scoring is for text tasks; {task.name} shows images")
+        raise UsageError(f"log-likelihood scoring is for text tasks; {task.name} shows images")
     letters = task.letters if letters is None else letters
     items = task.load()[: limit if limit else None]
     budget = _budget(max_missing, len(items))
@@ -161,9 +170,16 @@ def run_multiple_choice(
         gens = generator.generate(((p, it.images) for p, it in zip(prompts, items)), total=len(items))
         preds = [extract_answer(g.output, answer_format, it.options, letters=letters) for g, it in zip(gens, items)]
         for it, g, p in zip(items, gens, preds):
-            samples.append({"id": it.id, "prompt": g.prompt, "output": g.output,
-                            "parsed": None if p is None else it.options[p], "target": it.options[it.target],
-                            "correct": p == it.target})
+            samples.append(
+                {
+                    "id": it.id,
+                    "prompt": g.prompt,
+                    "output": g.output,
+                    "parsed": None if p is None else it.options[p],
+                    "target": it.options[it.target],
+                    "correct": p == it.target,
+                }
+            )
     else:
         contexts, conts, owners = [], [], []
         for k, it in enumerate(items):
@@ -178,17 +194,31 @@ def run_multiple_choice(
             per_item[k].append(float(s))
         preds = [int(np.argmax(s)) for s in per_item]
         for it, s, p in zip(items, per_item, preds):
-            samples.append({"id": it.id, "prompt": generator.render(build_prompt(it, "raw", letters=letters)),
-                            "output": {"loglikelihoods": dict(zip(it.options, s))}, "parsed": it.options[p],
-                            "target": it.options[it.target], "correct": p == it.target})
+            samples.append(
+                {
+                    "id": it.id,
+                    "prompt": generator.render(build_prompt(it, "raw", letters=letters)),
+                    "output": {"loglikelihoods": dict(zip(it.options, s))},
+                    "parsed": it.options[p],
+                    "target": it.options[it.target],
+                    "correct": p == it.target,
+                }
+            )
     n_options = max(len(it.options) for it in items) if items else 0
     metrics = mc_metrics([it.target for it in items], preds, n_options)
     results = {
         "task": task.name,
         "metrics": metrics,
-        "config": {"answer_format": answer_format if scoring == "generate" else None, "scoring": scoring,
-                   "letters": letters, "reasoning": reasoning, "limit": limit, "max_missing": max_missing,
-                   "missing_budget": budget, "sampling": {**_sampling_dict(generator)}},
+        "config": {
+            "answer_format": answer_format if scoring == "generate" else None,
+            "scoring": scoring,
+            "letters": letters,
+            "reasoning": reasoning,
+            "limit": limit,
+            "max_missing": max_missing,
+            "missing_budget": budget,
+            "sampling": {**_sampling_dict(generator)},
+        },
         "model": generator.model,
         "engine_kwargs": getattr(generator, "engine_kwargs", None),
         "seed": getattr(generator.sampling, "seed", None),
@@ -205,8 +235,10 @@ def run_multiple_choice(
     missing = int(metrics["missing"])
     if missing > budget:
         where = f"; results and samples are in {output_dir}" if output_dir else ""
-        raise MissingAnswersError(f"{missing} of {len(items)} outputs had no parsable {answer_format} answer, over the "
-                                  f"budget of {budget} (max_missing={max_missing}){where}")
+        raise MissingAnswersError(
+            f"{missing} of {len(items)} outputs had no parsable {answer_format} answer, over the "
+            f"budget of {budget} (max_missing={max_missing}){where}"
+        )
     results["samples"] = samples
     return results
 

@@ -22,13 +22,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..errors import MissingAnswersError, UsageError
+
+__all__ = [
+    "ANSWER_FORMATS",
+    "MCItem",
+    "MissingAnswersError",
+    "build_prompt",
+    "extract_answer",
+    "match_option",
+    "mc_metrics",
+]
+
 AnswerFormat = Literal["json", "xml", "boxed", "raw"]
 ANSWER_FORMATS: tuple[str, ...] = ("json", "xml", "boxed", "raw")
 LETTERS = string.ascii_uppercase
-
-
-class MissingAnswersError(RuntimeError):
-    """More outputs than the missing budget allows had no parsable answer (results were still written)."""
 
 
 @dataclass(frozen=True)
@@ -58,8 +66,9 @@ _FORMAT_INSTRUCTIONS = {
 }
 
 
-def build_prompt(item: MCItem, answer_format: AnswerFormat = "json", *, letters: bool = True,
-                 reasoning: bool = False) -> str:
+def build_prompt(
+    item: MCItem, answer_format: AnswerFormat = "json", *, letters: bool = True, reasoning: bool = False
+) -> str:
     """The user-turn text for ``item``: question, options, and how to answer.
 
     Args:
@@ -68,12 +77,12 @@ def build_prompt(item: MCItem, answer_format: AnswerFormat = "json", *, letters:
         reasoning: ask for brief reasoning before the final answer.
 
     Raises:
-        ValueError: an unknown answer format, or more options than letters.
+        UsageError: an unknown answer format, or more options than letters.
     """
     if answer_format not in _FORMAT_INSTRUCTIONS:
-        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+        raise UsageError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
     if letters and len(item.options) > len(LETTERS):
-        raise ValueError(f"{len(item.options)} options exceed the {len(LETTERS)} letters")
+        raise UsageError(f"{len(item.options)} options exceed the {len(LETTERS)} letters")
     if letters:
         listed = "\n".join(f"{LETTERS[i]}. {opt}" for i, opt in enumerate(item.options))
         what = "letter of the correct option"
@@ -130,12 +139,13 @@ def _last_json_answer(output: str) -> Any:
     return None
 
 
-def extract_answer(output: str, answer_format: AnswerFormat, options: Sequence[str], *,
-                   letters: bool = True) -> int | None:
+def extract_answer(
+    output: str, answer_format: AnswerFormat, options: Sequence[str], *, letters: bool = True
+) -> int | None:
     """The option index an ``output`` gives in ``answer_format``, or None when it gives none.
 
     Raises:
-        ValueError: an unknown answer format.
+        UsageError: an unknown answer format.
     """
     if answer_format == "json":
         raw: Any = _last_json_answer(output)
@@ -155,7 +165,7 @@ def extract_answer(output: str, answer_format: AnswerFormat, options: Sequence[s
         if raw is not None:
             raw = re.sub(r"^(final\s+)?answer\s*[:\-]\s*", "", raw.strip(), flags=re.IGNORECASE)
     else:
-        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+        raise UsageError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
     return match_option(raw, options, letters=letters)
 
 
@@ -173,5 +183,10 @@ def mc_metrics(targets: Sequence[int], predictions: Sequence[int | None], n_opti
     accuracy = sum(int(p == t) for p, t in zip(y_pred, targets)) / n if n else 0.0
     f1 = float(f1_score(list(targets), y_pred, labels=list(range(n_options)), average="macro", zero_division=0))
     missing = sum(p is None for p in predictions)
-    return {"accuracy": accuracy, "macro_f1": f1, "missing": float(missing), "missing_rate": missing / n if n else 0.0,
-            "n_samples": float(n)}
+    return {
+        "accuracy": accuracy,
+        "macro_f1": f1,
+        "missing": float(missing),
+        "missing_rate": missing / n if n else 0.0,
+        "n_samples": float(n),
+    }

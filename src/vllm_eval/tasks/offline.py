@@ -221,11 +221,7 @@ class PangLeePolarity(_OfflineTask, AbsTaskClassification):
         rows = data.pang_lee_polarity()
         names = sorted({label for _, label in rows})
         return DatasetDict(
-            {
-                "test": Dataset.from_dict(
-                    {"text": [t for t, _ in rows], "label": [names.index(lab) for _, lab in rows]}
-                )
-            }
+            {"test": Dataset.from_dict({"text": [t for t, _ in rows], "label": [names.index(lab) for _, lab in rows]})}
         )
 
 

@@ -1,9 +1,11 @@
 """Model presets: the recipes a model needs beyond its files, in one registry for every kind of model.
 
-A preset holds engine options (``hf_overrides`` ...), prompt templates and defaults under a short
-name. Rerankers, embedding models and generative models all register here with
-``@register_model("name")`` on a function returning the preset; ``vllm-eval models`` lists them.
-Registering a name twice is an error.
+A preset holds engine options (``hf_overrides`` ...), prompts, templates and defaults under a short
+name. Embedding models, rerankers and generative models all register here with
+``@register_preset("name")`` on a function returning the preset; ``vllm-eval models`` lists them and
+what each sets. Every backend of a kind applies its kind's presets the same way
+(:func:`resolve_preset`): the one named, else the one whose pattern matches the model. Registering
+a name twice is an error.
 
 The Qwen3-Reranker recipe follows vLLM's own example (examples/offline_inference/qwen3_reranker.py)
 and the model card: the causal LM is loaded as ``Qwen3ForSequenceClassification`` whose single score
@@ -14,12 +16,22 @@ references: nDCG@10 0.335 with the template, 0.257 without).
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from .errors import UnknownNameError, UsageError
+
 PresetKind = Literal["embedding", "reranker", "language", "multimodal"]
+#: The backend kind (see :mod:`vllm_eval.backends`) that applies presets of each preset kind.
+BACKEND_KIND: dict[str, str] = {
+    "embedding": "encoder",
+    "reranker": "reranker",
+    "language": "generator",
+    "multimodal": "generator",
+}
 
 
 @dataclass(frozen=True)
@@ -38,11 +50,11 @@ class ScoreTemplate:
 
     def __post_init__(self) -> None:
         if "{query}" not in self.query_template:
-            raise ValueError(f"query_template must contain '{{query}}': {self.query_template!r}")
+            raise UsageError(f"query_template must contain '{{query}}': {self.query_template!r}")
         if "{document}" not in self.document_template:
-            raise ValueError(f"document_template must contain '{{document}}': {self.document_template!r}")
+            raise UsageError(f"document_template must contain '{{document}}': {self.document_template!r}")
         if "{instruction}" in self.query_template and self.default_instruction is None:
-            raise ValueError("a query_template with {instruction} needs a default_instruction")
+            raise UsageError("a query_template with {instruction} needs a default_instruction")
 
     def query(self, query: str, instruction: str | None = None) -> str:
         """The formatted query part."""
@@ -89,23 +101,39 @@ class ModelPreset:
     image_position: Literal["before", "after"] = "before"
     description: str = ""
 
+    @property
+    def backend_kind(self) -> str:
+        """``encoder``, ``reranker`` or ``generator``: the backends that apply this preset."""
+        return BACKEND_KIND[self.kind]
+
+    def settings(self) -> dict[str, Any]:
+        """What the preset sets, by field name (fields left at their defaults are left out)."""
+        skip = {"name", "kind", "model", "patterns", "description"}
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+            if f.name not in skip and value != default:
+                out[f.name] = value
+        return out
+
 
 _REGISTRY: dict[str, ModelPreset] = {}
 
 
-def register_model(name: str) -> Callable[[Callable[[], ModelPreset]], Callable[[], ModelPreset]]:
+def register_preset(name: str) -> Callable[[Callable[[], ModelPreset]], Callable[[], ModelPreset]]:
     """Decorator registering the preset returned by a zero-argument function under ``name``.
 
     Raises:
-        ValueError: ``name`` is already registered, or the preset's own name differs.
+        UsageError: ``name`` is already registered, or the preset's own name differs.
     """
 
     def deco(fn: Callable[[], ModelPreset]) -> Callable[[], ModelPreset]:
         if name in _REGISTRY:
-            raise ValueError(f"model preset {name!r} is already registered")
+            raise UsageError(f"model preset {name!r} is already registered")
         preset = fn()
         if preset.name != name:
-            raise ValueError(f"preset registered as {name!r} calls itself {preset.name!r}")
+            raise UsageError(f"preset registered as {name!r} calls itself {preset.name!r}")
         _REGISTRY[name] = preset
         return fn
 
@@ -116,12 +144,16 @@ def get_preset(name: str) -> ModelPreset:
     """The preset called ``name``.
 
     Raises:
-        KeyError: unknown name (the message lists the registered ones).
+        UnknownNameError: unknown name (the message lists the registered ones, closest first).
     """
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise KeyError(f"unknown model preset {name!r}; registered: {', '.join(sorted(_REGISTRY))}") from None
+        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=3, cutoff=0.5)
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        raise UnknownNameError(
+            f"unknown model preset {name!r}{hint}; registered: {', '.join(sorted(_REGISTRY))}"
+        ) from None
 
 
 def find_preset(model: str, kind: PresetKind | None = None) -> ModelPreset | None:
@@ -132,6 +164,29 @@ def find_preset(model: str, kind: PresetKind | None = None) -> ModelPreset | Non
             continue
         if any(fnmatch.fnmatch(text, p.lower()) for p in preset.patterns):
             return preset
+    return None
+
+
+def resolve_preset(model: str | None, kind: str, preset: str | ModelPreset | None = None) -> ModelPreset | None:
+    """The preset a backend of ``kind`` (``encoder``, ``reranker``, ``generator``) applies to ``model``.
+
+    ``preset`` given (a name or a :class:`ModelPreset`) wins; otherwise the first registered
+    preset of that kind whose pattern matches ``model``; None when nothing matches.
+
+    Raises:
+        UnknownNameError: an unknown preset name.
+        UsageError: a preset of another kind (e.g. a reranker preset for an encoder).
+    """
+    if preset is not None:
+        p = preset if isinstance(preset, ModelPreset) else get_preset(preset)
+        if p.backend_kind != kind:
+            raise UsageError(f"preset {p.name!r} is for {p.backend_kind}s, not {kind}s (see `vllm-eval models`)")
+        return p
+    if not model:
+        return None
+    for p in _REGISTRY.values():
+        if p.backend_kind == kind and any(fnmatch.fnmatch(str(model).lower(), pat.lower()) for pat in p.patterns):
+            return p
     return None
 
 
@@ -149,7 +204,7 @@ QWEN3_RERANKER_PREFIX = (
 QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
-@register_model("qwen3-reranker")
+@register_preset("qwen3-reranker")
 def _qwen3_reranker() -> ModelPreset:
     return ModelPreset(
         name="qwen3-reranker",
@@ -174,7 +229,7 @@ def _qwen3_reranker() -> ModelPreset:
     )
 
 
-@register_model("all-minilm-l6-v2")
+@register_preset("all-minilm-l6-v2")
 def _minilm() -> ModelPreset:
     return ModelPreset(
         name="all-minilm-l6-v2",
@@ -185,7 +240,7 @@ def _minilm() -> ModelPreset:
     )
 
 
-@register_model("e5")
+@register_preset("e5")
 def _e5() -> ModelPreset:
     return ModelPreset(
         name="e5",
@@ -197,7 +252,7 @@ def _e5() -> ModelPreset:
     )
 
 
-@register_model("qwen3-embedding")
+@register_preset("qwen3-embedding")
 def _qwen3_embedding() -> ModelPreset:
     return ModelPreset(
         name="qwen3-embedding",
@@ -209,7 +264,7 @@ def _qwen3_embedding() -> ModelPreset:
     )
 
 
-@register_model("qwen3")
+@register_preset("qwen3")
 def _qwen3() -> ModelPreset:
     return ModelPreset(
         name="qwen3",
@@ -220,7 +275,7 @@ def _qwen3() -> ModelPreset:
     )
 
 
-@register_model("gemma-2")
+@register_preset("gemma-2")
 def _gemma2() -> ModelPreset:
     return ModelPreset(
         name="gemma-2",
@@ -231,7 +286,7 @@ def _gemma2() -> ModelPreset:
     )
 
 
-@register_model("qwen2.5-vl")
+@register_preset("qwen2.5-vl")
 def _qwen25_vl() -> ModelPreset:
     return ModelPreset(
         name="qwen2.5-vl",
@@ -244,7 +299,7 @@ def _qwen25_vl() -> ModelPreset:
     )
 
 
-@register_model("llava-1.5")
+@register_preset("llava-1.5")
 def _llava() -> ModelPreset:
     return ModelPreset(
         name="llava-1.5",

@@ -1,24 +1,37 @@
-"""The reference backend: the same encoder interface over sentence-transformers (``--backend st``).
+"""The reference encoder: sentence-transformers behind the same interface (``--backend st``).
 
 Prompts, instructions, input checks, chunking, truncation reports and metadata are the ones of
-:class:`vllm_eval.encoder.TextEncoder`; only the model call differs. Parity tests compare the two.
+:class:`~vllm_eval.encoder.base.EncoderBase`; only the model call differs. Parity tests compare
+this backend with :class:`~vllm_eval.encoder.vllm.VllmEncoder`.
 """
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
 
 import numpy as np
 
-from .encoder import BatchTokenizer, TextEncoder, packaged_model_path
-from .engine import resolve_model
-from .modelinfo import build_model_meta
-from .prompts import InstructionTemplate, PromptResolver
+from ..errors import UsageError
+from ..modelinfo import ModelRef, build_model_meta
+from ..prompts import InstructionTemplate, resolve_prompting
+from ..streaming import BatchTokenizer
+from .base import EncoderBase
 
-_DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16", "half": "float16",
-           "bfloat16": "bfloat16", "bf16": "bfloat16", "auto": "auto"}
+#: dtype names accepted (vLLM's spellings and torch's) -> the torch dtype name.
+ST_DTYPES = {
+    "float32": "float32",
+    "float": "float32",
+    "fp32": "float32",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "auto": "auto",
+}
 
 
-class SentenceTransformerEncoder(TextEncoder):
+class SentenceTransformerEncoder(EncoderBase):
     """mteb ``EncoderProtocol`` over ``sentence_transformers.SentenceTransformer``.
 
     Args:
@@ -31,14 +44,23 @@ class SentenceTransformerEncoder(TextEncoder):
         dimensions: matryoshka width (sentence-transformers' ``truncate_dim``).
         normalize: force L2 normalisation; None follows the model's modules.
         trust_remote_code: allow the model repository's own code (default False).
-        Other arguments as for :class:`vllm_eval.encoder.VllmEncoder`.
+        preset, model_name, prompts, instruction_template, instructions,
+        apply_instruction_to_documents, chunk_size, show_progress_bar: as for
+            :class:`~vllm_eval.encoder.vllm.VllmEncoder`.
+
+    Raises:
+        UsageError: an unknown dtype, a bad ``dimensions``, an unknown preset.
+        ModelNotFoundError: a model path that does not exist.
     """
+
+    engine_options: ClassVar[frozenset[str] | None] = frozenset({"dtype", "max_model_len", "trust_remote_code"})
 
     def __init__(
         self,
-        model: str | None = None,
+        model: str | ModelRef | None = None,
         revision: str | None = None,
         *,
+        preset: Any = None,
         model_name: str | None = None,
         prompts: dict[str, str] | None = None,
         instruction_template: InstructionTemplate | None = None,
@@ -54,44 +76,57 @@ class SentenceTransformerEncoder(TextEncoder):
         show_progress_bar: bool = True,
         trust_remote_code: bool = False,
     ) -> None:
-        self.prompting = PromptResolver(
+        from sentence_transformers import SentenceTransformer
+
+        if dtype not in ST_DTYPES:
+            raise UsageError(f"dtype must be one of {', '.join(ST_DTYPES)}, got {dtype!r}")
+        if dimensions is not None and (
+            isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
+        ):
+            raise UsageError(f"dimensions must be a positive int, got {dimensions!r}")
+        ref = ModelRef.resolve(model, revision)
+        prompting, self.preset = resolve_prompting(
+            ref.path,
+            "encoder",
+            preset=preset,
             prompts=prompts,
             instruction_template=instruction_template,
             instructions=instructions,
             apply_instruction_to_documents=apply_instruction_to_documents,
         )
-        from sentence_transformers import SentenceTransformer
-
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-        self.model = resolve_model(model or packaged_model_path())
         self.st = SentenceTransformer(
-            self.model,
+            ref.path,
             revision=revision,
             device=device,
             trust_remote_code=trust_remote_code,
             truncate_dim=dimensions,
-            model_kwargs={"torch_dtype": _DTYPES[dtype]},
+            model_kwargs={"torch_dtype": ST_DTYPES[dtype]},
         )
         if max_model_len is not None:
             self.st.max_seq_length = int(max_model_len)
-        self.max_length = int(self.st.max_seq_length)
+        max_length = int(self.st.max_seq_length)
+        self.dtype = ST_DTYPES[dtype]
         self.normalize = normalize
         self.batch_size = batch_size
-        self.chunk_size = chunk_size
-        self.show_progress_bar = show_progress_bar
-        first = self.st[0]
-        self.tokenize = BatchTokenizer(self.st.tokenizer, self.max_length, bool(getattr(first, "do_lower_case", False)))
-        self.mteb_model_meta = build_model_meta(
-            self.model,
+        lower = bool(getattr(self.st[0], "do_lower_case", False))
+        meta = build_model_meta(
+            ref,
             revision=revision,
             model_name=model_name,
             embed_dim=dimensions,
-            max_model_len=self.max_length,
+            max_model_len=max_length,
             framework=["Sentence Transformers", "PyTorch"],
-            use_instructions=instruction_template is not None,
+            use_instructions=prompting.instruction_template is not None,
         )
-        self.name = self.mteb_model_meta.name
+        super().__init__(
+            model=ref.path,
+            meta=meta,
+            prompting=prompting,
+            max_length=max_length,
+            tokenizer=BatchTokenizer(self.st.tokenizer, max_length, lower),
+            chunk_size=chunk_size,
+            show_progress_bar=show_progress_bar,
+        )
 
     def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
         del ids  # sentence-transformers tokenizes itself; ids only served the truncation count

@@ -1,0 +1,262 @@
+"""``VllmEncoder``: mteb's ``EncoderProtocol`` over vLLM's pooling runner (``embed``).
+
+``mteb.evaluate(VllmEncoder("path/or/org-name"), tasks)`` works unchanged. Compared with mteb's own
+``VllmEncoderWrapper`` (mteb/models/vllm_wrapper.py): static prompts reach the model, model metadata
+is read offline, ``trust_remote_code`` defaults to False, texts are tokenized here in batches and
+sent as token ids (truncation counted and reported), and the engine is shared and shut down.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..engine import EngineUser, acquire_engine, first_request_error, merge_engine_kwargs
+from ..errors import EngineError, UsageError
+from ..modelinfo import ModelRef, build_model_meta
+from ..prompts import InstructionTemplate, resolve_prompting
+from ..replicas import ReplicaPool, plan_replicas
+from ..streaming import BatchTokenizer
+from .base import EncoderBase
+
+
+class VllmEncoder(EngineUser, EncoderBase):
+    """mteb ``EncoderProtocol`` over vLLM's pooling runner (``LLM.embed``).
+
+    Args:
+        model: local model directory or hub id; defaults to the packaged all-MiniLM-L6-v2.
+        revision: hub revision (also recorded in results).
+        preset: an embedding preset name (``"e5"``, see ``vllm-eval models``); when None, a preset
+            whose pattern matches ``model`` applies. Its prompts, instruction template and engine
+            options fill what is not given here.
+        model_name: name recorded in results (``org/name``); read from the files when None.
+        prompts, instruction_template, instructions, apply_instruction_to_documents: see
+            :mod:`vllm_eval.prompts`.
+        dimensions: matryoshka output width, sent as ``PoolingParams(dimensions=...)``.
+        normalize: force L2 normalisation on/off (``PoolingParams.use_activation``); None follows
+            the model's pooler config (sentence-transformers ``Normalize`` module).
+        chunk_size: texts tokenized and handed to the engine per step (mteb's ``batch_size`` is
+            too small for vLLM's continuous batching and is not used).
+        show_progress_bar: progress bar per ``encode`` call.
+        pretokenize: send token ids tokenized here (default, faster); False sends text and lets
+            vLLM tokenize (its own path, kept for comparison and parity tests).
+        data_parallel_size: engine replicas over the machine's GPUs (each with
+            ``tensor_parallel_size`` GPUs), or over disjoint core sets on the CPU build; chunks are
+            spread over them and results kept in input order. See :mod:`vllm_eval.replicas`.
+        replicas_per_gpu: engines sharing each GPU (group), for models too small to keep one busy;
+            ``gpu_memory_utilization`` is divided among them unless given.
+        device: part of mteb's signature; vLLM's build decides the device.
+        trust_remote_code: run the model repository's own code (default False).
+        **engine_kwargs: vLLM ``EngineArgs`` by their names (``dtype``, ``max_model_len``,
+            ``max_num_seqs``, ``tensor_parallel_size``, ``gpu_memory_utilization``,
+            ``enforce_eager``, ``hf_overrides``, ``pooler_config``, ``seed`` ...), plus
+            ``head_dtype`` (the pooling head's dtype). CPU defaults come from
+            :func:`vllm_eval.engine.default_engine_kwargs`.
+
+    Raises:
+        ModelNotFoundError: a model path that does not exist.
+        OptionError: an unknown engine option or one with a bad value.
+        UsageError: ``dimensions`` for a model without matryoshka support, or out of range; more
+            replicas than GPUs or cores; an unknown preset.
+        EngineError: vLLM failed to start.
+        ReplicaError: a replica failed to start (its reason in the message).
+    """
+
+    engine_options: ClassVar[frozenset[str] | None] = None
+
+    def __init__(
+        self,
+        model: str | ModelRef | None = None,
+        revision: str | None = None,
+        *,
+        preset: Any = None,
+        model_name: str | None = None,
+        prompts: dict[str, str] | None = None,
+        instruction_template: InstructionTemplate | None = None,
+        instructions: dict[str, str] | None = None,
+        apply_instruction_to_documents: bool = False,
+        dimensions: int | None = None,
+        normalize: bool | None = None,
+        chunk_size: int = 1024,
+        show_progress_bar: bool = True,
+        pretokenize: bool = True,
+        data_parallel_size: int = 1,
+        replicas_per_gpu: int = 1,
+        device: str | None = None,
+        trust_remote_code: bool = False,
+        **engine_kwargs: Any,
+    ) -> None:
+        del device  # part of mteb's EncoderProtocol signature; vLLM's build decides the device
+        if dimensions is not None and (
+            isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
+        ):
+            raise UsageError(f"dimensions must be a positive int, got {dimensions!r}")
+        ref = ModelRef.resolve(model, revision)
+        prompting, found = resolve_prompting(
+            ref.path,
+            "encoder",
+            preset=preset,
+            prompts=prompts,
+            instruction_template=instruction_template,
+            instructions=instructions,
+            apply_instruction_to_documents=apply_instruction_to_documents,
+        )
+        self.preset = found
+        self.dimensions = dimensions
+        self.normalize = normalize
+        self.pretokenize = pretokenize
+        self.engine_kwargs = {
+            "runner": "pooling",
+            "convert": "embed",
+            "trust_remote_code": trust_remote_code,
+            **merge_engine_kwargs(
+                found.engine_kwargs if found else None,
+                engine_kwargs,
+                {"revision": revision} if revision is not None else None,
+            ),
+        }
+        self.pool: ReplicaPool | None = None
+        with self.closed_on_error():
+            if data_parallel_size * replicas_per_gpu > 1:
+                placements = plan_replicas(
+                    data_parallel_size,
+                    replicas_per_gpu,
+                    tensor_parallel_size=self.engine_kwargs.get("tensor_parallel_size") or 1,
+                    engine_kwargs=self.engine_kwargs,
+                )
+                self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=engine_info)
+                # Chunks are split over the replicas: each still gets chunk_size texts per job.
+                chunk_size *= len(self.pool)
+                self.max_in_flight = 2
+                info = self.pool.info
+            else:
+                self.llm = acquire_engine(ref, **self.engine_kwargs)
+                info = engine_info(self.llm)
+            self._check_dimensions(ref.path, info)
+            max_length = info["max_model_len"]
+            meta = build_model_meta(
+                ref,
+                revision=revision,
+                model_name=model_name,
+                embed_dim=dimensions,
+                max_model_len=max_length,
+                use_instructions=prompting.instruction_template is not None,
+            )
+            super().__init__(
+                model=ref.path,
+                meta=meta,
+                prompting=prompting,
+                max_length=max_length,
+                tokenizer=BatchTokenizer(info["tokenizer"], max_length, info["do_lower_case"]),
+                chunk_size=chunk_size,
+                show_progress_bar=show_progress_bar,
+            )
+
+    def _check_dimensions(self, model: str, info: dict[str, Any]) -> None:
+        if self.dimensions is None:
+            return
+        if not info["is_matryoshka"]:
+            raise UsageError(
+                f"model {model!r} does not support matryoshka embeddings, so dimensions="
+                f"{self.dimensions} cannot be applied; leave dimensions unset (or, if the model was "
+                "trained for it, pass hf_overrides={'matryoshka_dimensions': [...]})"
+            )
+        allowed = info["matryoshka_dimensions"]
+        width = info["embedding_size"]
+        if allowed and self.dimensions not in allowed:
+            raise UsageError(f"model {model!r} supports dimensions {list(allowed)}, not {self.dimensions}")
+        if not 1 <= self.dimensions <= width:
+            raise UsageError(f"dimensions must be in [1, {width}] for model {model!r}, got {self.dimensions}")
+
+    def _payload(self, texts: list[str], ids: list[list[int]]) -> tuple[list[Any], int | None, bool | None]:
+        return (ids if self.pretokenize else texts), self.dimensions, self.normalize
+
+    @staticmethod
+    def _named(texts: list[str], result: tuple[np.ndarray | None, tuple[int, str] | None]) -> np.ndarray:
+        array, error = result
+        if error is not None:
+            i, reason = error
+            raise EngineError(f"vLLM failed on input {texts[i]!r:.80}: {reason}")
+        return array
+
+    def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
+        return self._named(texts, embed_job(self.llm, self._payload(texts, ids)))
+
+    def _submit_chunk(self, texts: list[str], ids: list[list[int]]) -> Future:
+        if self.pool is None:
+            return super()._submit_chunk(texts, ids)
+        # One job per replica, so even a single chunk keeps every replica busy.
+        size = -(-len(texts) // len(self.pool))
+        starts = list(range(0, len(texts), size))
+        parts = [self.pool.submit(embed_job, self._payload(texts[i : i + size], ids[i : i + size])) for i in starts]
+        combined: Future = Future()
+        pending = [len(parts)]
+        lock = threading.Lock()
+
+        def done(_: Future) -> None:
+            with lock:
+                pending[0] -= 1
+                if pending[0]:
+                    return
+            try:
+                combined.set_result(
+                    np.concatenate(
+                        [self._named(texts[i : i + size], f.result()) for i, f in zip(starts, parts, strict=True)]
+                    )
+                )
+            except BaseException as exc:
+                combined.set_exception(exc)
+
+        for f in parts:
+            f.add_done_callback(done)
+        return combined
+
+    def close(self) -> None:
+        """Release the engine, or stop the replicas. Idempotent."""
+        pool, self.pool = getattr(self, "pool", None), None
+        if pool is not None:
+            pool.close()
+        super().close()
+
+
+def engine_info(llm: Any) -> dict[str, Any]:
+    """What an encoder needs from an engine: its tokenizer and limits (picklable, for replicas)."""
+    config = llm.model_config
+    encoder_config = getattr(config, "encoder_config", None) or {}
+    return {
+        "tokenizer": llm.get_tokenizer(),
+        "max_model_len": int(config.max_model_len),
+        "do_lower_case": bool(encoder_config.get("do_lower_case", False)),
+        "is_matryoshka": bool(config.is_matryoshka),
+        "matryoshka_dimensions": list(config.matryoshka_dimensions or []),
+        "embedding_size": int(config.embedding_size),
+    }
+
+
+def embed_job(
+    llm: Any, payload: tuple[list[Any], int | None, bool | None]
+) -> tuple[np.ndarray | None, tuple[int, str] | None]:
+    """Embed one chunk on ``llm``: token-id lists (or texts) -> float32 (n, dim).
+
+    The single code path of the in-process engine and of every replica. Returns the array and
+    None, or None and ``(index, vLLM's reason)`` for the first input vLLM failed on, so the
+    caller can name the text (a replica does not hold the texts).
+    """
+    from vllm import PoolingParams
+    from vllm.inputs import TokensPrompt
+
+    inputs, dimensions, normalize = payload
+    params = PoolingParams(dimensions=dimensions, use_activation=normalize)
+    if inputs and isinstance(inputs[0], str):
+        outputs = llm.embed(
+            inputs, pooling_params=params, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1}
+        )
+    else:
+        outputs = llm.embed([TokensPrompt(prompt_token_ids=x) for x in inputs], pooling_params=params, use_tqdm=False)
+    failed = first_request_error(outputs)
+    if failed is not None:
+        return None, failed
+    return np.asarray([o.outputs.embedding for o in outputs], dtype=np.float32), None

@@ -1,0 +1,185 @@
+"""``GeneratorBase``: what every generator backend shares — chat messages, sampling defaults, the streamed loop.
+
+The counterpart of kaiko's eva ``VLLMTextModel``/``VLLMMultimodalModel`` wrappers, as one base:
+prompts are built as chat messages in one place (:meth:`GeneratorBase.messages`: system prompt,
+images before or after the text) and streamed to the backend in chunks with a progress display.
+Sampling defaults are the evaluation ones (greedy, ``top_p=1``, fixed seed), each overridable by
+its ``SamplingParams`` name. A backend implements :meth:`~GeneratorBase._generate_chunk`,
+:meth:`~GeneratorBase.image_part` and :meth:`~GeneratorBase.render`, and declares whether it can
+score log-likelihoods (:attr:`~GeneratorBase.supports_loglikelihood`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from ..backends import BackendBase
+from ..errors import OptionError, UsageError
+from ..progress import input_bar
+from ..streaming import chunked
+
+#: Evaluation sampling defaults: greedy and reproducible. ``max_tokens`` bounds an answer.
+DEFAULT_SAMPLING: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "seed": 0}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generated answer: the prompt as rendered for the model, the raw output text, token counts."""
+
+    prompt: str
+    output: str
+    prompt_tokens: int
+    output_tokens: int
+
+
+def sampling_params(overrides: dict[str, Any] | None = None):
+    """``vllm.SamplingParams`` from :data:`DEFAULT_SAMPLING` updated with ``overrides``.
+
+    Raises:
+        OptionError: an override that is not a ``SamplingParams`` field (named in the message).
+        UsageError: a value vLLM rejects (its reason in the message).
+    """
+    import inspect
+
+    from vllm import SamplingParams
+
+    params = {**DEFAULT_SAMPLING, **(overrides or {})}
+    known = set(inspect.signature(SamplingParams).parameters) | set(getattr(SamplingParams, "__struct_fields__", ()))
+    bad = sorted(set(params) - known)
+    if bad:
+        raise OptionError(f"unknown SamplingParams option(s): {', '.join(bad)}")
+    try:
+        return SamplingParams(**params)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"sampling options {overrides}: {exc}") from None
+
+
+def to_pil(image: Any):
+    """A PIL image from a PIL image or an array (H, W) / (H, W, C), uint8 or float in [0, 1].
+
+    Raises:
+        OptionError: an array of another shape.
+    """
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        return image.convert("RGB")
+    arr = np.asarray(image)
+    if arr.dtype != np.uint8:
+        arr = np.clip(arr * (255.0 if arr.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8)
+    if arr.ndim == 2:
+        return Image.fromarray(arr, mode="L").convert("RGB")
+    if arr.ndim == 3 and arr.shape[-1] in (1, 3, 4):
+        return Image.fromarray(arr.squeeze(-1) if arr.shape[-1] == 1 else arr).convert("RGB")
+    raise OptionError(f"image of shape {arr.shape} is neither (H, W) nor (H, W, C)")
+
+
+class GeneratorBase(BackendBase, ABC):
+    """Base of the generator backends: the chat messages of a sample, and the streamed generate loop.
+
+    Args:
+        model: the resolved model path, hub id or served name.
+        system_prompt: system message; merged into the user turn when :attr:`system_role` is off.
+        raw_prompts: send the text as is, without a chat template (and so without a system turn).
+        image_position: ``"before"`` or ``"after"`` the text in the user turn.
+        sampling: ``SamplingParams`` overrides of :data:`DEFAULT_SAMPLING` (validated here).
+        chunk_size: samples handed to the backend per step.
+        show_progress_bar: show a progress bar over the samples.
+
+    Raises:
+        UsageError: a bad ``image_position`` or ``chunk_size``, or sampling values vLLM rejects.
+        OptionError: an unknown sampling option.
+    """
+
+    #: The backend can score continuations by log-likelihood (:meth:`loglikelihoods`).
+    supports_loglikelihood: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        system_prompt: str | None = None,
+        raw_prompts: bool = False,
+        image_position: Literal["before", "after"] = "before",
+        sampling: dict[str, Any] | None = None,
+        chunk_size: int = 256,
+        show_progress_bar: bool = True,
+    ) -> None:
+        if image_position not in ("before", "after"):
+            raise UsageError(f"image_position must be 'before' or 'after', got {image_position!r}")
+        super().__init__(model=model, chunk_size=chunk_size, show_progress_bar=show_progress_bar)
+        self.system_prompt = system_prompt
+        self.raw_prompts = raw_prompts
+        #: False when the chat template has no system turn: the system prompt joins the user turn.
+        self.system_role = not raw_prompts
+        self.image_position = image_position
+        self.sampling = sampling_params(sampling)
+        self.sampling_overrides = dict(sampling or {})
+
+    @abstractmethod
+    def image_part(self, image: Any) -> dict[str, Any]:
+        """One image as a chat content part (in-process: ``image_pil``; remote: a data URL)."""
+
+    @abstractmethod
+    def render(self, text: str) -> str:
+        """The prompt of a text-only sample as recorded in the samples file."""
+
+    @abstractmethod
+    def _generate_chunk(self, chunk: list[tuple[str, Sequence[Any]]], offset: int) -> list[Generation]:
+        """One :class:`Generation` per ``(text, images)`` sample of ``chunk`` (``offset``: index of its first)."""
+
+    def loglikelihoods(self, contexts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
+        """Sum of log P(continuation tokens | rendered context), float64 (n,), in nats.
+
+        Raises:
+            UsageError: the backend cannot score log-likelihoods (:attr:`supports_loglikelihood`).
+        """
+        raise UsageError(
+            f"{type(self).__name__} cannot score log-likelihoods (exact prompt token log-probabilities "
+            "need the in-process engine); use generation scoring"
+        )
+
+    def messages(self, text: str, images: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """The chat messages for one sample: system prompt (or merged), images, text.
+
+        Images become content parts (:meth:`image_part`) placed before or after the text.
+
+        Raises:
+            OptionError: ``text`` is not a str.
+        """
+        if not isinstance(text, str):
+            raise OptionError(f"prompt text must be a str, got {type(text).__name__}")
+        if self.system_prompt and not self.system_role:
+            text = f"{self.system_prompt}\n\n{text}"
+        if images:
+            parts: list[dict[str, Any]] = [self.image_part(im) for im in images]
+            text_part = {"type": "text", "text": text}
+            content: Any = parts + [text_part] if self.image_position == "before" else [text_part] + parts
+        else:
+            content = text
+        msgs = [{"role": "user", "content": content}]
+        if self.system_prompt and self.system_role:
+            msgs.insert(0, {"role": "system", "content": self.system_prompt})
+        return msgs
+
+    def generate(self, samples: Iterable[tuple[str, Sequence[Any]]], total: int | None = None) -> list[Generation]:
+        """Generate one answer per ``(text, images)`` sample, in order, in one streamed pass.
+
+        Returns:
+            One :class:`Generation` per sample.
+
+        Raises:
+            EngineError: the engine failed on a sample (named).
+            EndpointError: a server refused a sample (named) or could not be reached.
+        """
+        results: list[Generation] = []
+        with input_bar("generate", total, "samples", enabled=self.show_progress_bar) as advance:
+            for chunk in chunked(samples, self.chunk_size):
+                results.extend(self._generate_chunk(chunk, len(results)))
+                advance(len(chunk))
+        return results

@@ -1,0 +1,264 @@
+"""``RerankerBase``: what every reranker backend shares (mteb's ``CrossEncoderProtocol``).
+
+Three ways a model scores a (query, document) pair, picked from the model's files by
+:func:`reranker_mode`:
+
+* **cross-encoder** — a ``*ForSequenceClassification`` with one label (BERT-style rerankers):
+  the pair is tokenized as ``[CLS] q [SEP] d [SEP]`` and the head's sigmoid is the score, exactly
+  like sentence-transformers' ``CrossEncoder.predict``;
+* **template** — a causal LM turned into a classifier by a recipe (``hf_overrides``) plus a
+  :class:`~vllm_eval.presets.ScoreTemplate`, e.g. the built-in ``qwen3-reranker`` preset.
+  mteb's own wrapper has ``# TODO: support score prompt``; here the template is applied;
+* **bi-encoder** — an embedding model: cosine of the two embeddings, as vLLM's score API does
+  for embed models.
+
+A backend implements one hook, :meth:`RerankerBase._score_chunk`; the base applies prompts and
+templates, checks inputs, streams pairs in chunks (the next chunk formatted while the current one
+is scored), shows progress and reports truncation.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Literal
+
+import numpy as np
+from mteb.types import PromptType
+
+from ..backends import PoolingBackendBase
+from ..errors import UsageError
+from ..presets import ScoreTemplate
+from ..progress import input_bar
+from ..prompts import PromptResolver, check_texts, texts_from
+from ..streaming import chunked, flatten, loader_len, prefetched, warn_truncated
+
+Mode = Literal["cross-encoder", "template", "bi-encoder"]
+
+
+def reranker_mode(
+    architectures: Sequence[str],
+    *,
+    has_template: bool,
+    is_sentence_transformer: bool,
+    num_labels: int | None,
+    model: str,
+) -> Mode:
+    """How ``model`` scores pairs, from its architectures and what recipe it was given.
+
+    Raises:
+        UsageError: a classifier with more than one label, or a model with neither a classifier
+            head nor a score template (e.g. a plain causal LM).
+    """
+    if has_template:
+        return "template"
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        if num_labels not in (None, 1):
+            raise UsageError(f"reranker {model!r} has {num_labels} labels; vLLM's score API needs exactly one")
+        return "cross-encoder"
+    if is_sentence_transformer or any(a.endswith(("Model", "ForMaskedLM")) for a in architectures):
+        return "bi-encoder"
+    raise UsageError(
+        f"model {model!r} ({', '.join(architectures) or 'unknown architecture'}) has neither a classifier "
+        "head nor a registered reranker recipe; pass preset= (see `vllm-eval models`), or a score_template "
+        "with hf_overrides that give it a classifier head, or use a sequence-classification reranker"
+    )
+
+
+def num_labels(config: dict[str, Any]) -> int | None:
+    """Number of labels a ``config.json`` declares (``id2label``, else ``num_labels``), or None."""
+    if "id2label" in config:
+        return len(config["id2label"])
+    return config.get("num_labels")
+
+
+def _pairs(inputs1: Any, inputs2: Any, q_prefix: str, d_prefix: str) -> Iterator[tuple[str, str]]:
+    queries = flatten(texts_from(inputs1, q_prefix))
+    docs = flatten(texts_from(inputs2, d_prefix))
+    try:
+        yield from zip(queries, docs, strict=True)
+    except ValueError:
+        raise UsageError("predict() got different numbers of queries and documents") from None
+
+
+class RerankerBase(PoolingBackendBase, ABC):
+    """Base of the reranker backends: mteb ``predict`` over one hook, :meth:`_score_chunk`.
+
+    Args:
+        model: the resolved model path, hub id or served name.
+        meta: mteb ``ModelMeta`` (``model_type=["cross-encoder"]``).
+        prompting: query/document prefixes and instructions.
+        mode: ``cross-encoder``, ``template`` or ``bi-encoder`` (see :func:`reranker_mode`).
+        template: the score template (``mode="template"``), else None.
+        max_length: token limit (None: unknown).
+        tokenizer: a Hugging Face tokenizer; required when the class declares ``tokenizes_locally``.
+        chunk_size: pairs handed to the backend per step.
+        show_progress_bar: show a progress bar over each call's pairs.
+
+    Raises:
+        UsageError: ``chunk_size`` < 1; a template without ``mode="template"``; no tokenizer for a
+            backend that tokenizes locally.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        meta: Any,
+        prompting: PromptResolver,
+        mode: Mode,
+        template: ScoreTemplate | None = None,
+        max_length: int | None,
+        tokenizer: Any = None,
+        chunk_size: int = 512,
+        show_progress_bar: bool = True,
+    ) -> None:
+        if (template is not None) != (mode == "template"):
+            raise UsageError(f"a score template goes with mode='template', got mode={mode!r}")
+        super().__init__(
+            model=model,
+            meta=meta,
+            prompting=prompting,
+            max_length=max_length,
+            tokenizer=tokenizer,
+            chunk_size=chunk_size,
+            show_progress_bar=show_progress_bar,
+        )
+        self.mode = mode
+        self.template = template
+
+    @abstractmethod
+    def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
+        """Score ``queries[i]`` against ``documents[i]`` (already prefixed or templated).
+
+        Returns:
+            float32 array (len(queries),).
+        """
+
+    def predict(
+        self,
+        inputs1: Any,
+        inputs2: Any,
+        *,
+        task_metadata: Any,
+        hf_split: str,
+        hf_subset: str,
+        prompt_type: PromptType | None = None,
+        **kwargs: Any,
+    ) -> np.ndarray:
+        """Score aligned (query, document) pairs from two mteb ``DataLoader``s.
+
+        Returns:
+            float32 array of shape (n_pairs,): sigmoid probability (cross-encoder), P(yes)
+            (Qwen3-style template) or cosine (bi-encoder). Higher is more relevant.
+
+        Raises:
+            OptionError: a query or document that is not a str (named by index).
+            UsageError: the two loaders hold different numbers of items.
+        """
+        q_prefix = self.prompting.prefix(task_metadata, PromptType.query)
+        d_prefix = self.prompting.prefix(task_metadata, PromptType.document)
+        instruction = self.prompting.task_instruction(task_metadata)
+        # Progress is the backend's own setting: mteb's encode_kwargs show_progress_bar drives mteb's bars.
+        show = self.show_progress_bar
+        pairs = _pairs(inputs1, inputs2, q_prefix, d_prefix)
+        return self._score_stream(pairs, instruction, loader_len(inputs1), show)
+
+    def score_pairs(
+        self,
+        queries: Sequence[str],
+        documents: Sequence[str],
+        *,
+        instruction: str | None = None,
+        show_progress_bar: bool | None = None,
+    ) -> np.ndarray:
+        """Score ``queries[i]`` against ``documents[i]`` with no task prompts; float32 (n_pairs,).
+
+        Raises:
+            OptionError: an item that is not a str.
+            UsageError: different numbers of queries and documents.
+        """
+        queries, documents = check_texts(queries), check_texts(documents)
+        if len(queries) != len(documents):
+            raise UsageError(f"{len(queries)} queries but {len(documents)} documents")
+        show = self.show_progress_bar if show_progress_bar is None else show_progress_bar
+        return self._score_stream(zip(queries, documents, strict=True), instruction, len(queries), show)
+
+    def _score_stream(
+        self, pairs: Iterable[tuple[str, str]], instruction: str | None, total: int | None, show: bool
+    ) -> np.ndarray:
+        # Chunk k+1 is formatted and its lengths counted on a worker thread while the backend
+        # scores chunk k (the fast tokenizer releases the GIL), as the encoder does.
+        parts: list[np.ndarray] = []
+        n = n_cut = 0
+
+        def prepare(chunk: list[tuple[str, str]]) -> tuple[list[str], list[str], int]:
+            qs, ds = [q for q, _ in chunk], [d for _, d in chunk]
+            if self.template is not None:
+                return self._apply_template(qs, ds, instruction)
+            return qs, ds, self._count_over_length(qs, ds)
+
+        with input_bar("rerank", total, "pairs", enabled=show) as advance:
+            for qs, ds, cut in prefetched(chunked(pairs, self.chunk_size), prepare):
+                parts.append(self._score_chunk(qs, ds))
+                n += len(qs)
+                n_cut += cut
+                advance(len(qs))
+        warn_truncated(n_cut, n, self.max_length, self.name, what="pairs")
+        return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0,), dtype=np.float32)
+
+    def _lengths(self, texts: list[str], pairs: list[str] | None = None) -> list[int]:
+        """Token counts, capped at ``max_length + 1`` (enough to tell "too long" without tokenizing
+        whole documents, and without the tokenizer's over-length warning)."""
+        enc = self.tokenizer(
+            texts,
+            pairs,
+            add_special_tokens=self.template is None,
+            truncation=True,
+            max_length=self.max_length + 1,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        return [len(x) for x in enc["input_ids"]]
+
+    def _count_over_length(self, qs: list[str], ds: list[str]) -> int:
+        if self.tokenizer is None or self.max_length is None:
+            return 0  # the server truncates (truncate_prompt_tokens=-1); nothing to count with here
+        if self.mode == "bi-encoder":
+            return sum(n > self.max_length for n in self._lengths(qs) + self._lengths(ds))
+        return sum(n > self.max_length for n in self._lengths(qs, ds))
+
+    def _apply_template(
+        self, qs: list[str], ds: list[str], instruction: str | None
+    ) -> tuple[list[str], list[str], int]:
+        """Format pairs with the score template; cut over-long documents inside ``{document}``.
+
+        The template's head and tail (for Qwen3-Reranker: the assistant turn the score is read
+        from) must survive truncation, so the document text is shortened by the excess tokens,
+        never the prompt's end. Without a local tokenizer the pairs are formatted only.
+
+        Raises:
+            UsageError: a query whose templated part alone exceeds ``max_length``.
+        """
+        head, tail = self.template.document_parts()
+        fq = [self.template.query(q, instruction) for q in qs]
+        fd = [head + d + tail for d in ds]
+        if self.tokenizer is None or self.max_length is None:
+            return fq, fd, 0
+        lengths = self._lengths([q + d for q, d in zip(fq, fd, strict=True)])
+        cut = 0
+        for i, n in enumerate(lengths):
+            if n <= self.max_length:
+                continue
+            cut += 1
+            fixed = len(self.tokenizer(fq[i] + head + tail, add_special_tokens=False)["input_ids"])
+            budget = self.max_length - fixed - 8  # margin for merges across the cut
+            if budget < 0:
+                raise UsageError(
+                    f"query {qs[i]!r:.60} with its template is longer than max_model_len={self.max_length} tokens"
+                )
+            ids = self.tokenizer(ds[i], add_special_tokens=False, truncation=True, max_length=max(budget, 1))[
+                "input_ids"
+            ]
+            fd[i] = head + self.tokenizer.decode(ids[:budget]) + tail
+        return fq, fd, cut

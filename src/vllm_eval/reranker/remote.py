@@ -1,0 +1,125 @@
+"""``RemoteReranker``: a reranker served by ``vllm serve`` (``POST /score`` or ``/rerank``)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from ..errors import UsageError
+from ..http import HttpOptions, RemoteBackend, expect
+from ..modelinfo import build_model_meta, served_model_ref
+from ..presets import ModelPreset, ScoreTemplate
+from ..prompts import resolve_prompting
+from .base import RerankerBase
+
+
+class RemoteReranker(RemoteBackend, RerankerBase):
+    """mteb ``CrossEncoderProtocol`` over a served reranker's ``/score`` (default) or ``/rerank``.
+
+    ``/score`` gets ``batch_size`` aligned pairs per request (``text_1[i]`` with ``text_2[i]``);
+    ``/rerank`` gets one query with its consecutive documents per request and its
+    ``relevance_score`` values are put back by ``index``. Both return what the server's model computes
+    (sigmoid of a cross-encoder head, or the cosine of an embedding model), so scores match
+    :class:`~vllm_eval.reranker.vllm.VllmReranker` on the same model. A score template (given, or
+    from the preset matching the served name) is applied here, before sending, for servers of a
+    causal LM started with the template's ``hf_overrides``; the server truncates, so an over-long
+    prompt comes back as a named 400 instead of being cut inside ``{document}``.
+
+    Args:
+        http: the endpoints and transport settings.
+        model: served model name; None asks the first live endpoint's ``/v1/models``.
+        api: ``"score"`` or ``"rerank"``.
+        preset, score_template, prompts, instructions, chunk_size, show_progress_bar, model_name: as
+            for :class:`~vllm_eval.reranker.vllm.VllmReranker`.
+
+    Raises:
+        EndpointError: no endpoint answers, a server refuses a pair (named), or a reply is malformed.
+        UsageError: an unknown ``api``; a bad endpoint URL.
+    """
+
+    tokenizes_locally: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        http: HttpOptions,
+        model: str | None = None,
+        *,
+        api: Literal["score", "rerank"] = "score",
+        preset: str | ModelPreset | None = None,
+        score_template: ScoreTemplate | None = None,
+        prompts: dict[str, str] | None = None,
+        instructions: dict[str, str] | None = None,
+        chunk_size: int = 512,
+        show_progress_bar: bool = True,
+        model_name: str | None = None,
+    ) -> None:
+        if api not in ("score", "rerank"):
+            raise UsageError(f"api must be 'score' or 'rerank', got {api!r}")
+        self.api = api
+        served, max_length = self._connect(http, model)
+        with self.closed_on_error():
+            prompting, self.preset = resolve_prompting(
+                served, "reranker", preset=preset, prompts=prompts, instructions=instructions
+            )
+            template = score_template or (self.preset.score_template if self.preset else None)
+            meta = build_model_meta(
+                served_model_ref(served),
+                model_name=model_name or served,
+                max_model_len=max_length or None,
+                framework=["API"],
+                cross_encoder=True,
+            )
+            super().__init__(
+                model=served,
+                meta=meta,
+                prompting=prompting,
+                mode="template" if template is not None else "cross-encoder",
+                template=template,
+                max_length=max_length or None,
+                chunk_size=chunk_size,
+                show_progress_bar=show_progress_bar,
+            )
+
+    def _describe(self, pair: tuple[str, str]) -> str:
+        return f"pair (query {pair[0]!r:.60}, document {pair[1]!r:.60})"
+
+    def _request(self, pairs: list[tuple[str, str]]) -> list[float]:
+        common = {"model": self.model, "truncate_prompt_tokens": -1}
+        if self.api == "score":
+            body = {**common, "text_1": [q for q, _ in pairs], "text_2": [d for _, d in pairs]}
+            return self.http.request("POST", "/score", body, parse=lambda r: _indexed(r, "data", "score", len(pairs)))
+        # /rerank: one query per request; the batch holds runs of the same query.
+        out: list[float] = []
+        i = 0
+        while i < len(pairs):
+            j = i
+            while j < len(pairs) and pairs[j][0] == pairs[i][0]:
+                j += 1
+            body = {**common, "query": pairs[i][0], "documents": [d for _, d in pairs[i:j]], "top_n": j - i}
+            out.extend(
+                self.http.request(
+                    "POST", "/rerank", body, parse=lambda r, n=j - i: _indexed(r, "results", "relevance_score", n)
+                )
+            )
+            i = j
+        return out
+
+    def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
+        return np.asarray(self._post_all(list(zip(queries, documents, strict=True))), dtype=np.float32)
+
+
+def _indexed(body: Any, key: str, field: str, n: int) -> list[float]:
+    """``n`` scores from ``body[key]``, a list of ``{"index": i, field: score}`` items, put in index order."""
+    items = body.get(key) if isinstance(body, dict) else None
+    expect(isinstance(items, list), f"no {key!r} list")
+    expect(len(items) == n, f"{len(items)} scores for {n} pairs")
+    expect(
+        all(isinstance(d, dict) and "index" in d and field in d for d in items), f"an item without 'index' or {field!r}"
+    )
+    scores: list[float | None] = [None] * n
+    for d in items:
+        i = d["index"]
+        expect(isinstance(i, int) and 0 <= i < n and scores[i] is None, f"index {i!r} out of range or repeated")
+        scores[i] = float(d[field])
+    return scores  # type: ignore[return-value]

@@ -1,0 +1,122 @@
+"""``VllmReranker``: mteb's ``CrossEncoderProtocol`` over vLLM's score API (``LLM.score``).
+
+Empty strings are valid input and get a score. One documented difference from
+sentence-transformers: for an empty *document* a cross-encoder in vLLM sees ``[CLS] q [SEP]``
+(HF's single-pair tokenization drops the empty segment), while sentence-transformers' batched
+tokenization gives ``[CLS] q [SEP] [SEP]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..engine import EngineUser, acquire_engine, merge_engine_kwargs, raise_on_request_errors
+from ..modelinfo import ModelRef, build_model_meta
+from ..presets import ModelPreset, ScoreTemplate
+from ..prompts import resolve_prompting
+from .base import RerankerBase, num_labels, reranker_mode
+
+
+class VllmReranker(EngineUser, RerankerBase):
+    """mteb ``CrossEncoderProtocol`` over vLLM's score API (``LLM.score``, pooling runner).
+
+    Args:
+        model: local model directory or hub id.
+        revision: hub revision.
+        preset: a registered reranker preset name (``"qwen3-reranker"``) or a :class:`ModelPreset`;
+            when None, a preset whose pattern matches ``model`` is used (e.g. ``Qwen/Qwen3-Reranker-4B``).
+        score_template: a :class:`ScoreTemplate` for any model (overrides the preset's).
+        prompts: static query/document prefixes (``{"query": ..., "document": ...}``, mteb keys).
+        instructions: per task name / type instruction for templates with ``{instruction}``;
+            default: the task's own prompt, else the template's default instruction.
+        chunk_size: pairs handed to the engine per call.
+        show_progress_bar: progress bar per ``predict``.
+        model_name: name recorded in results.
+        device: part of mteb's signature; vLLM's build decides the device.
+        trust_remote_code: run the model repository's own code (default False).
+        **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len``, ``hf_overrides`` ...);
+            merged over the preset's (``hf_overrides`` dicts are merged key by key).
+
+    Raises:
+        UsageError: no way to score pairs with this model (see :func:`reranker_mode`), an unknown preset.
+        ModelNotFoundError, OptionError, EngineError: as for :class:`~vllm_eval.encoder.vllm.VllmEncoder`.
+    """
+
+    engine_options: ClassVar[frozenset[str] | None] = None
+
+    def __init__(
+        self,
+        model: str | ModelRef,
+        revision: str | None = None,
+        *,
+        preset: str | ModelPreset | None = None,
+        score_template: ScoreTemplate | None = None,
+        prompts: dict[str, str] | None = None,
+        instructions: dict[str, str] | None = None,
+        chunk_size: int = 512,
+        show_progress_bar: bool = True,
+        model_name: str | None = None,
+        device: str | None = None,
+        trust_remote_code: bool = False,
+        **engine_kwargs: Any,
+    ) -> None:
+        del device  # mteb protocol signature; vLLM's build decides the device
+        ref = ModelRef.resolve(model, revision)
+        prompting, self.preset = resolve_prompting(
+            ref.path, "reranker", preset=preset, prompts=prompts, instructions=instructions
+        )
+        template = score_template or (self.preset.score_template if self.preset else None)
+        # A template makes one prompt of query part + document part; without use_sep_token=False
+        # vLLM would tokenize them as a pair with separator tokens between.
+        kwargs = merge_engine_kwargs(
+            self.preset.engine_kwargs if self.preset else None,
+            engine_kwargs,
+            {"hf_overrides": {"use_sep_token": False}} if template is not None else None,
+            {"revision": revision} if revision is not None else None,
+        )
+        archs = (kwargs.get("hf_overrides") or {}).get("architectures") or ref.architectures
+        if ref.config:
+            mode = reranker_mode(
+                archs,
+                has_template=template is not None,
+                is_sentence_transformer=ref.is_sentence_transformer,
+                num_labels=num_labels(ref.config),
+                model=ref.path,
+            )
+            convert = "embed" if mode == "bi-encoder" else "classify"
+        else:  # a hub id not in the local cache: vLLM decides, checked below
+            mode, convert = ("template", "classify") if template else ("cross-encoder", "auto")
+        self.engine_kwargs = {"runner": "pooling", "convert": convert, "trust_remote_code": trust_remote_code, **kwargs}
+        self.llm = acquire_engine(ref, **self.engine_kwargs)
+        with self.closed_on_error():
+            if not ref.config:
+                hf = self.llm.model_config.hf_config
+                mode = reranker_mode(
+                    getattr(hf, "architectures", None) or [],
+                    has_template=template is not None,
+                    is_sentence_transformer=False,
+                    num_labels=getattr(hf, "num_labels", None),
+                    model=ref.path,
+                )
+            max_length = int(self.llm.model_config.max_model_len)
+            meta = build_model_meta(
+                ref, revision=revision, model_name=model_name, max_model_len=max_length, cross_encoder=True
+            )
+            super().__init__(
+                model=ref.path,
+                meta=meta,
+                prompting=prompting,
+                mode=mode,
+                template=template,
+                max_length=max_length,
+                tokenizer=self.llm.get_tokenizer(),
+                chunk_size=chunk_size,
+                show_progress_bar=show_progress_bar,
+            )
+
+    def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
+        outputs = self.llm.score(queries, documents, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1})
+        raise_on_request_errors(outputs, lambda i: f"pair {i} (query {queries[i]!r:.60})")
+        return np.asarray([o.outputs.score for o in outputs], dtype=np.float32)

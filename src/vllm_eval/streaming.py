@@ -1,0 +1,115 @@
+"""Streaming helpers every backend shares: chunking, look-ahead preparation, token counting, truncation reports."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class TruncationWarning(UserWarning):
+    """Some inputs were longer than the model's token limit and were cut (right side, special tokens kept)."""
+
+
+# Ours, so "always" changes nothing else: every call that truncates says so once.
+warnings.simplefilter("always", TruncationWarning)
+
+
+def warn_truncated(n: int, total: int, max_length: int | None, model: str, what: str = "distinct inputs") -> None:
+    """Emit the one per-call :class:`TruncationWarning` when ``n`` > 0."""
+    if n:
+        msg = f"{n} of {total} {what} exceeded {max_length} tokens and were truncated ({model})"
+        warnings.warn(msg, TruncationWarning, stacklevel=3)
+
+
+def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Group ``items`` into lists of ``size`` (the last may be shorter), reading lazily.
+
+    Raises:
+        ValueError: ``size`` < 1.
+    """
+    if size < 1:
+        raise ValueError(f"chunk size must be >= 1, got {size}")
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def flatten(batches: Iterable[Iterable[T]]) -> Iterator[T]:
+    """The items of each batch in turn (mteb hands inputs over as batches)."""
+    return itertools.chain.from_iterable(batches)
+
+
+def loader_len(inputs: Any) -> int | None:
+    """Number of items behind an mteb ``DataLoader`` (its dataset's length), or None when unknown."""
+    try:
+        return len(inputs.dataset)
+    except (AttributeError, TypeError):
+        return None
+
+
+_END = object()
+
+
+def prefetched(items: Iterable[T], prepare: Callable[[T], R]) -> Iterator[R]:
+    """``prepare(item)`` for each item, in order; the next item's is computed on a worker thread
+    while the caller works on the current one (tokenizers release the GIL, so tokenizing chunk k+1
+    overlaps the engine's work on chunk k)."""
+    it = iter(items)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-eval-prepare") as pool:
+        item = next(it, _END)
+        pending = pool.submit(prepare, item) if item is not _END else None
+        while pending is not None:
+            result = pending.result()
+            item = next(it, _END)
+            pending = pool.submit(prepare, item) if item is not _END else None
+            yield result
+
+
+class BatchTokenizer:
+    """Batch tokenization that yields the token ids vLLM's own text path would produce.
+
+    vLLM's pooling renderer calls the HF tokenizer with ``add_special_tokens=True``,
+    ``truncation=True, max_length=max_model_len`` (``truncate_prompt_tokens=-1``) and lower-cases
+    first when the sentence-transformers config says ``do_lower_case``. Doing the same here, in
+    batches, lets us count what was truncated and feed ``TokensPrompt``s.
+
+    Args:
+        tokenizer: a Hugging Face (fast) tokenizer; its ``truncation_side`` is respected.
+        max_length: token limit including special tokens.
+        do_lower_case: lower-case texts before tokenizing.
+    """
+
+    def __init__(self, tokenizer: Any, max_length: int, do_lower_case: bool = False) -> None:
+        self.tokenizer = tokenizer
+        self.max_length = int(max_length)
+        self.do_lower_case = do_lower_case
+
+    def _encode(self, texts: list[str], max_length: int) -> list[list[int]]:
+        enc = self.tokenizer(
+            texts,
+            add_special_tokens=True,
+            truncation=True,
+            max_length=max_length,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        return [list(x) for x in enc["input_ids"]]
+
+    def __call__(self, texts: list[str]) -> tuple[list[list[int]], int]:
+        """Token ids per text, and how many texts were truncated to ``max_length``."""
+        if self.do_lower_case:
+            texts = [t.lower() for t in texts]
+        # One token over the limit tells "too long" apart from "exactly at the limit" without
+        # tokenizing long documents in full; only those few are tokenized again, truncated.
+        ids = self._encode(texts, self.max_length + 1)
+        over = [i for i, x in enumerate(ids) if len(x) > self.max_length]
+        if over:
+            for i, x in zip(over, self._encode([texts[i] for i in over], self.max_length), strict=True):
+                ids[i] = x
+        return ids, len(over)

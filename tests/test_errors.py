@@ -1,0 +1,49 @@
+"""One error type for the package's own errors; the CLI prints one line and the error's exit code."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_eval import cli, errors
+
+
+@pytest.mark.parametrize(
+    "error, code",
+    [
+        (errors.UsageError, 2),
+        (errors.OptionError, 2),
+        (errors.ModelNotFoundError, 2),
+        (errors.UnknownNameError, 2),
+        (errors.DataUnavailableError, 2),
+        (errors.EngineError, 1),
+        (errors.ReplicaError, 1),
+        (errors.EndpointError, 1),
+        (errors.MissingAnswersError, 1),
+    ],
+)
+def test_each_error_is_one_line_with_its_exit_code(cli_in_process, monkeypatch, error, code):
+    def fail(args):
+        raise error("first line\n  second line of vLLM's reason")
+
+    monkeypatch.setattr(cli, "cmd_tasks", fail)
+    got, err = cli_in_process("tasks")
+    assert got == code
+    assert err == "vllm-eval: error: first line second line of vLLM's reason\n"
+    assert issubclass(error, errors.VllmEvalError)
+
+
+def test_a_bug_keeps_its_traceback(cli_in_process, monkeypatch):
+    def bug(args):
+        raise TypeError("an internal bug")
+
+    monkeypatch.setattr(cli, "cmd_tasks", bug)
+    with pytest.raises(TypeError, match="an internal bug"):
+        cli_in_process("tasks")
+
+
+def test_library_callers_catching_builtins_still_work():
+    assert issubclass(errors.UsageError, ValueError)
+    assert issubclass(errors.OptionError, TypeError)
+    assert issubclass(errors.ModelNotFoundError, FileNotFoundError)
+    assert issubclass(errors.UnknownNameError, KeyError)
+    assert str(errors.UnknownNameError("unknown x")) == "unknown x"  # not KeyError's quoted repr
