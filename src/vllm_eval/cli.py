@@ -534,13 +534,19 @@ def _http_options(args: argparse.Namespace, batch_size: int | None = None):
     return HttpOptions(tuple(args.endpoint), **kwargs)
 
 
-def _resolve_model_now(model: str | None, kind: str, backend: str, what: str = "--model") -> None:
-    """A local model that does not exist, or a hub id not cached while offline, fails here."""
+def _resolve_model_now(
+    model: str | None, kind: str, backend: str, what: str = "--model", revision: str | None = None
+) -> Any:
+    """The model resolved once (a ``ModelRef``, handed to the backend), or ``model`` itself for a server.
+
+    A local model that does not exist, or a hub id not cached while offline, fails here.
+    """
     from .modelinfo import ModelRef
 
     remote, _ = _capabilities(kind, backend)
-    if not remote and (model is not None or what == "--model"):
-        ModelRef.resolve(model)
+    if remote or (model is None and what != "--model"):
+        return model
+    return ModelRef.resolve(model, revision)
 
 
 def _chat_template(value: str | None) -> str | None:
@@ -583,7 +589,7 @@ def cmd_run(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     from .backends import is_remote, load_backend
     from .tasks import check_available, get_tasks
 
-    _resolve_model_now(args.model, "encoder", args.backend)
+    model = _resolve_model_now(args.model, "encoder", args.backend, revision=args.revision)
     tasks = get_tasks(_split_names(args.tasks))
     check_available(tasks)
     # Only what the user set: a backend added to the table need not take every option of the others.
@@ -608,7 +614,7 @@ def cmd_run(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         kwargs.update(engine)
     from .results import evaluate
 
-    with load_backend("encoder", args.backend, args.model, http=http, **kwargs) as encoder:
+    with load_backend("encoder", args.backend, model, http=http, **kwargs) as encoder:
         rows = evaluate(
             encoder,
             tasks,
@@ -639,7 +645,7 @@ def cmd_rerank(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     remote = is_remote("reranker", args.backend)
     if not remote and not args.reranker:
         raise UsageError("--reranker MODEL is required (for --backend remote it is the served name, optional)")
-    _resolve_model_now(args.reranker, "reranker", args.backend, "--reranker")
+    model = _resolve_model_now(args.reranker, "reranker", args.backend, "--reranker")
     if not is_bm25(args.first_stage):
         _resolve_model_now(args.first_stage, "encoder", "vllm", "--first-stage")
     if args.preset and args.backend == "st":
@@ -661,7 +667,7 @@ def cmd_rerank(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     show = not args.no_progress
     first = load_first_stage(args.first_stage, show_progress_bar=show)
     try:
-        reranker = load_backend("reranker", args.backend, args.reranker, http=http, **kwargs)
+        reranker = load_backend("reranker", args.backend, model, http=http, **kwargs)
     except BaseException:
         getattr(first, "close", lambda: None)()
         raise
@@ -703,7 +709,7 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     remote = is_remote("generator", args.backend)
     if not remote and not args.model:
         raise UsageError("--model is required (for --backend remote it is the served name, optional)")
-    _resolve_model_now(args.model, "generator", args.backend)
+    model = _resolve_model_now(args.model, "generator", args.backend)
     cls = backend_class("generator", args.backend)
     if args.scoring == "loglikelihood":
         if not cls.supports_loglikelihood:
@@ -753,7 +759,7 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
             **engine,
         )
     failed = 0
-    with load_backend("generator", args.backend, args.model, http=http, **kwargs) as generator:
+    with load_backend("generator", args.backend, model, http=http, **kwargs) as generator:
         for task, out in zip(tasks, outputs, strict=True):
             try:
                 results = run_multiple_choice(
@@ -914,25 +920,26 @@ _MODEL_COMMANDS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] 
 
 def _prepare(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     """Checks every model command shares, before any model, engine or task loads; returns the engine options."""
+    from .http import check_endpoint
     from .hub import ensure_offline_if_unreachable
 
+    # First: the hub libraries read offline mode once, when they are imported (mteb imports them).
+    ensure_offline_if_unreachable()
     named, unlisted = _engine_options(args), parse_extra_engine_args(extra)
-    engine = {**named, **unlisted}
     both = set(named) & set(unlisted)
     if both:
         raise UsageError(f"--{sorted(both)[0].replace('_', '-')} is given more than once")
+    engine = {**named, **unlisted}
     _check_backend_options(args, engine)
     for url in args.endpoint or ():
-        from .http import check_endpoint
-
         check_endpoint(url)
     args.output_dir = _prepare_output_dir(args.output_dir)
     logs.configure(args.verbose, args.output_dir)
-    ensure_offline_if_unreachable()
-    if engine and (args.command == "bench" or engine_backend_runs_vllm(args)):
+    runs_vllm = engine_backend_runs_vllm(args)
+    if engine and (args.command == "bench" or runs_vllm):
         _check_engine(engine, args.command)
-    if not args.verbose and "use_tqdm_on_load" not in engine and engine_backend_runs_vllm(args):
-        engine["use_tqdm_on_load"] = False
+    if runs_vllm and not args.verbose and "use_tqdm_on_load" not in engine:
+        engine["use_tqdm_on_load"] = False  # vLLM's weight-loading bar; the log has the timing
     return engine
 
 

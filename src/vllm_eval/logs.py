@@ -24,6 +24,8 @@ from .progress import echo
 LOG_FILE = "vllm-eval.log"
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 _FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+#: Logger whose records go to the log file only (the command line, for the record).
+_FILE_ONLY = "vllm_eval.run"
 
 
 class _Once(logging.Filter):
@@ -68,21 +70,10 @@ def configure(verbose: bool, output_dir: str | os.PathLike | None) -> Path | Non
     root.setLevel(logging.INFO)
     console = _EchoHandler(logging.INFO)
     console.addFilter(_Once())
+    console.addFilter(lambda r: r.name != _FILE_ONLY)
     if not verbose:
-        # Ours from INFO (engine start, merged system prompts), others from WARNING, vLLM's from ERROR.
-        console.addFilter(
-            lambda r: (
-                r.levelno
-                >= (
-                    logging.INFO
-                    if r.name.startswith("vllm_eval")
-                    else logging.ERROR
-                    if r.name.startswith("vllm")
-                    else logging.WARNING
-                )
-            )
-        )
-        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+        console.addFilter(lambda r: r.levelno >= _quiet_level(r.name))
+        _quiet_datasets()
     root.handlers = [console]
     handlers: dict[str, Any] = {
         "console": {
@@ -104,7 +95,7 @@ def configure(verbose: bool, output_dir: str | os.PathLike | None) -> Path | Non
             "level": "DEBUG",
             "encoding": "utf-8",
         }
-        logging.getLogger("vllm_eval").info("command: %s", " ".join(sys.argv))
+        logging.getLogger(_FILE_ONLY).info("command: %s", " ".join(sys.argv))
     # vLLM's own logger: its handlers come from this config in every process it starts.
     config = {
         "version": 1,
@@ -136,6 +127,23 @@ def _make_showwarning(verbose: bool):
             echo(f"vllm-eval: warning: {text}")
 
     return showwarning
+
+
+def _quiet_level(logger: str) -> int:
+    """Lowest level shown in the terminal without ``--verbose``: ours from INFO (an engine starting,
+    a system prompt merged), vLLM's from ERROR, everyone else's from WARNING."""
+    if logger.startswith("vllm_eval"):
+        return logging.INFO
+    return logging.ERROR if logger.startswith("vllm") else logging.WARNING
+
+
+def _quiet_datasets() -> None:
+    """No ``datasets`` progress bars (mteb maps corpora through it). It is imported by now (mteb
+    imports it), so its environment variable alone would come too late."""
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    import datasets
+
+    datasets.disable_progress_bars()
 
 
 def silence_early_vllm_logs() -> None:

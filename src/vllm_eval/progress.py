@@ -66,7 +66,7 @@ def run_display(n_tasks: int, *, enabled: bool = True) -> Iterator[Callable[[str
     counter = {"done": 0}
     if progress is not None:
         _state["progress"] = progress
-        _state["run"] = progress.add_task("tasks", total=n_tasks, unit="tasks")
+        _state["run"] = progress.add_task("tasks", total=n_tasks, unit="tasks done")
         if outer is None:
             progress.start()
 
@@ -75,6 +75,8 @@ def run_display(n_tasks: int, *, enabled: bool = True) -> Iterator[Callable[[str
         index = counter["done"] + 1
         _state["prefix"] = name
         start = time.perf_counter()
+        if progress is not None:
+            progress.update(_state["run"], description=f"task {index}/{n_tasks}: {name}")
         if enabled and progress is None:
             echo(f"[{index}/{n_tasks}] {name} ...")
         try:

@@ -20,7 +20,7 @@ import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.types import PromptType
 
-from ..backends import PoolingBackendBase
+from ..base import PoolingBackendBase
 from ..progress import input_bar
 from ..prompts import PromptResolver, check_texts, texts_from
 from ..streaming import BatchTokenizer, chunked, flatten, loader_len, prefetched, warn_truncated

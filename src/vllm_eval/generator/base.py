@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ..backends import BackendBase
+from ..base import BackendBase
 from ..errors import OptionError, UsageError
 from ..progress import input_bar
 from ..streaming import chunked

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from mteb.types import PromptType
 
-from ..backends import PoolingBackendBase
+from ..base import PoolingBackendBase
 from ..errors import UsageError
 from ..presets import ScoreTemplate
 from ..progress import input_bar
