@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -10,6 +11,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+# The CLI's default output cache lives in the user's home; tests get one of their own per session.
+os.environ.setdefault("VLLMEVAL_CACHE_DIR", tempfile.mkdtemp(prefix="vllm-eval-test-cache-"))
 
 
 @pytest.fixture(scope="session")

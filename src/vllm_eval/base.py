@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from .cache import NUMERIC_PACKAGES, OutputCache, identity_digest, input_key, weights_fingerprint
 from .engine import Resource
 from .errors import UsageError
 
@@ -16,6 +18,8 @@ class BackendBase(Resource):
         model: the resolved model path, hub id or served name (recorded in results).
         chunk_size: inputs handed to the backend per step.
         show_progress_bar: show a progress bar over each call's inputs.
+        model_ref: the :class:`~vllm_eval.modelinfo.ModelRef` of a local or cached model (its
+            revision and weight files go into :meth:`identity`); None for a served model.
 
     Raises:
         UsageError: ``chunk_size`` is not a positive integer.
@@ -23,13 +27,70 @@ class BackendBase(Resource):
 
     #: vLLM ``EngineArgs`` names the backend takes: None for all (it runs a vLLM engine); a server takes none.
     engine_options: ClassVar[frozenset[str] | None] = frozenset()
+    #: ``encoder``, ``reranker`` or ``generator`` (set by each kind's base).
+    kind: ClassVar[str] = ""
+    #: The output cache this backend reads and fills (None: none); see :meth:`use_cache`.
+    cache: OutputCache | None = None
 
-    def __init__(self, *, model: str, chunk_size: int, show_progress_bar: bool = True) -> None:
+    def __init__(self, *, model: str, chunk_size: int, show_progress_bar: bool = True, model_ref: Any = None) -> None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise UsageError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         self.model = model
+        self.model_ref = model_ref
         self.chunk_size = chunk_size
         self.show_progress_bar = show_progress_bar
+        self._identity_key: bytes | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """Everything that changes this backend's numbers for a given input, as a JSON-able dict.
+
+        The base gives the kind, the class, the model (path or hub id), its revision, a fingerprint
+        of its weight files and the versions of the packages that change numerics; each backend
+        adds its own settings (dtype, pooling, ``dimensions``, token limit, sampling, server
+        version ...). Two backends with equal identities give equal outputs for equal inputs:
+        this is the cache key's first half (see :mod:`vllm_eval.cache`).
+        """
+        from .results import package_versions
+
+        ref = self.model_ref
+        return {
+            "kind": self.kind,
+            "backend": type(self).__name__,
+            "model": self.model,
+            "revision": getattr(ref, "revision", None),
+            "weights": weights_fingerprint(getattr(ref, "snapshot", None)),
+            "versions": package_versions(NUMERIC_PACKAGES),
+        }
+
+    def experiment(self) -> dict[str, Any]:
+        """What tells this configuration's results apart from another's of the same model: the
+        backend and, where set, dtype, quantization and ``dimensions`` (mteb's ``experiment_kwargs``;
+        results then go to ``<model>/<revision>/experiments/<name>/``)."""
+        from .backends import backend_name
+
+        out: dict[str, Any] = {"backend": backend_name(type(self))}
+        for key in ("dtype", "quantization", "dimensions"):
+            value = getattr(self, key, None)
+            if value is not None:
+                out[key] = str(value).removeprefix("torch.")
+        return out
+
+    def use_cache(self, cache: OutputCache | None) -> None:
+        """Read outputs from ``cache`` and store new ones there (None: stop caching)."""
+        self.cache = cache
+        self._identity_key = identity_digest(self.identity()) if cache is not None else None
+
+    def _keys(self, inputs: Sequence[Any]) -> list[bytes]:
+        """Cache keys of exact model inputs (token-id lists, texts, or JSON-able values)."""
+        assert self._identity_key is not None, "use_cache() first"
+        return [input_key(self._identity_key, x) for x in inputs]
+
+    def _cached(self, inputs: Sequence[Any]) -> tuple[list[bytes], dict[bytes, Any]]:
+        """``(keys, {key: stored output})`` for ``inputs``; both empty when no cache is in use."""
+        if self.cache is None:
+            return [], {}
+        keys = self._keys(inputs)
+        return keys, self.cache.get_many(keys)
 
 
 class PoolingBackendBase(BackendBase):
@@ -40,7 +101,7 @@ class PoolingBackendBase(BackendBase):
         prompting: the task prompts (see :func:`vllm_eval.prompts.resolve_prompting`).
         max_length: token limit including special tokens (None: unknown, e.g. a server that does not say).
         tokenizer: required when the class declares :attr:`tokenizes_locally`, ignored otherwise.
-        model, chunk_size, show_progress_bar: see :class:`BackendBase`.
+        model, chunk_size, show_progress_bar, model_ref: see :class:`BackendBase`.
 
     Raises:
         UsageError: a bad ``chunk_size``, or no tokenizer for a backend that tokenizes locally.
@@ -60,8 +121,9 @@ class PoolingBackendBase(BackendBase):
         tokenizer: Any = None,
         chunk_size: int,
         show_progress_bar: bool = True,
+        model_ref: Any = None,
     ) -> None:
-        super().__init__(model=model, chunk_size=chunk_size, show_progress_bar=show_progress_bar)
+        super().__init__(model=model, chunk_size=chunk_size, show_progress_bar=show_progress_bar, model_ref=model_ref)
         if self.tokenizes_locally and tokenizer is None:
             raise UsageError(f"{type(self).__name__} tokenizes locally and needs a tokenizer")
         self.mteb_model_meta = meta
@@ -69,3 +131,7 @@ class PoolingBackendBase(BackendBase):
         self.prompting = prompting
         self.max_length = max_length
         self.tokenizer = tokenizer if self.tokenizes_locally else None
+
+    def identity(self) -> dict[str, Any]:
+        """The base identity plus the token limit in force (it decides truncation)."""
+        return {**super().identity(), "max_length": self.max_length}

@@ -19,7 +19,9 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -172,6 +174,11 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--revision", default=None, help="hub revision")
     run.add_argument("--model-name", default=None, help="name recorded in results (org/name)")
     _add_tasks(run, None, "task names, space or comma separated (default: the offline suite)")
+    run.add_argument("--benchmark", nargs="+", default=None, help='mteb benchmark names, e.g. "MTEB(eng, v2)"')
+    run.add_argument(
+        "--task-types", nargs="+", default=None, help="keep tasks of these mteb types (e.g. STS Retrieval)"
+    )
+    run.add_argument("--languages", nargs="+", default=None, help="keep tasks in these ISO 639-3 languages (e.g. eng)")
     run.add_argument(
         "--backend",
         choices=backend_names("encoder"),
@@ -193,8 +200,15 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--instruction-template", default=None, help="template containing {instruction}")
     run.add_argument("--apply-instruction-to-documents", action="store_true")
     run.add_argument("--dimensions", type=positive_int, default=None, help="matryoshka output width")
+    run.add_argument(
+        "--chunk-size",
+        type=positive_int,
+        default=None,
+        help="texts handed to the backend per step, and committed to the cache per batch (default 1024)",
+    )
     run.add_argument("--device", default=None, help="--backend st: torch device")
     run.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_run_flags(run)
     _add_remote_flags(run, "/v1/embeddings")
     run.add_argument(
         "--encoding-format",
@@ -232,6 +246,7 @@ def _build_parser() -> argparse.ArgumentParser:
     rr.add_argument("--output-dir", default=None, help="write both stages' mteb results here (default: a temp dir)")
     rr.add_argument("--device", default=None, help="--backend st: torch device")
     rr.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_run_flags(rr, overwrite_default="always")
     _add_remote_flags(rr, "/score or /rerank")
     rr.add_argument(
         "--api", choices=["score", "rerank"], default=None, help="--backend remote: endpoint used (default score)"
@@ -281,6 +296,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="default: results/generate/<task>; with several tasks each goes to <output-dir>/<task>",
     )
     gen.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_cache_flags(gen)
     samp = gen.add_argument_group("sampling (SamplingParams names; defaults: temperature 0, top_p 1, seed 0)")
     samp.add_argument("--temperature", type=nonneg_float, default=None)
     samp.add_argument("--top-p", type=fraction, default=None)
@@ -334,8 +350,12 @@ def _build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="list model presets and what each sets")
     models.add_argument("--kind", choices=["embedding", "reranker", "language", "multimodal"], default=None)
 
-    tasks = sub.add_parser("tasks", help="list the offline tasks")
+    tasks = sub.add_parser("tasks", help="list the offline tasks, or what a benchmark or filter selects")
     tasks.add_argument("--json", action="store_true", help="machine-readable output")
+    tasks.add_argument("--tasks", nargs="+", default=None, help="task names")
+    tasks.add_argument("--benchmark", nargs="+", default=None, help="mteb benchmark names")
+    tasks.add_argument("--task-types", nargs="+", default=None, help="keep tasks of these mteb types")
+    tasks.add_argument("--languages", nargs="+", default=None, help="keep tasks in these ISO 639-3 languages")
     return parser
 
 
@@ -361,6 +381,37 @@ def _add_tasks(
     parser: argparse.ArgumentParser, default: list[str] | None, help_: str, aliases: tuple[str, ...] = ()
 ) -> None:
     parser.add_argument("--tasks", *aliases, dest="tasks", nargs="+", default=default, help=help_)
+
+
+def _add_cache_flags(parser: argparse.ArgumentParser) -> None:
+    grp = parser.add_argument_group("output cache (outputs keyed on model, settings and exact input; see README)")
+    grp.add_argument(
+        "--cache-dir", default=None, help="cache folder (default: $VLLMEVAL_CACHE_DIR or ~/.cache/vllm-eval)"
+    )
+    grp.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+
+
+def _add_run_flags(parser: argparse.ArgumentParser, overwrite_default: str = "only-missing") -> None:
+    from .results import OVERWRITE_STRATEGIES
+
+    _add_cache_flags(parser)
+    parser.add_argument(
+        "--overwrite-strategy",
+        choices=OVERWRITE_STRATEGIES,
+        default=overwrite_default,
+        help=f"mteb's: only-missing reads finished tasks back, never runs only tasks without a result, "
+        f"always recomputes (default {overwrite_default})",
+    )
+    parser.add_argument(
+        "--continue-on-error",
+        action="store_true",
+        help="a task that fails (e.g. its data is unavailable) is marked in the table; the run goes on",
+    )
+    parser.add_argument(
+        "--log-samples",
+        action="store_true",
+        help="write per-sample predictions of each task to <output-dir>/samples/<Task>.jsonl",
+    )
 
 
 def _add_remote_flags(parser: argparse.ArgumentParser, what: str) -> None:
@@ -567,6 +618,7 @@ def _print_table(rows: list[Any], title: str) -> None:
     from rich.table import Table
 
     staged = any(r.stage for r in rows)
+    marked = any(r.status != "computed" for r in rows)
     table = Table(title=title)
     table.add_column("task")
     if staged:
@@ -575,23 +627,52 @@ def _print_table(rows: list[Any], title: str) -> None:
         table.add_column(col)
     table.add_column("value", justify="right")
     table.add_column("seconds", justify="right")
+    if marked:
+        table.add_column("status", overflow="fold")
     for r in rows:
-        cells = (
-            [r.task]
-            + ([r.stage] if staged else [])
-            + [r.task_type, r.main_score_name, f"{r.main_score:.4f}", f"{r.seconds:.1f}"]
-        )
-        table.add_row(*cells)
+        value = "-" if r.status.startswith("failed") else f"{r.main_score:.4f}"
+        cells = [r.task, *([r.stage] if staged else []), r.task_type, r.main_score_name, value, f"{r.seconds:.1f}"]
+        table.add_row(*cells, *([r.status] if marked else []))
     Console(width=max(100, Console().width)).print(table)
+
+
+def _open_cache(args: argparse.Namespace) -> Any:
+    """The output cache of this command (None with ``--no-cache``)."""
+    from .cache import OutputCache, default_cache_dir
+
+    if args.no_cache:
+        if args.cache_dir:
+            raise UsageError("give --cache-dir or --no-cache, not both")
+        return None
+    return OutputCache(args.cache_dir or default_cache_dir())
+
+
+def _report_cache(cache: Any) -> None:
+    if cache is not None:
+        st = cache.stats
+        print(
+            f"cache: {st.hits} hits, {st.misses} computed and stored"
+            + (f", {st.damaged} damaged entries recomputed" if st.damaged else "")
+            + f"; {cache.size_bytes() / 2**20:.1f} MiB in {cache.directory}"
+        )
 
 
 def cmd_run(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     from .backends import is_remote, load_backend
-    from .tasks import check_available, get_tasks
+    from .errors import DataUnavailableError
+    from .results import evaluate, results_dir
+    from .tasks import select_tasks, unavailable
 
     model = _resolve_model_now(args.model, "encoder", args.backend, revision=args.revision)
-    tasks = get_tasks(_split_names(args.tasks))
-    check_available(tasks)
+    tasks = select_tasks(
+        _split_names(args.tasks), benchmarks=args.benchmark, task_types=args.task_types, languages=args.languages
+    )
+    if args.log_samples and not args.output_dir:
+        raise UsageError("--log-samples needs --output-dir (the samples go to <output-dir>/samples/)")
+    missing = unavailable(tasks)
+    if missing and (not args.continue_on_error or len(missing) == len(tasks)):  # nothing to run: say so now
+        raise DataUnavailableError(next(iter(missing.values())))
+    cache = _open_cache(args)
     # Only what the user set: a backend added to the table need not take every option of the others.
     given = dict(
         preset=args.preset,
@@ -599,6 +680,7 @@ def cmd_run(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         prompts=args.prompts,
         instruction_template=args.instruction_template,
         dimensions=args.dimensions,
+        chunk_size=args.chunk_size,
         apply_instruction_to_documents=args.apply_instruction_to_documents or None,
     )
     kwargs: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
@@ -612,9 +694,8 @@ def cmd_run(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         local = ("revision", "device", "data_parallel_size", "replicas_per_gpu")
         kwargs.update({k: v for k in local if (v := getattr(args, k)) is not None})
         kwargs.update(engine)
-    from .results import evaluate
-
     with load_backend("encoder", args.backend, model, http=http, **kwargs) as encoder:
+        encoder.use_cache(cache)
         rows = evaluate(
             encoder,
             tasks,
@@ -626,13 +707,19 @@ def cmd_run(args: argparse.Namespace, engine: dict[str, Any]) -> int:
                 "preset": getattr(getattr(encoder, "preset", None), "name", None),
                 "engine_kwargs": getattr(encoder, "engine_kwargs", None),
                 "command": sys.argv,
+                "cache_dir": str(cache.directory) if cache else None,
             },
+            overwrite_strategy=args.overwrite_strategy,
+            continue_on_error=args.continue_on_error,
+            log_samples=args.log_samples,
+            skip=missing,
         )
     meta = encoder.mteb_model_meta
     _print_table(rows, f"{meta.name} ({args.backend})")
+    _report_cache(cache)
     if args.output_dir:
-        print(f"results: {os.path.join(args.output_dir, 'results', meta.model_name_as_path(), meta.revision)}")
-    return 0
+        print(f"results: {results_dir(args.output_dir, meta)}")
+    return 1 if any(r.status.startswith("failed") for r in rows) else 0
 
 
 def cmd_rerank(args: argparse.Namespace, engine: dict[str, Any]) -> int:
@@ -665,9 +752,13 @@ def cmd_rerank(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     else:
         kwargs.update(preset=args.preset, **engine)
     show = not args.no_progress
+    cache = _open_cache(args)
     first = load_first_stage(args.first_stage, show_progress_bar=show)
+    if cache is not None and hasattr(first, "use_cache"):
+        first.use_cache(cache)
     try:
         reranker = load_backend("reranker", args.backend, model, http=http, **kwargs)
+        reranker.use_cache(cache)
     except BaseException:
         getattr(first, "close", lambda: None)()
         raise
@@ -688,11 +779,15 @@ def cmd_rerank(args: argparse.Namespace, engine: dict[str, Any]) -> int:
                     "engine_kwargs": getattr(reranker, "engine_kwargs", None),
                     "command": sys.argv,
                 },
+                overwrite_strategy=args.overwrite_strategy,
+                continue_on_error=args.continue_on_error,
+                log_samples=args.log_samples,
             )
         finally:
             reranker.close()
             getattr(first, "close", lambda: None)()
     _print_table(rows, f"{args.first_stage} -> top {args.top_k} -> {reranker.mteb_model_meta.name} ({args.backend})")
+    _report_cache(cache)
     if args.output_dir:
         print(f"results: {args.output_dir}/stage1, {args.output_dir}/stage2")
     return 0
@@ -759,7 +854,9 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
             **engine,
         )
     failed = 0
+    cache = _open_cache(args)
     with load_backend("generator", args.backend, model, http=http, **kwargs) as generator:
+        generator.use_cache(cache)
         for task, out in zip(tasks, outputs, strict=True):
             try:
                 results = run_multiple_choice(
@@ -784,6 +881,7 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
                 f"missing {int(m['missing'])}/{int(m['n_samples'])}  {results['seconds']:.1f} s"
             )
             print(f"results: {out}/results.json, {out}/samples.jsonl")
+    _report_cache(cache)
     return failed
 
 
@@ -871,6 +969,8 @@ def _short(value: Any) -> str:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    if args.tasks or args.benchmark or args.task_types or args.languages:
+        return _list_selected(args)
     from .tasks import offline_tasks
     from .tasks.generative import GENERATIVE_TASKS
 
@@ -905,8 +1005,52 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     for r in rows:
         table.add_row(r["name"], r["kind"], r["type"], r["main_score"])
     Console().print(table)
-    print("mteb tasks: `vllm-eval run` / `rerank` (any mteb task name works too, its data then comes from the hub).")
+    print("mteb tasks and benchmarks: `vllm-eval tasks --benchmark NAME`, `vllm-eval run --tasks NAME ...`.")
     print("generative tasks: `vllm-eval generate`.")
+    return 0
+
+
+def _list_selected(args: argparse.Namespace) -> int:
+    """``vllm-eval tasks --benchmark/--tasks/--task-types/--languages``: what a run would evaluate."""
+    from .hub import ensure_offline_if_unreachable
+
+    ensure_offline_if_unreachable()
+    from .tasks import select_tasks, unavailable
+
+    tasks = select_tasks(
+        _split_names(args.tasks), benchmarks=args.benchmark, task_types=args.task_types, languages=args.languages
+    )
+    missing = unavailable(tasks)
+    rows = [
+        {
+            "name": t.metadata.name,
+            "type": t.metadata.type,
+            "main_score": t.metadata.main_score,
+            "languages": list(t.metadata.languages),
+            "dataset": (t.metadata.dataset or {}).get("path"),
+            "available": t.metadata.name not in missing,
+        }
+        for t in tasks
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} tasks" + (f", {len(missing)} not available offline" if missing else ""))
+    for col in ("name", "type", "main_score", "languages", "dataset", "available"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(
+            r["name"],
+            r["type"],
+            r["main_score"],
+            ",".join(r["languages"][:6]),
+            r["dataset"] or "-",
+            "yes" if r["available"] else "no (offline, not cached)",
+        )
+    Console(width=max(120, Console().width)).print(table)
     return 0
 
 
@@ -949,14 +1093,38 @@ def engine_backend_runs_vllm(args: argparse.Namespace) -> bool:
     return any(_capabilities(_KIND[args.command], b)[1] for b in backends)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled like Ctrl-C: unwind, shut the engines down, exit 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    # Once: a second signal while the engines shut down must not cut that short.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``vllm-eval``.
 
+    Ctrl-C, SIGTERM (a job scheduler's or ``kill``'s) and SIGHUP stop the command within seconds:
+    the engines are shut down (no engine processes are left behind), results of finished tasks and
+    ``summary.json`` are already on disk, and the output cache keeps every committed batch, so the
+    same command resumes.
+
     Returns:
-        The exit code: 0 ok, 1 a failure while running, 2 bad input, 130 interrupted.
+        The exit code: 0 ok, 1 a failure while running, 2 bad input, 128 + the signal when
+        interrupted (130 for Ctrl-C, 143 for SIGTERM).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv or "-v" in argv
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         parser = _build_parser()
         args, extra = parser.parse_known_args(argv)
@@ -974,14 +1142,26 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"vllm-eval: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("vllm-eval: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(
+            f"vllm-eval: interrupted ({signal.Signals(signum).name}); finished tasks and cached outputs are kept, "
+            "the same command resumes",
+            file=sys.stderr,
+        )
+        return 128 + signum
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # no second interrupt during shutdown
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(sig, signal.SIG_IGN)
         if "vllm" in sys.modules:
             from .engine import shutdown_all
 
             shutdown_all()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if handlers:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run() -> None:

@@ -239,6 +239,13 @@ class HttpClient:
             raise
         return model or served, max_len
 
+    def server_version(self) -> str:
+        """The server's ``GET /version`` (vLLM's OpenAI server has it), or ``"unknown"``."""
+        try:
+            return str(self.request("GET", "/version", parse=lambda body: body["version"]))
+        except (EndpointError, RequestRefused):
+            return "unknown"
+
     def map(self, fn: Callable[[Any], T], items: list[Any]) -> list[T]:
         """``fn`` over ``items`` with at most ``max_concurrency`` at once; results in input order."""
         if len(items) <= 1:

@@ -1,22 +1,30 @@
 """Running mteb and writing results: one results format for every backend and command.
 
-Per-task scores are mteb's own result JSON (``<output_dir>/results/<org__name>/<revision>/<Task>.json``,
-written by ``mteb.ResultCache``), so mteb's leaderboard tooling reads them. Next to them,
-``summary.json`` records the run: model, backend, engine options, package versions and the table.
+Per-task scores are mteb's own result JSON, written by ``mteb.ResultCache`` as each task finishes:
+``<output_dir>/results/<org__name>/<revision>/experiments/<experiment>/<Task>.json``, where the
+experiment names the backend and the settings that change numbers (dtype, quantization,
+dimensions), so runs of one model with different backends or dtypes never overwrite or
+short-circuit each other; mteb's tooling reads them. Next to them, ``summary.json`` records the
+run (model, backend, engine options, package versions, the table so far) and is rewritten after
+every task. A rerun of the same command reads finished tasks back (mteb's ``only-missing``) and
+says so; the output cache (:mod:`vllm_eval.cache`) makes an interrupted task reuse its stored batches.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from .errors import DataUnavailableError, UsageError
 from .progress import run_display
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,11 @@ class TaskScore:
     main_score: float
     seconds: float
     stage: str = ""
+    #: ``computed``, ``reused`` (read back from an earlier run) or ``failed: <reason>``.
+    status: str = "computed"
+    #: Outputs the task read from the output cache, and computed (and stored).
+    cache_hits: int = 0
+    cache_misses: int = 0
 
 
 def package_versions(
@@ -63,51 +76,174 @@ def evaluate(
     prediction_folder: str | Path | None = None,
     stage: str = "",
     summary_name: str = "summary.json",
+    overwrite_strategy: str = "only-missing",
+    continue_on_error: bool = False,
+    log_samples: bool = False,
+    skip: dict[str, str] | None = None,
 ) -> list[TaskScore]:
     """Evaluate ``model`` (any mteb model protocol) on ``tasks`` with ``mteb.evaluate``, task by task.
 
-    Every task is recomputed (mteb's ``overwrite_strategy="always"``): a benchmark run must not
-    silently reuse an older result. With ``output_dir``, mteb result JSON is written there as each
-    task finishes, and ``summary.json`` is rewritten after every task.
+    With ``output_dir``, each task's mteb result JSON is written as it finishes and ``summary.json``
+    is rewritten after every task. ``overwrite_strategy`` has mteb's meanings: ``only-missing``
+    (default) reads finished tasks back and runs the rest, ``never`` runs only tasks without a
+    result, ``always`` recomputes everything; what is reused or replaced is logged. Backends of
+    this package tag their results with an mteb experiment (backend, dtype, ...), so configurations
+    of one model keep separate results.
+
+    Args:
+        continue_on_error: a task that fails (data unavailable, a failure of its own) becomes a
+            row with ``status="failed: ..."`` and the run goes on; otherwise the error propagates.
+        log_samples: also write each task's per-sample predictions as JSONL under
+            ``<output_dir>/samples/`` (see :func:`write_samples`).
+        skip: task name -> reason, for tasks known not to run (their data is unavailable): each
+            becomes a ``failed`` row without being started.
 
     Returns:
         One :class:`TaskScore` per task, in task order.
 
     Raises:
+        UsageError: an unknown ``overwrite_strategy``.
         Whatever the model raises (an ``EngineError``, ``EndpointError`` ...) or mteb raises for a task.
     """
     import mteb
 
-    cache = mteb.ResultCache(Path(output_dir)) if output_dir else None
+    if overwrite_strategy not in OVERWRITE_STRATEGIES:
+        raise UsageError(
+            f"overwrite_strategy must be one of {', '.join(OVERWRITE_STRATEGIES)}, got {overwrite_strategy!r}"
+        )
+    tag_experiment(model)
+    out = Path(output_dir) if output_dir else None
+    cache = mteb.ResultCache(out) if out else None
+    if log_samples and out is not None and prediction_folder is None:
+        prediction_folder = out / "predictions"
     start = time.perf_counter()
     rows: list[TaskScore] = []
     with run_display(len(tasks), enabled=show_progress_bar) as task_progress:
         for task in tasks:
-            with task_progress(task.metadata.name):
-                result = mteb.evaluate(
-                    model,
-                    [task],
-                    cache=cache,
-                    overwrite_strategy="always",
-                    co2_tracker=False,
-                    show_progress_bar=False,
-                    encode_kwargs={"show_progress_bar": False},  # ours is the backend's; mteb's off
-                    prediction_folder=prediction_folder,
-                )
-            tr = result.task_results[0]
-            rows.append(
-                TaskScore(
-                    task=task.metadata.name,
-                    task_type=task.metadata.type,
-                    main_score_name=task.metadata.main_score,
-                    main_score=float(tr.get_score()),
-                    seconds=float(tr.evaluation_time or 0.0),
-                    stage=stage,
-                )
-            )
-            if output_dir:
-                write_summary(model, rows, Path(output_dir) / summary_name, run_info, time.perf_counter() - start)
+            name = task.metadata.name
+            existing = cache.get_task_result_path(name, model.mteb_model_meta) if cache else None
+            reused = existing is not None and existing.is_file() and overwrite_strategy != "always"
+            if existing is not None and existing.is_file():
+                logger.info("%s %s: %s", "reusing" if reused else "replacing", name, existing)
+            with task_progress(name):
+                try:
+                    if skip and name in skip:
+                        raise DataUnavailableError(skip[name])
+                    before = _cache_counts(model)
+                    row = _run_task(model, task, cache, overwrite_strategy, prediction_folder, stage, reused)
+                    hits, misses = (x - y for x, y in zip(_cache_counts(model), before, strict=True))
+                    rows.append(replace(row, cache_hits=hits, cache_misses=misses))
+                except Exception as exc:  # a task's own failure; bugs and interrupts still stop the run
+                    if not continue_on_error or isinstance(exc, (TypeError, AttributeError, NameError)):
+                        raise
+                    reason = " ".join(str(exc).split()) or type(exc).__name__
+                    logger.warning("%s failed, the run goes on (--continue-on-error): %s", name, reason)
+                    meta = task.metadata
+                    rows.append(
+                        TaskScore(name, meta.type, meta.main_score, float("nan"), 0.0, stage, f"failed: {reason}")
+                    )
+            if log_samples and out is not None and not rows[-1].status.startswith("failed"):
+                write_samples(task, Path(prediction_folder), out / "samples")
+            if out is not None:
+                write_summary(model, rows, out / summary_name, run_info, time.perf_counter() - start)
     return rows
+
+
+#: mteb's overwrite strategies that make sense for a run (``only-cache`` runs nothing).
+OVERWRITE_STRATEGIES = ("only-missing", "never", "always")
+
+
+def _run_task(
+    model: Any, task: Any, cache: Any, strategy: str, prediction_folder: Any, stage: str, reused: bool
+) -> TaskScore:
+    import mteb
+
+    result = mteb.evaluate(
+        model,
+        [task],
+        cache=cache,
+        overwrite_strategy=strategy,
+        co2_tracker=False,
+        show_progress_bar=False,
+        encode_kwargs={"show_progress_bar": False},  # ours is the backend's; mteb's off
+        prediction_folder=prediction_folder,
+    )
+    tr = result.task_results[0]
+    return TaskScore(
+        task=task.metadata.name,
+        task_type=task.metadata.type,
+        main_score_name=task.metadata.main_score,
+        main_score=float(tr.get_score()),
+        seconds=float(tr.evaluation_time or 0.0),
+        stage=stage,
+        status="reused" if reused else "computed",
+    )
+
+
+def _cache_counts(model: Any) -> tuple[int, int]:
+    cache = getattr(model, "cache", None)
+    return (cache.stats.hits, cache.stats.misses) if cache is not None else (0, 0)
+
+
+def tag_experiment(model: Any) -> None:
+    """Name the model's mteb experiment after its backend settings (``model.experiment()``), so its
+    results go to a folder of their own. Models without ``experiment()`` are left as they are."""
+    experiment = getattr(model, "experiment", None)
+    if callable(experiment):
+        model.mteb_model_meta = model.mteb_model_meta.model_copy(update={"experiment_kwargs": experiment()})
+
+
+def results_dir(output_dir: str | Path, meta: Any) -> Path:
+    """Where mteb writes ``meta``'s task results under ``output_dir`` (its experiment folder included)."""
+    base = Path(output_dir) / "results" / meta.model_name_as_path() / meta.revision
+    return base / "experiments" / meta.experiment_name if meta.experiment_name else base
+
+
+def write_samples(task: Any, prediction_folder: Path, samples_dir: Path) -> Path | None:
+    """Per-sample predictions of one task as JSONL (``<samples_dir>/<Task>.jsonl``), from mteb's
+    prediction file: one line per query of a retrieval task (its top 10 document ids and scores),
+    per item otherwise (a pair's score, an item's predicted label ...), with subset and split.
+
+    Returns:
+        The JSONL path, or None when mteb wrote no predictions for the task.
+    """
+    source = prediction_folder / f"{task.metadata.name}_predictions.json"
+    if not source.is_file():
+        return None
+    data = json.loads(source.read_text())
+    samples_dir.mkdir(parents=True, exist_ok=True)
+    target = samples_dir / f"{task.metadata.name}.jsonl"
+    tmp = target.with_name(target.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for subset, splits in data.items():
+            if subset == "mteb_model_meta" or not isinstance(splits, dict):
+                continue
+            for split, predictions in splits.items():
+                for row in _sample_rows(predictions):
+                    fh.write(json.dumps({"subset": subset, "split": split, **row}, default=str) + "\n")
+    tmp.replace(target)
+    return target
+
+
+def _sample_rows(predictions: Any, top_k: int = 10):
+    if isinstance(predictions, dict):
+        values = list(predictions.values())
+        if values and all(isinstance(v, list) for v in values) and len({len(v) for v in values}) == 1:
+            # One list per score kind (STS: cosine, euclidean ... per pair): one row per item.
+            for i, row in enumerate(zip(*values, strict=True)):
+                yield {"index": i, **dict(zip(predictions, row, strict=True))}
+            return
+        for key, value in predictions.items():
+            if isinstance(value, dict) and all(isinstance(v, int | float) for v in value.values()):
+                ranked = sorted(value.items(), key=lambda kv: kv[1], reverse=True)[:top_k]
+                yield {"query_id": key, "top_k": [[doc, float(score)] for doc, score in ranked]}
+            else:
+                yield {"id": key, "prediction": value}
+    elif isinstance(predictions, list):
+        for i, value in enumerate(predictions):
+            yield {"index": i, "prediction": value}
+    else:
+        yield {"prediction": predictions}
 
 
 def write_summary(
@@ -126,7 +262,7 @@ def write_summary(
         "versions": package_versions(),
         "python": platform.python_version(),
         "total_seconds": round(seconds, 2),
-        "results_dir": str(output_dir / "results" / meta.model_name_as_path() / meta.revision),
+        "results_dir": str(results_dir(output_dir, meta)),
         "scores": [asdict(r) for r in rows],
     }
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -171,6 +307,8 @@ def evaluate_two_stage(
     output_dir: str | Path,
     show_progress_bar: bool = True,
     run_info: dict[str, Any] | None = None,
+    overwrite_strategy: str = "always",
+    **evaluate_kwargs: Any,
 ) -> list[TaskScore]:
     """Retrieve with ``first_stage``, keep each query's ``top_k`` and rerank them with ``reranker``.
 
@@ -178,6 +316,9 @@ def evaluate_two_stage(
     turned into a reranking task with mteb's ``convert_to_reranking(predictions, top_k)`` and
     evaluated with the reranker. Both stages' mteb results are written under ``output_dir``
     (``stage1/`` and ``stage2/``).
+
+    ``overwrite_strategy`` (default ``always``: the second stage is built from the first stage's
+    predictions of this run) and ``evaluate_kwargs`` are passed to both stages' :func:`evaluate`.
 
     Documented edge cases: ``top_k`` larger than a task's corpus keeps the whole corpus (a warning
     says so); a query for which the first stage returned no document gets no candidate and scores
@@ -204,6 +345,8 @@ def evaluate_two_stage(
         output_dir=out / "stage1",
         show_progress_bar=show_progress_bar,
         run_info=run_info,
+        overwrite_strategy=overwrite_strategy,
+        **evaluate_kwargs,
         prediction_folder=out / "predictions",
         stage="first",
     )
@@ -225,6 +368,8 @@ def evaluate_two_stage(
                 output_dir=out / "stage2",
                 show_progress_bar=show_progress_bar,
                 run_info={**(run_info or {}), "top_k": k},
+                overwrite_strategy=overwrite_strategy,
+                **evaluate_kwargs,
                 stage="rerank",
             )
         )

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
@@ -24,6 +24,38 @@ from ..base import PoolingBackendBase
 from ..progress import input_bar
 from ..prompts import PromptResolver, check_texts, texts_from
 from ..streaming import BatchTokenizer, chunked, flatten, loader_len, prefetched, warn_truncated
+
+
+class _Chunk:
+    """One chunk of distinct texts on its way through the stream: token ids, cache keys and hits."""
+
+    def __init__(
+        self, fresh: list[str], ids: list[list[int]], n_texts: int, keys: list[bytes], hits: dict[bytes, Any]
+    ) -> None:
+        self.fresh, self.ids, self.n_texts, self.keys, self.hits = fresh, ids, n_texts, keys, hits
+
+    def missing(self) -> list[int]:
+        """Positions (in ``fresh``) the backend must compute: all without a cache, else the misses."""
+        if not self.keys:
+            return list(range(len(self.fresh)))
+        return [i for i, k in enumerate(self.keys) if k not in self.hits]
+
+    def assemble(self, computed: np.ndarray | None, cache: Any) -> np.ndarray:
+        """Rows of ``fresh`` in order, from the cache and the backend; new rows are stored (one transaction)."""
+        if not self.keys:
+            return computed
+        miss = self.missing()
+        if computed is not None and miss:
+            cache.put_many((self.keys[i], computed[j]) for j, i in enumerate(miss))
+        if not self.hits:
+            return computed
+        rows: list[np.ndarray] = [None] * len(self.fresh)  # type: ignore[list-item]
+        for j, i in enumerate(miss):
+            rows[i] = computed[j]
+        for i, key in enumerate(self.keys):
+            if rows[i] is None:
+                rows[i] = self.hits[key]
+        return np.stack(rows)
 
 
 class EncoderBase(AbsEncoder, PoolingBackendBase, ABC):
@@ -44,6 +76,7 @@ class EncoderBase(AbsEncoder, PoolingBackendBase, ABC):
         UsageError: ``chunk_size`` < 1, or no tokenizer for a backend that tokenizes locally.
     """
 
+    kind: ClassVar[str] = "encoder"
     #: Chunks handed over before the oldest is collected (0: one at a time; replicas use more).
     max_in_flight: int = 0
 
@@ -57,9 +90,11 @@ class EncoderBase(AbsEncoder, PoolingBackendBase, ABC):
         tokenizer: BatchTokenizer | None = None,
         chunk_size: int = 1024,
         show_progress_bar: bool = True,
+        model_ref: Any = None,
     ) -> None:
         super().__init__(
             model=model,
+            model_ref=model_ref,
             meta=meta,
             prompting=prompting,
             max_length=max_length,
@@ -109,15 +144,16 @@ class EncoderBase(AbsEncoder, PoolingBackendBase, ABC):
     def _embed_stream(self, texts: Iterable[str], *, total: int | None, show_progress_bar: bool) -> np.ndarray:
         # Texts repeat a lot within one call (an STS task encodes each document once per pair it
         # is in: LeeDocSimilarity has 2,450 texts but 50 distinct), so each distinct text is
-        # embedded once and its row reused. Chunk k+1 is deduplicated and tokenized on a worker
-        # thread while the backend embeds chunk k (the fast tokenizer and the engine's IPC both
-        # release the GIL), so tokenization stays off the critical path.
+        # embedded once and its row reused. Chunk k+1 is deduplicated, tokenized and looked up in
+        # the cache on a worker thread while the backend embeds chunk k (the fast tokenizer, SQLite
+        # and the engine's IPC release the GIL), so none of that is on the critical path. Only the
+        # cache's misses reach the backend; they are stored as each chunk completes.
         rows: dict[str, int] = {}
         order: list[int] = []
         parts: list[np.ndarray] = []
         counts = {"unique": 0, "truncated": 0}
 
-        def prepare(chunk: list[str]) -> tuple[list[str], list[list[int]], int]:
+        def prepare(chunk: list[str]) -> _Chunk:
             fresh: list[str] = []
             for t in chunk:
                 if t not in rows:
@@ -125,25 +161,33 @@ class EncoderBase(AbsEncoder, PoolingBackendBase, ABC):
                     fresh.append(t)
                 order.append(rows[t])
             counts["unique"] += len(fresh)
-            if not fresh or self.tokenizer is None:
-                return fresh, [], len(chunk)
-            ids, n_cut = self.tokenizer(fresh)
-            counts["truncated"] += n_cut
-            return fresh, ids, len(chunk)
+            ids: list[list[int]] = []
+            if fresh and self.tokenizer is not None:
+                ids, n_cut = self.tokenizer(fresh)
+                counts["truncated"] += n_cut
+            # The exact model input keys the cache: token ids where we tokenize, else the text.
+            keys, hits = self._cached(ids or fresh) if fresh else ([], {})
+            return _Chunk(fresh, ids, len(chunk), keys, hits)
 
         # Chunks handed over but not collected yet: with engine replicas several are in flight.
-        inflight: deque[tuple[Future | None, int]] = deque()
+        inflight: deque[tuple[_Chunk, Future | None]] = deque()
 
         def collect(advance: Any, keep: int) -> None:
             while len(inflight) > keep:
-                future, n_texts = inflight.popleft()
-                if future is not None:
-                    parts.append(future.result())
-                advance(n_texts)
+                chunk, future = inflight.popleft()
+                if chunk.fresh:
+                    parts.append(chunk.assemble(future.result() if future is not None else None, self.cache))
+                advance(chunk.n_texts)
 
         with input_bar("encode", total, "texts", enabled=show_progress_bar) as advance:
-            for fresh, ids, n_texts in prefetched(chunked(texts, self.chunk_size), prepare):
-                inflight.append((self._submit_chunk(fresh, ids) if fresh else None, n_texts))
+            for chunk in prefetched(chunked(texts, self.chunk_size), prepare):
+                miss = chunk.missing()
+                future = None
+                if miss:
+                    future = self._submit_chunk(
+                        [chunk.fresh[i] for i in miss], [chunk.ids[i] for i in miss] if chunk.ids else []
+                    )
+                inflight.append((chunk, future))
                 collect(advance, self.max_in_flight)
             collect(advance, 0)
         warn_truncated(counts["truncated"], counts["unique"], self.max_length, self.name)

@@ -89,6 +89,10 @@ class RemoteEncoder(RemoteBackend, EncoderBase):
                 show_progress_bar=show_progress_bar,
             )
 
+    def identity(self) -> dict[str, Any]:
+        """The base identity (the served name) plus the server's version and ``dimensions``."""
+        return {**super().identity(), "server": self.http.server_version(), "dimensions": self.dimensions}
+
     def _request(self, batch: list[str]) -> list[np.ndarray]:
         payload: dict[str, Any] = {
             "model": self.model,

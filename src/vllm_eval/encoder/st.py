@@ -118,8 +118,10 @@ class SentenceTransformerEncoder(EncoderBase):
             framework=["Sentence Transformers", "PyTorch"],
             use_instructions=prompting.instruction_template is not None,
         )
+        self.dimensions = dimensions
         super().__init__(
             model=ref.path,
+            model_ref=ref,
             meta=meta,
             prompting=prompting,
             max_length=max_length,
@@ -127,6 +129,16 @@ class SentenceTransformerEncoder(EncoderBase):
             chunk_size=chunk_size,
             show_progress_bar=show_progress_bar,
         )
+
+    def identity(self) -> dict[str, Any]:
+        """The base identity plus dtype, device, ``dimensions`` and normalisation."""
+        return {
+            **super().identity(),
+            "dtype": self.dtype,
+            "device": str(self.st.device),
+            "dimensions": self.dimensions,
+            "normalize": self.normalize,
+        }
 
     def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
         del ids  # sentence-transformers tokenizes itself; ids only served the truncation count

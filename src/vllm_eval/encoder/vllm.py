@@ -145,8 +145,11 @@ class VllmEncoder(EngineUser, EncoderBase):
                 max_model_len=max_length,
                 use_instructions=prompting.instruction_template is not None,
             )
+            self._engine_facts = {k: v for k, v in info.items() if k != "tokenizer"}
+            self.dtype, self.quantization = info["dtype"], info["quantization"]
             super().__init__(
                 model=ref.path,
+                model_ref=ref,
                 meta=meta,
                 prompting=prompting,
                 max_length=max_length,
@@ -154,6 +157,20 @@ class VllmEncoder(EngineUser, EncoderBase):
                 chunk_size=chunk_size,
                 show_progress_bar=show_progress_bar,
             )
+
+    def identity(self) -> dict[str, Any]:
+        """The base identity plus the engine's dtype, quantization, pooler and overrides, and the
+        per-request ``dimensions`` / ``normalize``."""
+        facts = self._engine_facts
+        return {
+            **super().identity(),
+            "dtype": facts["dtype"],
+            "quantization": facts["quantization"],
+            "pooler": facts["pooler"],
+            "hf_overrides": self.engine_kwargs.get("hf_overrides"),
+            "dimensions": self.dimensions,
+            "normalize": self.normalize,
+        }
 
     def _check_dimensions(self, model: str, info: dict[str, Any]) -> None:
         if self.dimensions is None:
@@ -233,6 +250,9 @@ def engine_info(llm: Any) -> dict[str, Any]:
         "is_matryoshka": bool(config.is_matryoshka),
         "matryoshka_dimensions": list(config.matryoshka_dimensions or []),
         "embedding_size": int(config.embedding_size),
+        "dtype": str(config.dtype),
+        "quantization": config.quantization,
+        "pooler": repr(getattr(config, "pooler_config", None)),
     }
 
 

@@ -11,9 +11,10 @@ score log-likelihoods (:attr:`~GeneratorBase.supports_loglikelihood`).
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -96,6 +97,7 @@ class GeneratorBase(BackendBase, ABC):
         OptionError: an unknown sampling option.
     """
 
+    kind: ClassVar[str] = "generator"
     #: The backend can score continuations by log-likelihood (:meth:`loglikelihoods`).
     supports_loglikelihood: ClassVar[bool] = False
 
@@ -109,10 +111,11 @@ class GeneratorBase(BackendBase, ABC):
         sampling: dict[str, Any] | None = None,
         chunk_size: int = 256,
         show_progress_bar: bool = True,
+        model_ref: Any = None,
     ) -> None:
         if image_position not in ("before", "after"):
             raise UsageError(f"image_position must be 'before' or 'after', got {image_position!r}")
-        super().__init__(model=model, chunk_size=chunk_size, show_progress_bar=show_progress_bar)
+        super().__init__(model=model, chunk_size=chunk_size, show_progress_bar=show_progress_bar, model_ref=model_ref)
         self.system_prompt = system_prompt
         self.raw_prompts = raw_prompts
         #: False when the chat template has no system turn: the system prompt joins the user turn.
@@ -167,8 +170,33 @@ class GeneratorBase(BackendBase, ABC):
             msgs.insert(0, {"role": "system", "content": self.system_prompt})
         return msgs
 
+    def identity(self) -> dict[str, Any]:
+        """The base identity plus sampling, system prompt (and whether it is a turn of its own),
+        raw prompts and image position: what turns a sample into tokens and tokens into an answer."""
+        sampling = {k: getattr(self.sampling, k, None) for k in ("temperature", "top_p", "top_k", "max_tokens", "seed")}
+        return {
+            **super().identity(),
+            "sampling": {**sampling, **self.sampling_overrides},
+            "system_prompt": self.system_prompt,
+            "system_role": self.system_role,
+            "raw_prompts": self.raw_prompts,
+            "image_position": self.image_position,
+        }
+
+    def deterministic(self) -> bool:
+        """Whether a sample's answer is fixed (greedy, or a fixed seed), so it may be cached."""
+        return self.sampling.temperature == 0 or self.sampling.seed is not None
+
+    def _sample_input(self, text: str, images: Sequence[Any]) -> dict[str, Any]:
+        """A sample as the cache keys it: the text and a digest of each image's pixels."""
+        digests = [hashlib.blake2b(np.asarray(to_pil(im)).tobytes(), digest_size=16).hexdigest() for im in images]
+        return {"text": text, "images": digests}
+
     def generate(self, samples: Iterable[tuple[str, Sequence[Any]]], total: int | None = None) -> list[Generation]:
         """Generate one answer per ``(text, images)`` sample, in order, in one streamed pass.
+
+        With a cache in use and deterministic sampling, answers stored by an earlier run of the
+        same identity are read back instead of generated; new ones are stored per chunk.
 
         Returns:
             One :class:`Generation` per sample.
@@ -178,8 +206,19 @@ class GeneratorBase(BackendBase, ABC):
             EndpointError: a server refused a sample (named) or could not be reached.
         """
         results: list[Generation] = []
+        use_cache = self.cache is not None and self.deterministic()
         with input_bar("generate", total, "samples", enabled=self.show_progress_bar) as advance:
             for chunk in chunked(samples, self.chunk_size):
-                results.extend(self._generate_chunk(chunk, len(results)))
+                if not use_cache:
+                    results.extend(self._generate_chunk(chunk, len(results)))
+                else:
+                    keys, hits = self._cached([self._sample_input(t, ims) for t, ims in chunk])
+                    miss = [i for i, k in enumerate(keys) if k not in hits]
+                    done: dict[int, Generation] = {i: Generation(**hits[k]) for i, k in enumerate(keys) if k in hits}
+                    if miss:
+                        fresh = self._generate_chunk([chunk[i] for i in miss], len(results) + miss[0])
+                        self.cache.put_many((keys[i], asdict(g)) for i, g in zip(miss, fresh))
+                        done.update(zip(miss, fresh))
+                    results.extend(done[i] for i in range(len(chunk)))
                 advance(len(chunk))
         return results

@@ -70,6 +70,10 @@ class RemoteGenerator(RemoteBackend, GeneratorBase):
         self.request_sampling = {**DEFAULT_SAMPLING, **self.sampling_overrides}
         self.model, _ = self._connect(http, model)
 
+    def identity(self) -> dict[str, Any]:
+        """The base identity (the served name) plus the server's version."""
+        return {**super().identity(), "server": self.http.server_version()}
+
     def image_part(self, image: Any) -> dict[str, Any]:
         """One image as an ``image_url`` part holding a PNG data URL."""
         return {"type": "image_url", "image_url": {"url": image_data_url(image)}}

@@ -81,6 +81,7 @@ class VllmGenerator(EngineUser, GeneratorBase):
         self.chat_template = chat_template or (p.chat_template if p else None)
         super().__init__(
             model=ref.path,
+            model_ref=ref,
             system_prompt=system_prompt if system_prompt is not None else (p.system_prompt if p else None),
             raw_prompts=raw_prompts,
             image_position=image_position or (p.image_position if p else "before"),
@@ -98,6 +99,7 @@ class VllmGenerator(EngineUser, GeneratorBase):
         self.llm = acquire_engine(ref, **self.engine_kwargs)
         with self.closed_on_error():
             self.tokenizer = self.llm.get_tokenizer()
+            self.dtype, self.quantization = str(self.llm.model_config.dtype), self.llm.model_config.quantization
             self._check_template()
 
     # --- prompt formatting: the one place -----------------------------------------------------
@@ -124,6 +126,17 @@ class VllmGenerator(EngineUser, GeneratorBase):
             except Exception as exc:  # jinja raise_exception("System role not supported") and kin
                 logger.info("chat template rejects a system turn (%s); merging it into the user turn", exc)
                 self.system_role = False
+
+    def identity(self) -> dict[str, Any]:
+        """The base identity plus the chat template in use, the engine's dtype and quantization."""
+        config = self.llm.model_config
+        return {
+            **super().identity(),
+            "chat_template": self._template(),
+            "dtype": str(config.dtype),
+            "quantization": config.quantization,
+            "hf_overrides": self.engine_kwargs.get("hf_overrides"),
+        }
 
     def image_part(self, image: Any) -> dict[str, Any]:
         """One image as an ``image_pil`` content part (vLLM's offline chat accepts PIL images)."""
@@ -176,6 +189,7 @@ class VllmGenerator(EngineUser, GeneratorBase):
         Each context is rendered with the chat template (unless ``raw_prompts``), the continuation
         is tokenized on its own and appended (as lm-evaluation-harness does), and the engine is
         asked only for ``prompt_logprobs`` of the joined ids (one generated token, discarded).
+        With a cache in use, stored scores of the same identity, context and continuation are reused.
 
         Raises:
             UsageError: an empty continuation or mismatched lengths.
@@ -186,23 +200,31 @@ class VllmGenerator(EngineUser, GeneratorBase):
         if len(contexts) != len(continuations):
             raise UsageError(f"{len(contexts)} contexts but {len(continuations)} continuations")
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, seed=self.sampling.seed)
-        out_scores: list[float] = []
-        pairs = list(zip(contexts, continuations, strict=True))
-        with input_bar("loglikelihood", len(pairs), "options", enabled=self.show_progress_bar) as advance:
-            for chunk in chunked(pairs, self.chunk_size):
+        rendered = [self.render(ctx) for ctx in contexts]
+        keys, hits = self._cached([["loglikelihood", r, c] for r, c in zip(rendered, continuations)])
+        todo = [i for i in range(len(contexts)) if not keys or keys[i] not in hits]
+        scores = np.zeros(len(contexts), dtype=np.float64)
+        for i, key in enumerate(keys):
+            if key in hits:
+                scores[i] = hits[key][0]
+        with input_bar("loglikelihood", len(contexts), "options", enabled=self.show_progress_bar) as advance:
+            advance(len(contexts) - len(todo))
+            for chunk in chunked(todo, self.chunk_size):
                 prompts, spans = [], []
-                for ctx, cont in chunk:
-                    ctx_ids = self.tokenizer(self.render(ctx), add_special_tokens=False)["input_ids"]
-                    cont_ids = self.tokenizer(cont, add_special_tokens=False)["input_ids"]
+                for i in chunk:
+                    ctx_ids = self.tokenizer(rendered[i], add_special_tokens=False)["input_ids"]
+                    cont_ids = self.tokenizer(continuations[i], add_special_tokens=False)["input_ids"]
                     if not cont_ids:
-                        raise UsageError(f"continuation {cont!r} has no tokens")
+                        raise UsageError(f"continuation {continuations[i]!r} has no tokens")
                     prompts.append(TokensPrompt(prompt_token_ids=list(ctx_ids) + list(cont_ids)))
                     spans.append((len(ctx_ids), list(cont_ids)))
                 outputs = self.llm.generate(prompts, params, use_tqdm=False)
-                raise_on_request_errors(outputs, lambda i, c=chunk: f"context {c[i][0]!r:.60}")
-                for out, (start, cont_ids) in zip(outputs, spans, strict=True):
-                    out_scores.append(
-                        sum(out.prompt_logprobs[pos][tok].logprob for pos, tok in enumerate(cont_ids, start=start))
+                raise_on_request_errors(outputs, lambda j, c=chunk: f"context {contexts[c[j]]!r:.60}")
+                for i, out, (start, cont_ids) in zip(chunk, outputs, spans, strict=True):
+                    scores[i] = sum(
+                        out.prompt_logprobs[pos][tok].logprob for pos, tok in enumerate(cont_ids, start=start)
                     )
+                if keys:
+                    self.cache.put_many((keys[i], scores[i : i + 1]) for i in chunk)
                 advance(len(chunk))
-        return np.asarray(out_scores, dtype=np.float64)
+        return scores

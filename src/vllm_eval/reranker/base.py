@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from mteb.types import PromptType
@@ -100,6 +100,8 @@ class RerankerBase(PoolingBackendBase, ABC):
             backend that tokenizes locally.
     """
 
+    kind: ClassVar[str] = "reranker"
+
     def __init__(
         self,
         *,
@@ -112,11 +114,13 @@ class RerankerBase(PoolingBackendBase, ABC):
         tokenizer: Any = None,
         chunk_size: int = 512,
         show_progress_bar: bool = True,
+        model_ref: Any = None,
     ) -> None:
         if (template is not None) != (mode == "template"):
             raise UsageError(f"a score template goes with mode='template', got mode={mode!r}")
         super().__init__(
             model=model,
+            model_ref=model_ref,
             meta=meta,
             prompting=prompting,
             max_length=max_length,
@@ -126,6 +130,10 @@ class RerankerBase(PoolingBackendBase, ABC):
         )
         self.mode = mode
         self.template = template
+
+    def identity(self) -> dict[str, Any]:
+        """The base identity plus the scoring mode (the template is part of each input)."""
+        return {**super().identity(), "mode": self.mode}
 
     @abstractmethod
     def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
@@ -187,25 +195,43 @@ class RerankerBase(PoolingBackendBase, ABC):
     def _score_stream(
         self, pairs: Iterable[tuple[str, str]], instruction: str | None, total: int | None, show: bool
     ) -> np.ndarray:
-        # Chunk k+1 is formatted and its lengths counted on a worker thread while the backend
-        # scores chunk k (the fast tokenizer releases the GIL), as the encoder does.
+        # Chunk k+1 is formatted, its lengths counted and looked up in the cache on a worker thread
+        # while the backend scores chunk k (the fast tokenizer and SQLite release the GIL).
         parts: list[np.ndarray] = []
         n = n_cut = 0
 
-        def prepare(chunk: list[tuple[str, str]]) -> tuple[list[str], list[str], int]:
+        def prepare(chunk: list[tuple[str, str]]) -> tuple[list[str], list[str], int, list[bytes], dict[bytes, Any]]:
             qs, ds = [q for q, _ in chunk], [d for _, d in chunk]
             if self.template is not None:
-                return self._apply_template(qs, ds, instruction)
-            return qs, ds, self._count_over_length(qs, ds)
+                qs, ds, cut = self._apply_template(qs, ds, instruction)
+            else:
+                cut = self._count_over_length(qs, ds)
+            keys, hits = self._cached([[q, d] for q, d in zip(qs, ds)])  # the pair as the model sees it
+            return qs, ds, cut, keys, hits
 
         with input_bar("rerank", total, "pairs", enabled=show) as advance:
-            for qs, ds, cut in prefetched(chunked(pairs, self.chunk_size), prepare):
-                parts.append(self._score_chunk(qs, ds))
+            for qs, ds, cut, keys, hits in prefetched(chunked(pairs, self.chunk_size), prepare):
+                parts.append(self._score_cached(qs, ds, keys, hits))
                 n += len(qs)
                 n_cut += cut
                 advance(len(qs))
         warn_truncated(n_cut, n, self.max_length, self.name, what="pairs")
         return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0,), dtype=np.float32)
+
+    def _score_cached(self, qs: list[str], ds: list[str], keys: list[bytes], hits: dict[bytes, Any]) -> np.ndarray:
+        """Scores of one chunk: the cache's, and the backend's for the rest (then stored)."""
+        if not keys:
+            return self._score_chunk(qs, ds)
+        miss = [i for i, k in enumerate(keys) if k not in hits]
+        scores = np.empty(len(qs), dtype=np.float32)
+        if miss:
+            computed = self._score_chunk([qs[i] for i in miss], [ds[i] for i in miss])
+            self.cache.put_many((keys[i], computed[j : j + 1]) for j, i in enumerate(miss))
+            scores[miss] = computed
+        for i, key in enumerate(keys):
+            if key in hits:
+                scores[i] = hits[key][0]
+        return scores
 
     def _lengths(self, texts: list[str], pairs: list[str] | None = None) -> list[int]:
         """Token counts, capped at ``max_length + 1`` (enough to tell "too long" without tokenizing

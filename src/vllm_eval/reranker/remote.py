@@ -81,6 +81,10 @@ class RemoteReranker(RemoteBackend, RerankerBase):
                 show_progress_bar=show_progress_bar,
             )
 
+    def identity(self) -> dict[str, Any]:
+        """The base identity (the served name) plus the server's version and the API used."""
+        return {**super().identity(), "server": self.http.server_version(), "api": self.api}
+
     def _describe(self, pair: tuple[str, str]) -> str:
         return f"pair (query {pair[0]!r:.60}, document {pair[1]!r:.60})"
 

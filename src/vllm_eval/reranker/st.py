@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -55,6 +55,7 @@ class SentenceTransformerReranker(RerankerBase):
             ref.path, revision=revision, device=device, trust_remote_code=trust_remote_code, max_length=max_model_len
         )
         self.batch_size = batch_size
+        self.dtype = str(self.ce.model.dtype)
         max_length = int(self.ce.max_seq_length)
         meta = build_model_meta(
             ref,
@@ -66,6 +67,7 @@ class SentenceTransformerReranker(RerankerBase):
         )
         super().__init__(
             model=ref.path,
+            model_ref=ref,
             meta=meta,
             prompting=prompting,
             mode="cross-encoder",
@@ -74,6 +76,10 @@ class SentenceTransformerReranker(RerankerBase):
             chunk_size=chunk_size,
             show_progress_bar=show_progress_bar,
         )
+
+    def identity(self) -> dict[str, Any]:
+        """The base identity plus the torch device and dtype."""
+        return {**super().identity(), "device": str(self.ce.model.device), "dtype": str(self.ce.model.dtype)}
 
     def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
         scores = self.ce.predict(

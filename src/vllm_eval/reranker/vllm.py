@@ -101,11 +101,13 @@ class VllmReranker(EngineUser, RerankerBase):
                     model=ref.path,
                 )
             max_length = int(self.llm.model_config.max_model_len)
+            self.dtype, self.quantization = str(self.llm.model_config.dtype), self.llm.model_config.quantization
             meta = build_model_meta(
                 ref, revision=revision, model_name=model_name, max_model_len=max_length, cross_encoder=True
             )
             super().__init__(
                 model=ref.path,
+                model_ref=ref,
                 meta=meta,
                 prompting=prompting,
                 mode=mode,
@@ -115,6 +117,16 @@ class VllmReranker(EngineUser, RerankerBase):
                 chunk_size=chunk_size,
                 show_progress_bar=show_progress_bar,
             )
+
+    def identity(self) -> dict[str, Any]:
+        """The base identity plus the engine's dtype, quantization and overrides."""
+        config = self.llm.model_config
+        return {
+            **super().identity(),
+            "dtype": str(config.dtype),
+            "quantization": config.quantization,
+            "hf_overrides": self.engine_kwargs.get("hf_overrides"),
+        }
 
     def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
         outputs = self.llm.score(queries, documents, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1})

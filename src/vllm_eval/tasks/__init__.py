@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from ..errors import DataUnavailableError, UnknownNameError
+from ..errors import DataUnavailableError, UnknownNameError, UsageError
 
 
 class UnknownTaskError(UnknownNameError):
@@ -54,6 +54,86 @@ def get_tasks(names: list[str] | None = None) -> list[Any]:
     return out
 
 
+def get_benchmark_tasks(name: str) -> list[Any]:
+    """The tasks of mteb's benchmark ``name`` (e.g. ``"MTEB(eng, v2)"``).
+
+    Raises:
+        UnknownNameError: no such benchmark (close names suggested).
+    """
+    import mteb
+
+    try:
+        return list(mteb.get_benchmark(name).tasks)
+    except (KeyError, ValueError):
+        known = [b.name for b in mteb.get_benchmarks()]
+        close = difflib.get_close_matches(name, known, n=5, cutoff=0.4)
+        hint = f"; close names: {', '.join(close)}" if close else ""
+        raise UnknownNameError(f"unknown benchmark {name!r}{hint}") from None
+
+
+def select_tasks(
+    names: list[str] | None = None,
+    *,
+    benchmarks: list[str] | None = None,
+    task_types: list[str] | None = None,
+    languages: list[str] | None = None,
+) -> list[Any]:
+    """Tasks by name and by benchmark (in that order, each once), then filtered by type and language.
+
+    With neither names nor benchmarks, the offline suite. ``task_types`` are mteb's (``STS``,
+    ``Retrieval`` ...); ``languages`` are ISO 639-3 codes (``eng``) matched against a task's.
+
+    Raises:
+        UnknownTaskError, UnknownNameError: an unknown task, benchmark or task type.
+        UsageError: the filters leave no task.
+    """
+    tasks = get_tasks(names) if names or not benchmarks else []
+    for name in benchmarks or ():
+        tasks.extend(get_benchmark_tasks(name))
+    seen: set[str] = set()
+    unique = [t for t in tasks if not (t.metadata.name in seen or seen.add(t.metadata.name))]
+    if task_types:
+        import mteb
+
+        known = sorted({t.metadata.type for t in mteb.get_tasks()} | {t.metadata.type for t in unique})
+        for kind in task_types:
+            if kind not in known:
+                close = difflib.get_close_matches(kind, known, n=3, cutoff=0.4)
+                raise UnknownNameError(
+                    f"unknown task type {kind!r}"
+                    + (f" (did you mean {', '.join(close)}?)" if close else "")
+                    + f"; types: {', '.join(known)}"
+                )
+        unique = [t for t in unique if t.metadata.type in task_types]
+    if languages:
+        wanted = set(languages)
+        unique = [t for t in unique if wanted & set(t.metadata.languages)]
+    if not unique:
+        raise UsageError("no task is left after --task-types / --languages")
+    return unique
+
+
+def unavailable(tasks: list[Any]) -> dict[str, str]:
+    """Task name -> why its data cannot be had (the hub is offline and it is not cached); empty online."""
+    from ..hub import cached_dataset, hub_offline
+
+    if not hub_offline():
+        return {}
+    offline = set(offline_tasks())
+    out = {}
+    for task in tasks:
+        meta = task.metadata
+        dataset = meta.dataset or {}
+        path, revision = dataset.get("path"), dataset.get("revision")
+        if meta.name not in offline and path and not cached_dataset(path, revision):
+            out[meta.name] = (
+                f"task {meta.name} needs dataset {path} (revision {revision}), which is not in the local Hugging "
+                "Face cache, and the hub is offline (HF_HUB_OFFLINE or no network); download it where there is "
+                "network, or run the offline suite (`vllm-eval tasks`)"
+            )
+    return out
+
+
 def check_available(tasks: list[Any]) -> None:
     """Fail now, by name, for a task whose data cannot be had: the hub is offline and it is not cached.
 
@@ -62,20 +142,6 @@ def check_available(tasks: list[Any]) -> None:
     Raises:
         DataUnavailableError: naming the task, its dataset and revision.
     """
-    from ..hub import cached_dataset, hub_offline
-
-    if not hub_offline():
-        return
-    offline = set(offline_tasks())
-    for task in tasks:
-        meta = task.metadata
-        if meta.name in offline:
-            continue
-        dataset = meta.dataset or {}
-        path, revision = dataset.get("path"), dataset.get("revision")
-        if path and not cached_dataset(path, revision):
-            raise DataUnavailableError(
-                f"task {meta.name} needs dataset {path} (revision {revision}), which is not in the local Hugging "
-                "Face cache, and the hub is offline (HF_HUB_OFFLINE or no network); download it where there is "
-                "network, or run the offline suite (`vllm-eval tasks`)"
-            )
+    missing = unavailable(tasks)
+    if missing:
+        raise DataUnavailableError(next(iter(missing.values())))
