@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-
-def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "vllm_eval.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
+from vllm_eval.testing import run_cli
 
 
 def test_version_and_python_dash_m():
-    proc = subprocess.run([sys.executable, "-m", "vllm_eval", "--version"], capture_output=True, text=True, timeout=60)
+    proc = run_cli("--version", timeout=60)  # run_cli runs `python -m vllm_eval`
     assert proc.returncode == 0 and proc.stdout.startswith("vllm-eval 0.1.0 (") and "mteb" in proc.stdout
-    proc = subprocess.run(
-        [sys.executable, "-m", "vllm_eval", "run", "--bogus"], capture_output=True, text=True, timeout=120
-    )
+    proc = run_cli("run", "--bogus", timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "'bogus'" in proc.stderr
 
 
@@ -73,6 +63,7 @@ def test_run_end_to_end_writes_results_and_exits_zero(tmp_path):
         "--max-num-seqs",
         "64",
         "--enforce-eager",
+        "--no-cache",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Piped, so not a terminal: plain progress lines, no bar refreshes, vLLM's chatter in the log file only.
@@ -87,6 +78,19 @@ def test_run_end_to_end_writes_results_and_exits_zero(tmp_path):
     assert "WordSim353" in proc.stdout and "spearman" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert [s["task"] for s in summary["scores"]] == ["WordSim353", "SimLex999"]
+    # Telemetry and provenance in every result.
+    for row in summary["scores"]:
+        assert row["inputs"] >= row["distinct_inputs"] > 0 and row["tokens"] > 0 and row["cache_hits"] == 0
+        assert row["tokens_per_s"] * row["encode_seconds"] == pytest.approx(row["tokens"], rel=0.01)
+        assert row["score_seconds"] >= 0 and row["mfu"] is None  # no peak FLOP/s known for this CPU
+    assert summary["device"].startswith("CPU: ") and summary["engine_start_seconds"] > 1
+    forced = summary["engine_options_in_force"]
+    assert forced["dtype"] == "float32" and forced["enforce_eager"] is True and forced["max_num_seqs"] == 64
+    assert summary["max_length"] == 256 and summary["prompts"]["instruction_template"] is None
+    task_seconds = sum(r["seconds"] for r in summary["scores"])
+    assert summary["total_seconds"] >= task_seconds + summary["engine_start_seconds"]
+    assert summary["started_at"] <= summary["finished_at"] and "tok/s" in proc.stdout
+    assert all(r["parity_n"] == 0 and r["parity_min_cosine"] is None for r in summary["scores"])
     assert summary["engine_kwargs"]["max_num_seqs"] == 64
     result = next(out.rglob("WordSim353.json"))
     mteb_json = json.loads(result.read_text())

@@ -25,7 +25,7 @@ def test_each_error_is_one_line_with_its_exit_code(cli_in_process, monkeypatch, 
     def fail(args):
         raise error("first line\n  second line of vLLM's reason")
 
-    monkeypatch.setattr(cli, "cmd_tasks", fail)
+    monkeypatch.setitem(cli._LISTING_COMMANDS, "tasks", fail)
     got, err = cli_in_process("tasks")
     assert got == code
     assert err == "vllm-eval: error: first line second line of vLLM's reason\n"
@@ -36,7 +36,7 @@ def test_a_bug_keeps_its_traceback(cli_in_process, monkeypatch):
     def bug(args):
         raise TypeError("an internal bug")
 
-    monkeypatch.setattr(cli, "cmd_tasks", bug)
+    monkeypatch.setitem(cli._LISTING_COMMANDS, "tasks", bug)
     with pytest.raises(TypeError, match="an internal bug"):
         cli_in_process("tasks")
 

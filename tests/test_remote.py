@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -19,7 +16,7 @@ from vllm_eval.errors import EndpointError
 from vllm_eval.generator.remote import RemoteGenerator
 from vllm_eval.http import HttpOptions
 from vllm_eval.reranker.remote import RemoteReranker
-from vllm_eval.testing import JsonStubHandler, stub_server, url_of
+from vllm_eval.testing import JsonStubHandler, run_cli, stub_server, url_of
 
 
 def _http(urls, **kwargs) -> HttpOptions:
@@ -147,37 +144,22 @@ def test_remote_suite_matches_in_process(vllm_server, vllm_encoder):
 
 
 def test_cli_remote_backend(vllm_server, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vllm_eval.cli",
-            "run",
-            "--backend",
-            "remote",
-            "--endpoint",
-            vllm_server,
-            "--tasks",
-            "WordSim353",
-            "--output-dir",
-            str(tmp_path),
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_cli(
+        "run",
+        "--backend",
+        "remote",
+        "--endpoint",
+        vllm_server,
+        "--tasks",
+        "WordSim353",
+        "--output-dir",
+        str(tmp_path),
+        "--no-progress",
         timeout=300,
-        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "WordSim353" in proc.stdout and (tmp_path / "summary.json").is_file()
-    proc = subprocess.run(
-        [sys.executable, "-m", "vllm_eval.cli", "run", "--backend", "remote", "--tasks", "WordSim353"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    proc = run_cli("run", "--backend", "remote", "--tasks", "WordSim353", timeout=120)
     assert proc.returncode == 2 and "needs at least one --endpoint" in proc.stderr
 
 
@@ -231,26 +213,18 @@ def test_remote_reranker_matches_in_process(test_models, vllm_cross, tmp_path):
                 got = rc.score_pairs(qs, ds)
             print(f"\nremote /{api} vs in-process: max |delta| {np.abs(got - ref).max():.2e}")
             np.testing.assert_allclose(got, ref, atol=1e-5)
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "vllm_eval.cli",
-                "rerank",
-                "--backend",
-                "remote",
-                "--endpoint",
-                url,
-                "--top-k",
-                "10",
-                "--no-progress",
-                "--output-dir",
-                str(tmp_path),
-            ],
-            capture_output=True,
-            text=True,
+        proc = run_cli(
+            "rerank",
+            "--backend",
+            "remote",
+            "--endpoint",
+            url,
+            "--top-k",
+            "10",
+            "--no-progress",
+            "--output-dir",
+            str(tmp_path),
             timeout=300,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
         )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "LeeKnownItemRetrieval" in proc.stdout and (tmp_path / "stage2").is_dir()
@@ -272,32 +246,24 @@ def test_remote_generator_matches_in_process(test_models, generator, tmp_path):
             got_sys = rg.generate(samples[:2])
         with RemoteGenerator(_http(url), sampling={"max_tokens": 12}, show_progress_bar=False) as rg:
             got = rg.generate(samples)
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "vllm_eval.cli",
-                "generate",
-                "--backend",
-                "remote",
-                "--endpoint",
-                url,
-                "--task",
-                "PangLeePolarity",
-                "--limit",
-                "6",
-                "--max-missing",
-                "6",
-                "--max-tokens",
-                "8",
-                "--no-progress",
-                "--output-dir",
-                str(tmp_path),
-            ],
-            capture_output=True,
-            text=True,
+        proc = run_cli(
+            "generate",
+            "--backend",
+            "remote",
+            "--endpoint",
+            url,
+            "--task",
+            "PangLeePolarity",
+            "--limit",
+            "6",
+            "--max-missing",
+            "6",
+            "--max-tokens",
+            "8",
+            "--no-progress",
+            "--output-dir",
+            str(tmp_path),
             timeout=300,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
         )
     assert [g.output for g in got] == [r.output for r in ref]
     assert [g.prompt_tokens for g in got] == [r.prompt_tokens for r in ref]

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from vllm_eval.replicas import ReplicaError, plan_replicas
-from vllm_eval.testing import row_cosines, score_deltas
+from vllm_eval.testing import row_cosines, run_cli, score_deltas
 
 
 def test_gpu_placement_groups_waves_and_memory_share():
@@ -113,5 +111,5 @@ def test_replica_that_cannot_start_is_named():
     ],
 )
 def test_cli_refuses_replicas_where_they_do_not_apply(argv, match):
-    proc = subprocess.run([sys.executable, "-m", "vllm_eval.cli", *argv], capture_output=True, text=True, timeout=120)
+    proc = run_cli(*argv, timeout=120)
     assert proc.returncode == 2 and match in proc.stderr, proc.stderr[-1500:]

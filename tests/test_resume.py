@@ -7,31 +7,24 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 
 import pytest
 
+from vllm_eval.testing import cli_command, offline_env
+
 TASKS = ["WordSim353", "TwentyNewsgroupsMini"]
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "vllm_eval", *args]
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def _run(out, cache, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        _cli(
+        cli_command(
             "run", "--tasks", *TASKS, "--chunk-size", "16", "--output-dir", str(out), "--cache-dir", str(cache), *extra
         ),
         capture_output=True,
         text=True,
         timeout=600,
-        env=_env(),
+        env=offline_env(),
     )
 
 
@@ -59,10 +52,12 @@ def test_kill_9_mid_task_then_rerun_finishes_with_equal_scores(tmp_path):
 
     out, cache = tmp_path / "run", tmp_path / "cache"
     proc = subprocess.Popen(
-        _cli("run", "--tasks", *TASKS, "--chunk-size", "16", "--output-dir", str(out), "--cache-dir", str(cache)),
+        cli_command(
+            "run", "--tasks", *TASKS, "--chunk-size", "16", "--output-dir", str(out), "--cache-dir", str(cache)
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=_env(),
+        env=offline_env(),
         start_new_session=True,
     )
     first_task_done = None
@@ -105,11 +100,11 @@ def test_sigterm_shuts_engines_down_keeps_results_and_exits_143(tmp_path):
 
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        _cli("run", "--tasks", *TASKS, "--chunk-size", "16", "--output-dir", str(out), "--no-cache"),
+        cli_command("run", "--tasks", *TASKS, "--chunk-size", "16", "--output-dir", str(out), "--no-cache"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=offline_env(),
     )
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and not (out / "summary.json").is_file():
@@ -134,18 +129,22 @@ def test_sigterm_shuts_engines_down_keeps_results_and_exits_143(tmp_path):
 
 def test_benchmark_lists_its_tasks_offline():
     proc = subprocess.run(
-        _cli("tasks", "--benchmark", "MTEB(eng, v2)", "--task-types", "STS", "--json"),
+        cli_command("tasks", "--benchmark", "MTEB(eng, v2)", "--task-types", "STS", "--json"),
         capture_output=True,
         text=True,
         timeout=120,
-        env=_env(),
+        env=offline_env(),
     )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert rows and all(r["type"] == "STS" for r in rows) and "STS12" in {r["name"] for r in rows}
     assert not any(r["available"] for r in rows)  # offline, nothing cached
     proc = subprocess.run(
-        _cli("tasks", "--benchmark", "MTEB(eng, v3)"), capture_output=True, text=True, timeout=120, env=_env()
+        cli_command("tasks", "--benchmark", "MTEB(eng, v3)"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline_env(),
     )
     assert proc.returncode == 2 and "unknown benchmark 'MTEB(eng, v3)'; close names: MTEB(eng, v2)" in proc.stderr
 

@@ -63,12 +63,6 @@ def backend_class(kind: str, backend: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def backend_name(cls: type) -> str:
-    """The table name of a backend class (``vllm``, ``st``, ``remote`` ...), else its class name."""
-    spec = f"{cls.__module__}:{cls.__qualname__}"
-    return next((name for (_, name), path in BACKENDS.items() if path == spec), cls.__name__)
-
-
 def is_remote(kind: str, backend: str) -> bool:
     """True when ``(kind, backend)`` talks to servers (it takes :class:`~vllm_eval.http.HttpOptions`).
 

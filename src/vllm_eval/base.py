@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from .cache import NUMERIC_PACKAGES, OutputCache, identity_digest, input_key, weights_fingerprint
 from .engine import Resource
 from .errors import UsageError
+from .telemetry import Counters, package_versions
 
 
 class BackendBase(Resource):
@@ -40,6 +41,9 @@ class BackendBase(Resource):
         self.chunk_size = chunk_size
         self.show_progress_bar = show_progress_bar
         self._identity_key: bytes | None = None
+        #: What this object has done so far (see :mod:`vllm_eval.telemetry`); a subclass that started
+        #: an engine before calling this sets ``_engine_start_s``.
+        self.counters = Counters(engine_start_seconds=getattr(self, "_engine_start_s", 0.0))
 
     def identity(self) -> dict[str, Any]:
         """Everything that changes this backend's numbers for a given input, as a JSON-able dict.
@@ -50,8 +54,6 @@ class BackendBase(Resource):
         version ...). Two backends with equal identities give equal outputs for equal inputs:
         this is the cache key's first half (see :mod:`vllm_eval.cache`).
         """
-        from .results import package_versions
-
         ref = self.model_ref
         return {
             "kind": self.kind,
@@ -66,9 +68,8 @@ class BackendBase(Resource):
         """What tells this configuration's results apart from another's of the same model: the
         backend and, where set, dtype, quantization and ``dimensions`` (mteb's ``experiment_kwargs``;
         results then go to ``<model>/<revision>/experiments/<name>/``)."""
-        from .backends import backend_name
-
-        out: dict[str, Any] = {"backend": backend_name(type(self))}
+        # The backend's module is named after it (encoder/vllm.py, encoder/st.py, ...).
+        out: dict[str, Any] = {"backend": type(self).__module__.rsplit(".", 1)[-1]}
         for key in ("dtype", "quantization", "dimensions"):
             value = getattr(self, key, None)
             if value is not None:
@@ -86,11 +87,16 @@ class BackendBase(Resource):
         return [input_key(self._identity_key, x) for x in inputs]
 
     def _cached(self, inputs: Sequence[Any]) -> tuple[list[bytes], dict[bytes, Any]]:
-        """``(keys, {key: stored output})`` for ``inputs``; both empty when no cache is in use."""
+        """``(keys, {key: stored output})`` for ``inputs``; both empty when no cache is in use.
+        Counts hits and misses (without a cache every input is a miss: it is computed)."""
         if self.cache is None:
+            self.counters.cache_misses += len(inputs)
             return [], {}
         keys = self._keys(inputs)
-        return keys, self.cache.get_many(keys)
+        hits = self.cache.get_many(keys)
+        self.counters.cache_hits += len(hits)
+        self.counters.cache_misses += len(keys) - len(hits)
+        return keys, hits
 
 
 class PoolingBackendBase(BackendBase):

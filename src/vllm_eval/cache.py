@@ -222,8 +222,13 @@ class OutputCache:
         return int(self._conn().execute("SELECT COUNT(*) FROM outputs").fetchone()[0])
 
     def close(self) -> None:
-        """Close this thread's connection. Idempotent."""
+        """Fold the write-ahead log into the database (when no other process is using it) and close
+        this thread's connection. Idempotent."""
         conn = getattr(self._local, "conn", None)
         if conn is not None:
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:  # another process holds it; the log is folded in later
+                pass
             conn.close()
             self._local.conn = None

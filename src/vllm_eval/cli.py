@@ -22,6 +22,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -206,6 +207,14 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         help="texts handed to the backend per step, and committed to the cache per batch (default 1024)",
     )
+    run.add_argument(
+        "--check-parity",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="also embed N of each task's inputs with the sentence-transformers backend (the reference) "
+        "and record the minimum cosine in the results and the table",
+    )
     run.add_argument("--device", default=None, help="--backend st: torch device")
     run.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_run_flags(run)
@@ -347,6 +356,54 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_scale_flags(bench, many=True)
     _add_engine_flags(bench)
 
+    cmp = sub.add_parser(
+        "compare",
+        help="one embedding model under several configurations, checked against a reference",
+        description="Run the same tasks with every combination of --backends, --dtypes, --quantization and "
+        "--dimensions (or read finished run directories with --runs), and print each main score, its "
+        "difference to the reference configuration, pass/fail against the tolerances, and the per-input cosine "
+        "agreement on a sample of the inputs. Exits 1 when a tolerance fails. Engine options apply to vllm.",
+    )
+    cmp.add_argument("--model", default=None, help="model directory or hub id (default: packaged all-MiniLM-L6-v2)")
+    cmp.add_argument("--backends", nargs="+", default=["vllm", "st"], choices=backend_names("encoder"))
+    cmp.add_argument("--dtypes", nargs="+", default=None, help="model dtypes (default: each backend's own)")
+    cmp.add_argument("--quantization", nargs="+", default=None, help="vLLM quantization methods (vllm only), e.g. fp8")
+    cmp.add_argument("--dimensions", nargs="+", type=positive_int, default=None, help="matryoshka widths")
+    cmp.add_argument(
+        "--reference",
+        default="st:float32",
+        help="BACKEND[:DTYPE] every configuration is compared with (default st:float32; with --runs, the first run)",
+    )
+    cmp.add_argument("--runs", nargs="+", default=None, help="compare these finished run directories instead")
+    _add_tasks(cmp, None, "tasks (default: the offline suite)")
+    cmp.add_argument("--tolerance", type=nonneg_float, default=None, help="|Δ main score| allowed in float32 (1e-4)")
+    cmp.add_argument(
+        "--tolerance-16bit",
+        type=nonneg_float,
+        default=None,
+        help="|Δ main score| allowed for 16-bit and quantized configurations (1e-3)",
+    )
+    cmp.add_argument("--sample", type=positive_int, default=256, help="inputs compared one by one (default 256)")
+    cmp.add_argument("--prompts", type=json_object, default=None, help="JSON object of static prefixes")
+    cmp.add_argument("--preset", default=None, help="embedding preset (see `vllm-eval models`)")
+    cmp.add_argument(
+        "--output-dir", default="results/compare", help="results and compare.json (default results/compare)"
+    )
+    cmp.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_cache_flags(cmp)
+    _add_remote_flags(cmp, "/v1/embeddings")
+    _add_engine_flags(cmp)
+
+    rep = sub.add_parser(
+        "report",
+        help="one self-contained HTML page for run directories",
+        description="Render run directories (their summary.json, and compare.json when present) "
+        "into one HTML file with no network assets: scores, telemetry, plots, parity, provenance.",
+    )
+    rep.add_argument("runs", nargs="+", help="run directories (a run's or a comparison's --output-dir)")
+    rep.add_argument("--output", "-o", default="report.html", help="HTML file to write (default report.html)")
+    rep.add_argument("--title", default="vllm-eval report")
+
     models = sub.add_parser("models", help="list model presets and what each sets")
     models.add_argument("--kind", choices=["embedding", "reranker", "language", "multimodal"], default=None)
 
@@ -467,7 +524,7 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
 _REMOTE_ONLY = ("endpoint", "api_key", "max_concurrency", "encoding_format", "api", "remote_batch_size")
 _VLLM_ONLY = ("data_parallel_size", "replicas_per_gpu")
 _REFERENCE_ONLY = ("device",)
-_KIND = {"run": "encoder", "rerank": "reranker", "generate": "generator", "bench": "encoder"}
+_KIND = {"run": "encoder", "rerank": "reranker", "generate": "generator", "bench": "encoder", "compare": "encoder"}
 
 
 def _capabilities(kind: str, backend: str) -> tuple[bool, bool]:
@@ -528,7 +585,7 @@ def _check_backend_options(args: argparse.Namespace, engine: dict[str, Any]) -> 
     for b, (remote, _) in caps.items():
         if remote and not args.endpoint:
             raise UsageError(f"--backend{'s' if args.command == 'bench' else ''} {b} needs at least one --endpoint URL")
-    if args.command == "bench":
+    if args.command in ("bench", "compare"):
         return  # engine options go to the vLLM backends of the comparison only
     takes = engine_options(kind, args.backend)
     if takes is not None:
@@ -627,11 +684,21 @@ def _print_table(rows: list[Any], title: str) -> None:
         table.add_column(col)
     table.add_column("value", justify="right")
     table.add_column("seconds", justify="right")
+    rated = any(getattr(r, "tokens_per_s", None) for r in rows)
+    if rated:
+        table.add_column("tok/s", justify="right")
+    checked = any(getattr(r, "parity_n", 0) for r in rows)
+    if checked:
+        table.add_column("parity min cos", justify="right")
     if marked:
         table.add_column("status", overflow="fold")
     for r in rows:
         value = "-" if r.status.startswith("failed") else f"{r.main_score:.4f}"
         cells = [r.task, *([r.stage] if staged else []), r.task_type, r.main_score_name, value, f"{r.seconds:.1f}"]
+        if rated:
+            cells.append(f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else "-")
+        if checked:
+            cells.append(f"{r.parity_min_cosine:.8f} ({r.parity_n})" if r.parity_n else "-")
         table.add_row(*cells, *([r.status] if marked else []))
     Console(width=max(100, Console().width)).print(table)
 
@@ -649,12 +716,35 @@ def _open_cache(args: argparse.Namespace) -> Any:
 
 def _report_cache(cache: Any) -> None:
     if cache is not None:
+        cache.close()
         st = cache.stats
         print(
             f"cache: {st.hits} hits, {st.misses} computed and stored"
             + (f", {st.damaged} damaged entries recomputed" if st.damaged else "")
             + f"; {cache.size_bytes() / 2**20:.1f} MiB in {cache.directory}"
         )
+
+
+def _parity_reference(args: argparse.Namespace, model: Any, kwargs: dict[str, Any]) -> Any:
+    """``--check-parity``: the sentence-transformers encoder of the same model and prompts, or None."""
+    from .backends import is_remote, load_backend
+
+    if not args.check_parity:
+        return None
+    if args.backend == "st":
+        raise UsageError("--check-parity compares with --backend st; run it with another backend")
+    if is_remote("encoder", args.backend):
+        raise UsageError("--check-parity needs the model's files here; compare a server's run with `compare --runs`")
+    same = (
+        "preset",
+        "prompts",
+        "instruction_template",
+        "instructions",
+        "apply_instruction_to_documents",
+        "dimensions",
+        "revision",
+    )
+    return load_backend("encoder", "st", model, show_progress_bar=False, **{k: kwargs[k] for k in same if k in kwargs})
 
 
 def cmd_run(args: argparse.Namespace, engine: dict[str, Any]) -> int:
@@ -694,6 +784,7 @@ def cmd_run(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         local = ("revision", "device", "data_parallel_size", "replicas_per_gpu")
         kwargs.update({k: v for k in local if (v := getattr(args, k)) is not None})
         kwargs.update(engine)
+    reference = _parity_reference(args, model, kwargs)
     with load_backend("encoder", args.backend, model, http=http, **kwargs) as encoder:
         encoder.use_cache(cache)
         rows = evaluate(
@@ -713,7 +804,12 @@ def cmd_run(args: argparse.Namespace, engine: dict[str, Any]) -> int:
             continue_on_error=args.continue_on_error,
             log_samples=args.log_samples,
             skip=missing,
+            started=_STARTED[0],
+            parity_reference=reference,
+            parity_sample=args.check_parity or 0,
         )
+    if reference is not None:
+        reference.close()
     meta = encoder.mteb_model_meta
     _print_table(rows, f"{meta.name} ({args.backend})")
     _report_cache(cache)
@@ -782,6 +878,7 @@ def cmd_rerank(args: argparse.Namespace, engine: dict[str, Any]) -> int:
                 overwrite_strategy=args.overwrite_strategy,
                 continue_on_error=args.continue_on_error,
                 log_samples=args.log_samples,
+                started=_STARTED[0],
             )
         finally:
             reranker.close()
@@ -1054,11 +1151,71 @@ def _list_selected(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace, engine: dict[str, Any]) -> int:
+    from pathlib import Path
+
+    from . import compare as cmp
+    from .tasks import check_available, get_tasks
+
+    fp32 = cmp.TOLERANCE_FP32 if args.tolerance is None else args.tolerance
+    sixteen = cmp.TOLERANCE_16BIT if args.tolerance_16bit is None else args.tolerance_16bit
+    if args.runs:
+        results = [cmp.read_run_dir(path) for path in args.runs]
+        comparison = cmp.compare_results(results, results[0], fp32, sixteen)
+    else:
+        model = _resolve_model_now(args.model, "encoder", "vllm")
+        tasks = get_tasks(_split_names(args.tasks))
+        check_available(tasks)
+        configs = cmp.configurations(args.backends, args.dtypes, args.quantization, args.dimensions)
+        wanted = cmp.parse_reference(args.reference)
+        reference = next(
+            (
+                c
+                for c in configs
+                if c.backend == wanted.backend
+                and c.dtype in (wanted.dtype, None)
+                and not c.quantization
+                and not c.dimensions
+            ),
+            wanted,
+        )
+        if reference not in configs:
+            configs.insert(0, reference)
+        configs.sort(key=lambda c: c != reference)  # the reference first: its inputs are the sample
+        shared: dict[str, Any] = {k: v for k, v in {"prompts": args.prompts, "preset": args.preset}.items() if v}
+        cache = _open_cache(args)
+        results: list[Any] = []
+        for config in configs:
+            kwargs = {**shared, **(engine if config.backend == "vllm" else {})}
+            if config.backend == "remote":
+                raise UsageError("compare runs local backends; compare a served model's run directory with --runs")
+            sample = results[0].sample if results else None
+            results.append(
+                cmp.run_configuration(
+                    config,
+                    model,
+                    tasks,
+                    output_dir=Path(args.output_dir),
+                    cache=cache,
+                    sample_size=args.sample,
+                    backend_kwargs=kwargs,
+                    show_progress_bar=not args.no_progress,
+                    sample=sample,
+                )
+            )
+        comparison = cmp.compare_results(results, results[0], fp32, sixteen)
+        _report_cache(cache)
+    cmp.print_comparison(comparison)
+    print(f"results: {cmp.save(comparison, args.output_dir)}")
+    return 0 if comparison.passed else 1
+
+
 _MODEL_COMMANDS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] = {
     "run": cmd_run,
     "rerank": cmd_rerank,
     "generate": cmd_generate,
     "bench": cmd_bench,
+    "compare": cmd_compare,
 }
 
 
@@ -1080,7 +1237,7 @@ def _prepare(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     args.output_dir = _prepare_output_dir(args.output_dir)
     logs.configure(args.verbose, args.output_dir)
     runs_vllm = engine_backend_runs_vllm(args)
-    if engine and (args.command == "bench" or runs_vllm):
+    if engine and (args.command in ("bench", "compare") or runs_vllm):
         _check_engine(engine, args.command)
     if runs_vllm and not args.verbose and "use_tqdm_on_load" not in engine:
         engine["use_tqdm_on_load"] = False  # vLLM's weight-loading bar; the log has the timing
@@ -1091,6 +1248,24 @@ def engine_backend_runs_vllm(args: argparse.Namespace) -> bool:
     """True when the command starts a vLLM engine in this process (its engine options then matter)."""
     backends = getattr(args, "backends", None) or [args.backend]
     return any(_capabilities(_KIND[args.command], b)[1] for b in backends)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    print(f"report: {write_report(args.runs, args.output, args.title)}")
+    return 0
+
+
+#: Commands that load no model.
+_LISTING_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "models": cmd_models,
+    "tasks": cmd_tasks,
+    "report": cmd_report,
+}
+
+#: When the current command started (``time.time()``): results count their total from here.
+_STARTED = [0.0]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -1121,6 +1296,7 @@ def main(argv: list[str] | None = None) -> int:
         interrupted (130 for Ctrl-C, 143 for SIGTERM).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    _STARTED[0] = time.time()
     verbose = "--verbose" in argv or "-v" in argv
     handlers = {}
     if threading.current_thread() is threading.main_thread():
@@ -1134,7 +1310,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in _MODEL_COMMANDS:
             engine = _prepare(args, extra)
             return _MODEL_COMMANDS[args.command](args, engine)
-        return cmd_models(args) if args.command == "models" else cmd_tasks(args)
+        return _LISTING_COMMANDS[args.command](args)
     except VllmEvalError as exc:
         if verbose:
             import traceback

@@ -188,6 +188,20 @@ def default_engine_kwargs(user: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def effective_engine_kwargs(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The engine options in force: the user's (checked, normalized) over our platform defaults.
+
+    This is what :func:`acquire_engine` builds engines with, and what results record as provenance.
+
+    Raises:
+        OptionError: an unknown option or a bad value.
+    """
+    check_engine_values(engine_kwargs)
+    engine_kwargs = normalize_engine_kwargs(engine_kwargs)
+    check_engine_kwargs(engine_kwargs)
+    return {**default_engine_kwargs(engine_kwargs), **engine_kwargs}
+
+
 @dataclass
 class _Entry:
     llm: Any
@@ -223,10 +237,7 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
     """
     global _ATEXIT
     model = model.path if isinstance(model, ModelRef) else resolve_model(model)
-    check_engine_values(engine_kwargs)
-    engine_kwargs = normalize_engine_kwargs(engine_kwargs)
-    check_engine_kwargs(engine_kwargs)
-    kwargs = {**default_engine_kwargs(engine_kwargs), **engine_kwargs}
+    kwargs = effective_engine_kwargs(engine_kwargs)
     key = _key(model, kwargs)
     with _LOCK:
         entry = _ENGINES.get(key)

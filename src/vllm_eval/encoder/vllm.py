@@ -9,6 +9,7 @@ sent as token ids (truncation counted and reported), and the engine is shared an
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any, ClassVar
 
@@ -127,13 +128,17 @@ class VllmEncoder(EngineUser, EncoderBase):
                     tensor_parallel_size=self.engine_kwargs.get("tensor_parallel_size") or 1,
                     engine_kwargs=self.engine_kwargs,
                 )
+                started = time.perf_counter()
                 self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=engine_info)
+                self._engine_start_s = time.perf_counter() - started
                 # Chunks are split over the replicas: each still gets chunk_size texts per job.
                 chunk_size *= len(self.pool)
                 self.max_in_flight = 2
                 info = self.pool.info
             else:
+                started = time.perf_counter()
                 self.llm = acquire_engine(ref, **self.engine_kwargs)
+                self._engine_start_s = time.perf_counter() - started
                 info = engine_info(self.llm)
             self._check_dimensions(ref.path, info)
             max_length = info["max_model_len"]

@@ -12,6 +12,7 @@ score log-likelihoods (:attr:`~GeneratorBase.supports_loglikelihood`).
 from __future__ import annotations
 
 import hashlib
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -207,18 +208,26 @@ class GeneratorBase(BackendBase, ABC):
         """
         results: list[Generation] = []
         use_cache = self.cache is not None and self.deterministic()
+        start = time.perf_counter()
         with input_bar("generate", total, "samples", enabled=self.show_progress_bar) as advance:
             for chunk in chunked(samples, self.chunk_size):
-                if not use_cache:
-                    results.extend(self._generate_chunk(chunk, len(results)))
-                else:
+                if use_cache:
                     keys, hits = self._cached([self._sample_input(t, ims) for t, ims in chunk])
-                    miss = [i for i, k in enumerate(keys) if k not in hits]
-                    done: dict[int, Generation] = {i: Generation(**hits[k]) for i, k in enumerate(keys) if k in hits}
-                    if miss:
-                        fresh = self._generate_chunk([chunk[i] for i in miss], len(results) + miss[0])
+                else:
+                    keys, hits = [], {}
+                    self.counters.cache_misses += len(chunk)
+                miss = [i for i in range(len(chunk)) if not keys or keys[i] not in hits]
+                done: dict[int, Generation] = {i: Generation(**hits[k]) for i, k in enumerate(keys) if k in hits}
+                if miss:
+                    fresh = self._generate_chunk([chunk[i] for i in miss], len(results) + miss[0])
+                    if keys:
                         self.cache.put_many((keys[i], asdict(g)) for i, g in zip(miss, fresh))
-                        done.update(zip(miss, fresh))
-                    results.extend(done[i] for i in range(len(chunk)))
+                    done.update(zip(miss, fresh))
+                    self.counters.compute_tokens += sum(g.prompt_tokens + g.output_tokens for g in fresh)
+                results.extend(done[i] for i in range(len(chunk)))
+                self.counters.inputs += len(chunk)
+                self.counters.distinct += len(chunk)
+                self.counters.tokens += sum(done[i].prompt_tokens + done[i].output_tokens for i in range(len(chunk)))
                 advance(len(chunk))
+        self.counters.compute_seconds += time.perf_counter() - start
         return results

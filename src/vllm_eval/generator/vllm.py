@@ -10,6 +10,7 @@ nothing is generated or parsed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
@@ -96,7 +97,9 @@ class VllmGenerator(EngineUser, GeneratorBase):
             {"limit_mm_per_prompt": {"image": int(max_images_per_prompt)}} if max_images_per_prompt else None,
         )
         self.engine_kwargs = {"runner": "generate", "trust_remote_code": trust_remote_code, **kwargs}
+        started = time.perf_counter()
         self.llm = acquire_engine(ref, **self.engine_kwargs)
+        self._engine_start_s = time.perf_counter() - started
         with self.closed_on_error():
             self.tokenizer = self.llm.get_tokenizer()
             self.dtype, self.quantization = str(self.llm.model_config.dtype), self.llm.model_config.quantization
@@ -207,6 +210,9 @@ class VllmGenerator(EngineUser, GeneratorBase):
         for i, key in enumerate(keys):
             if key in hits:
                 scores[i] = hits[key][0]
+        start, tokens_before = time.perf_counter(), self.counters.compute_tokens
+        self.counters.inputs += len(contexts)
+        self.counters.distinct += len(contexts)
         with input_bar("loglikelihood", len(contexts), "options", enabled=self.show_progress_bar) as advance:
             advance(len(contexts) - len(todo))
             for chunk in chunked(todo, self.chunk_size):
@@ -217,6 +223,7 @@ class VllmGenerator(EngineUser, GeneratorBase):
                     if not cont_ids:
                         raise UsageError(f"continuation {continuations[i]!r} has no tokens")
                     prompts.append(TokensPrompt(prompt_token_ids=list(ctx_ids) + list(cont_ids)))
+                    self.counters.compute_tokens += len(ctx_ids) + len(cont_ids)
                     spans.append((len(ctx_ids), list(cont_ids)))
                 outputs = self.llm.generate(prompts, params, use_tqdm=False)
                 raise_on_request_errors(outputs, lambda j, c=chunk: f"context {contexts[c[j]]!r:.60}")
@@ -227,4 +234,6 @@ class VllmGenerator(EngineUser, GeneratorBase):
                 if keys:
                     self.cache.put_many((keys[i], scores[i : i + 1]) for i in chunk)
                 advance(len(chunk))
+        self.counters.compute_seconds += time.perf_counter() - start
+        self.counters.tokens += self.counters.compute_tokens - tokens_before
         return scores

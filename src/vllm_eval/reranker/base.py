@@ -19,6 +19,7 @@ is scored), shows progress and reports truncation.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Literal
@@ -202,19 +203,27 @@ class RerankerBase(PoolingBackendBase, ABC):
 
         def prepare(chunk: list[tuple[str, str]]) -> tuple[list[str], list[str], int, list[bytes], dict[bytes, Any]]:
             qs, ds = [q for q, _ in chunk], [d for _, d in chunk]
+            cut = 0
             if self.template is not None:
                 qs, ds, cut = self._apply_template(qs, ds, instruction)
-            else:
-                cut = self._count_over_length(qs, ds)
+            lengths, over = self._pair_lengths(qs, ds)
             keys, hits = self._cached([[q, d] for q, d in zip(qs, ds)])  # the pair as the model sees it
-            return qs, ds, cut, keys, hits
+            c = self.counters
+            c.inputs += len(chunk)
+            c.distinct += len(chunk)
+            c.tokens += sum(lengths)
+            c.compute_tokens += sum(n for n, k in zip(lengths, keys or [None] * len(lengths)) if k not in hits)
+            return qs, ds, cut + over, keys, hits
 
+        start = time.perf_counter()
         with input_bar("rerank", total, "pairs", enabled=show) as advance:
             for qs, ds, cut, keys, hits in prefetched(chunked(pairs, self.chunk_size), prepare):
                 parts.append(self._score_cached(qs, ds, keys, hits))
                 n += len(qs)
                 n_cut += cut
                 advance(len(qs))
+        self.counters.compute_seconds += time.perf_counter() - start
+        self.counters.truncated += n_cut
         warn_truncated(n_cut, n, self.max_length, self.name, what="pairs")
         return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0,), dtype=np.float32)
 
@@ -247,12 +256,18 @@ class RerankerBase(PoolingBackendBase, ABC):
         )
         return [len(x) for x in enc["input_ids"]]
 
-    def _count_over_length(self, qs: list[str], ds: list[str]) -> int:
+    def _pair_lengths(self, qs: list[str], ds: list[str]) -> tuple[list[int], int]:
+        """Tokens per pair after truncation, and how many pairs are over the limit (``[], 0`` when the
+        server tokenizes). A bi-encoder's query and document count separately."""
         if self.tokenizer is None or self.max_length is None:
-            return 0  # the server truncates (truncate_prompt_tokens=-1); nothing to count with here
+            return [], 0
+        cap = self.max_length
         if self.mode == "bi-encoder":
-            return sum(n > self.max_length for n in self._lengths(qs) + self._lengths(ds))
-        return sum(n > self.max_length for n in self._lengths(qs, ds))
+            q_len, d_len = self._lengths(qs), self._lengths(ds)
+            over = sum(n > cap for n in q_len + d_len)
+            return [min(a, cap) + min(b, cap) for a, b in zip(q_len, d_len, strict=True)], over
+        lengths = self._lengths([q + d for q, d in zip(qs, ds)]) if self.template else self._lengths(qs, ds)
+        return [min(n, cap) for n in lengths], sum(n > cap for n in lengths)
 
     def _apply_template(
         self, qs: list[str], ds: list[str], instruction: str | None

@@ -8,6 +8,7 @@ tokenization gives ``[CLS] q [SEP] [SEP]``.
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import numpy as np
@@ -89,7 +90,9 @@ class VllmReranker(EngineUser, RerankerBase):
         else:  # a hub id not in the local cache: vLLM decides, checked below
             mode, convert = ("template", "classify") if template else ("cross-encoder", "auto")
         self.engine_kwargs = {"runner": "pooling", "convert": convert, "trust_remote_code": trust_remote_code, **kwargs}
+        started = time.perf_counter()
         self.llm = acquire_engine(ref, **self.engine_kwargs)
+        self._engine_start_s = time.perf_counter() - started
         with self.closed_on_error():
             if not ref.config:
                 hf = self.llm.model_config.hf_config
