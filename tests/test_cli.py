@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -10,7 +12,7 @@ from vllm_eval.testing import run_cli
 
 
 def test_version_and_python_dash_m():
-    proc = run_cli("--version", timeout=60)  # run_cli runs `python -m vllm_eval`
+    proc = subprocess.run([sys.executable, "-m", "vllm_eval", "--version"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("vllm-eval 0.1.0 (") and "mteb" in proc.stdout
     proc = run_cli("run", "--bogus", timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "'bogus'" in proc.stderr

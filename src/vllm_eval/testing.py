@@ -447,8 +447,13 @@ def url_of(srv: ThreadingHTTPServer) -> str:
 
 
 def cli_command(*args: str) -> list[str]:
-    """The argv that runs ``vllm-eval ARGS`` with this interpreter (``python -m vllm_eval``)."""
-    return [sys.executable, "-m", "vllm_eval", *args]
+    """The argv that runs ``vllm-eval ARGS`` with this interpreter (``python -m vllm_eval.cli``).
+
+    Not ``-m vllm_eval``: multiprocessing's spawn does not re-import a package's ``__main__`` in the
+    engine processes, so the CLI's early-log silencing would not reach them (the console script and
+    ``-m vllm_eval.cli`` are re-imported there).
+    """
+    return [sys.executable, "-m", "vllm_eval.cli", *args]
 
 
 def offline_env() -> dict[str, str]:
