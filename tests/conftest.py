@@ -15,17 +15,6 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("VLLMEVAL_CACHE_DIR", tempfile.mkdtemp(prefix="vllm-eval-test-cache-"))
 
 
-def pytest_collection_modifyitems(session, config, items):
-    """Run the parity tests first, on a fresh process.
-
-    In two full-suite runs in a fresh clone, one long newsgroup post (of 1,156 texts) came out at
-    cosine 0.9907 between the vLLM and sentence-transformers backends after the other tests had run,
-    while the same test passed alone, in the same order locally, and in the clone alone. Until that
-    interaction is understood, parity is measured before anything else touches the process.
-    """
-    items.sort(key=lambda item: 0 if item.path.name == "test_parity.py" else 1)
-
-
 @pytest.fixture(scope="session")
 def vllm_encoder():
     """VllmEncoder on the packaged all-MiniLM-L6-v2 (fp32, eager: the CPU defaults)."""

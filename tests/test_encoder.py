@@ -168,6 +168,39 @@ def test_truncation_counted_with_one_warning_per_call(vllm_encoder):
     assert n == 1 and len(ids[0]) == 256 and ids[0][0] == 101 and ids[0][-1] == 102  # [CLS] ... [SEP]
 
 
+def test_look_ahead_tokenizer_is_private_to_the_backend(st_encoder):
+    """Our look-ahead thread tokenizes chunk k+1 while sentence-transformers tokenizes chunk k with
+    its own settings; on one shared fast tokenizer the two threads set each other's truncation and
+    padding (a long text once came out of the sentence-transformers backend at cosine 0.9907)."""
+    import threading
+
+    from vllm_eval.tasks import data
+
+    own = st_encoder.st.tokenizer
+    assert st_encoder.tokenizer.tokenizer is not own
+    before = own.backend_tokenizer.truncation
+    long_texts = [t for t in data.mini_newsgroups().texts if len(t) > 3000][:32]
+    st_encoder.tokenizer(long_texts)
+    assert own.backend_tokenizer.truncation == before
+    stop = threading.Event()
+
+    def look_ahead() -> None:
+        while not stop.is_set():
+            st_encoder.tokenizer(long_texts[:8])
+
+    worker = threading.Thread(target=look_ahead)
+    worker.start()
+    try:
+        shapes = {
+            own(long_texts, padding=True, truncation=True, max_length=256, return_tensors="np")["input_ids"].shape
+            for _ in range(20)
+        }
+    finally:
+        stop.set()
+        worker.join()
+    assert shapes == {(len(long_texts), 256)}
+
+
 def test_token_ids_match_vllm_text_path(vllm_encoder):
     texts = TEXTS + ["", "word " * 600, "Ünïcödé and emoji 🙂"]
     ours, _ = vllm_encoder.tokenizer(texts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -71,6 +72,18 @@ def prefetched(items: Iterable[T], prepare: Callable[[T], R]) -> Iterator[R]:
             yield result
 
 
+def private_tokenizer(tokenizer: Any) -> Any:
+    """A copy of a Hugging Face tokenizer for the look-ahead thread of :func:`prefetched`.
+
+    A fast tokenizer keeps its truncation and padding settings on the shared Rust object and sets
+    them before every call, so two threads calling one tokenizer with different settings get each
+    other's (measured: sentence-transformers' padded batches came back ragged while another thread
+    tokenized with ``max_length=257``; see huggingface/tokenizers#537 on thread safety). The
+    backend's own tokenizer stays with the backend; ours is a deep copy (None stays None).
+    """
+    return None if tokenizer is None else copy.deepcopy(tokenizer)
+
+
 class BatchTokenizer:
     """Batch tokenization that yields the token ids vLLM's own text path would produce.
 
@@ -80,13 +93,14 @@ class BatchTokenizer:
     batches, lets us count what was truncated and feed ``TokensPrompt``s.
 
     Args:
-        tokenizer: a Hugging Face (fast) tokenizer; its ``truncation_side`` is respected.
+        tokenizer: a Hugging Face (fast) tokenizer; its ``truncation_side`` is respected. A private
+            copy is kept (see :func:`private_tokenizer`), so the backend may go on using its own.
         max_length: token limit including special tokens.
         do_lower_case: lower-case texts before tokenizing.
     """
 
     def __init__(self, tokenizer: Any, max_length: int, do_lower_case: bool = False) -> None:
-        self.tokenizer = tokenizer
+        self.tokenizer = private_tokenizer(tokenizer)
         self.max_length = int(max_length)
         self.do_lower_case = do_lower_case
 

@@ -32,7 +32,7 @@ from ..errors import UsageError
 from ..presets import ScoreTemplate
 from ..progress import input_bar
 from ..prompts import PromptResolver, check_texts, texts_from
-from ..streaming import chunked, flatten, loader_len, prefetched, warn_truncated
+from ..streaming import chunked, flatten, loader_len, prefetched, private_tokenizer, warn_truncated
 
 Mode = Literal["cross-encoder", "template", "bi-encoder"]
 
@@ -125,7 +125,8 @@ class RerankerBase(PoolingBackendBase, ABC):
             meta=meta,
             prompting=prompting,
             max_length=max_length,
-            tokenizer=tokenizer,
+            # Used on the look-ahead thread while the backend may tokenize with its own.
+            tokenizer=private_tokenizer(tokenizer),
             chunk_size=chunk_size,
             show_progress_bar=show_progress_bar,
         )
