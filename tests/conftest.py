@@ -38,10 +38,14 @@ def st_encoder():
 @pytest.fixture(scope="session")
 def test_models(tmp_path_factory):
     """Locally built test models (see vllm_eval.testing), once per session."""
-    from vllm_eval.testing import build_minilm_cross_encoder, build_tiny_qwen3
+    from vllm_eval.testing import build_minilm_classifier, build_minilm_cross_encoder, build_tiny_qwen3
 
     root = tmp_path_factory.mktemp("models")
-    return {"cross": build_minilm_cross_encoder(root / "minilm-cross"), "qwen3": build_tiny_qwen3(root / "tiny-qwen3")}
+    return {
+        "cross": build_minilm_cross_encoder(root / "minilm-cross"),
+        "qwen3": build_tiny_qwen3(root / "tiny-qwen3"),
+        "classifier": build_minilm_classifier(root / "minilm-classifier"),
+    }
 
 
 @pytest.fixture(scope="session")
@@ -51,6 +55,15 @@ def vllm_cross(test_models):
 
     with VllmReranker(str(test_models["cross"]), show_progress_bar=False) as ce:
         yield ce
+
+
+@pytest.fixture(scope="session")
+def vllm_classifier(test_models):
+    """VllmClassifier on the seeded two-label MiniLM classifier."""
+    from vllm_eval.classifier.vllm import VllmClassifier
+
+    with VllmClassifier(str(test_models["classifier"]), show_progress_bar=False) as c:
+        yield c
 
 
 @pytest.fixture(scope="session")

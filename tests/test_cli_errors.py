@@ -129,7 +129,7 @@ CASES = [
     (["run", "--kv-cache-memory-bytes", "1", "--kv-cache-memory-bytes", "2"], "is given more than once"),
     (["generate", "--task", "Digits", "--tasks", "Digits", "--model", MINILM], "--tasks is given more than once"),
     # options the backend would ignore
-    (["run", "--device", "cpu"], "--device is for --backend st (a torch device), not vllm"),
+    (["run", "--device", "cpu"], "--device is for a reference backend (st, hf: a torch device), not vllm"),
     (["run", "--encoding-format", "base64"], "--encoding-format is for --backend remote"),
     (
         ["run", "--backend", "st", "--max-num-seqs", "4"],

@@ -29,7 +29,10 @@ def test_scores_and_agreement_decide_pass_or_fail():
     failed = [(r["task"], r["config"]) for r in result.rows if not r["passed"]]
     assert failed == [("A", "vllm bfloat16")] and not result.passed
     assert result.agreement["vllm float32"]["min_cosine"] > 0.999999
-    assert agreement(ref_emb, ref_emb[:, :4])[0] == pytest.approx(1.0)  # a narrower width compares its prefix
+    assert agreement(ref_emb, ref_emb[:, :4])["min_cosine"] == pytest.approx(1.0)  # a narrower width: its prefix
+    # Scores and log-likelihoods (1-D) agree by |Δ|.
+    diff = agreement(np.array([0.1, -2.0, 3.0]), np.array([0.1, -2.5, 3.0]))
+    assert diff == {"max_abs_diff": 0.5, "median_abs_diff": 0.0, "n": 3}
 
 
 @pytest.mark.slow
@@ -96,3 +99,84 @@ def test_run_check_parity_records_agreement_per_task(cli_in_process, tmp_path, c
     rows = json.loads((tmp_path / "summary.json").read_text())["scores"]
     print(f"\n--check-parity 16: {[(r['task'], r['parity_min_cosine']) for r in rows]}")
     assert all(r["parity_n"] == 16 and r["parity_min_cosine"] > 0.9999 for r in rows)
+
+
+@pytest.mark.slow
+def test_compare_reranker_generator_classifier_against_their_references(
+    cli_in_process, test_models, vllm_cross, generator, vllm_classifier, tmp_path
+):
+    """Every kind compares: a reranker's scores with sentence-transformers' CrossEncoder, a generator's
+    log-likelihoods (multiple choice) and a classifier's probabilities with transformers, per task and
+    per sampled input. (The session's engines are reused: the fixtures keep them up.)"""
+    code, err = cli_in_process(
+        "compare",
+        "--kind",
+        "reranker",
+        "--model",
+        str(test_models["cross"]),
+        "--top-k",
+        "10",
+        "--sample",
+        "40",
+        "--output-dir",
+        str(tmp_path / "rr"),
+        "--no-progress",
+    )
+    assert code == 0, err
+    report = json.loads((tmp_path / "rr" / "compare.json").read_text())
+    assert report["reference"] == "st default" and {r["task"] for r in report["rows"]} == {"LeeKnownItemRetrieval"}
+    rr = report["agreement"]["vllm default"]
+    assert rr["n"] == 40 and rr["max_abs_diff"] <= 1e-4, rr
+
+    code, err = cli_in_process(
+        "compare",
+        "--kind",
+        "generator",
+        "--model",
+        str(test_models["qwen3"]),
+        "--limit",
+        "12",
+        "--sample",
+        "24",
+        "--output-dir",
+        str(tmp_path / "gen"),
+        "--no-progress",
+    )
+    assert code == 0, err
+    report = json.loads((tmp_path / "gen" / "compare.json").read_text())
+    assert report["reference"] == "hf default" and [r["task"] for r in report["rows"]] == ["PangLeePolarity"] * 2
+    gen = report["agreement"]["vllm default"]
+    print(f"\ncompare reranker: {rr}; generator log-likelihoods: {gen}")
+    assert gen["n"] == 24 and gen["max_abs_diff"] <= 1e-4, gen
+    assert len(list((tmp_path / "gen").glob("vllm*/PangLeePolarity/samples.jsonl"))) == 1
+
+    code, err = cli_in_process(
+        "compare",
+        "--kind",
+        "classifier",
+        "--model",
+        str(test_models["classifier"]),
+        "--sample",
+        "50",
+        "--output-dir",
+        str(tmp_path / "cls"),
+        "--no-progress",
+    )
+    assert code == 0, err
+    report = json.loads((tmp_path / "cls" / "compare.json").read_text())
+    cls = report["agreement"]["vllm default"]
+    print(f"classifier probabilities: {cls}")
+    assert report["reference"] == "hf default" and cls["n"] == 50 and cls["max_abs_diff"] <= 1e-4
+
+
+def test_compare_refuses_what_a_kind_cannot_do(cli_in_process, test_models):
+    code, err = cli_in_process(
+        "compare", "--kind", "generator", "--model", str(test_models["qwen3"]), "--tasks", "Digits"
+    )
+    assert code == 2 and "log-likelihood" in err and "Digits" in err
+    code, err = cli_in_process(
+        "compare", "--kind", "reranker", "--backends", "hf", "--model", str(test_models["cross"])
+    )
+    assert code == 2 and "reranker backend 'hf'" in err
+    code, err = cli_in_process("compare", "--kind", "reranker")
+    assert code == 2 and "--model is required" in err

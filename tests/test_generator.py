@@ -172,6 +172,21 @@ def test_loglikelihood_matches_transformers(generator, test_models):
     delta = float(np.max(np.abs(got - np.asarray(ref))))
     print(f"loglikelihood |vLLM - transformers| max = {delta:.2e} (values {got})")
     assert delta <= 1e-4
+    # The hf backend (compare's reference) renders and tokenizes through the same base: same numbers.
+    from vllm_eval.generator.hf import TransformersGenerator
+
+    hf_kwargs = {"sampling": {"max_tokens": 12}, "show_progress_bar": False, "batch_size": 2}
+    with TransformersGenerator(test_models["qwen3"], **hf_kwargs) as hf:
+        assert hf.render(contexts[0]) == generator.render(contexts[0])
+        np.testing.assert_allclose(hf.loglikelihoods(contexts, conts), ref, atol=1e-9)
+        # Greedy answers in float32: the same tokens as vLLM's.
+        prompts = [("Say something.", ()), ("Is 2 > 1?", ())]
+        ours, theirs = generator.generate(prompts), hf.generate(prompts)
+        assert [(g.output, g.prompt_tokens, g.output_tokens) for g in theirs] == [
+            (g.output, g.prompt_tokens, g.output_tokens) for g in ours
+        ]
+        with pytest.raises(ValueError, match="text-only"):
+            hf.generate([("Which digit?", [np.zeros((8, 8), dtype=np.uint8)])])
 
 
 def test_loglikelihood_scoring_runs_without_parsing(generator, tmp_path):

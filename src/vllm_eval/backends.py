@@ -23,7 +23,7 @@ from typing import Any
 from .errors import OptionError, UnknownNameError, UsageError
 
 #: Kinds of model, each with one base class (in the package of the same name).
-KINDS = ("encoder", "reranker", "generator")
+KINDS = ("encoder", "reranker", "generator", "classifier")
 
 BACKENDS: dict[tuple[str, str], str] = {
     ("encoder", "vllm"): "vllm_eval.encoder.vllm:VllmEncoder",
@@ -33,7 +33,11 @@ BACKENDS: dict[tuple[str, str], str] = {
     ("reranker", "st"): "vllm_eval.reranker.st:SentenceTransformerReranker",
     ("reranker", "remote"): "vllm_eval.reranker.remote:RemoteReranker",
     ("generator", "vllm"): "vllm_eval.generator.vllm:VllmGenerator",
+    ("generator", "hf"): "vllm_eval.generator.hf:TransformersGenerator",
     ("generator", "remote"): "vllm_eval.generator.remote:RemoteGenerator",
+    ("classifier", "vllm"): "vllm_eval.classifier.vllm:VllmClassifier",
+    ("classifier", "hf"): "vllm_eval.classifier.hf:TransformersClassifier",
+    ("classifier", "remote"): "vllm_eval.classifier.remote:RemoteClassifier",
 }
 
 

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 from .cache import NUMERIC_PACKAGES, OutputCache, identity_digest, input_key, weights_fingerprint
@@ -75,6 +76,34 @@ class BackendBase(Resource):
             if value is not None:
                 out[key] = str(value).removeprefix("torch.")
         return out
+
+    _recorded: list[Any] | None = None
+    _record_limit: int = 0
+    _seen: int = 0
+
+    def record_inputs(self, limit: int) -> None:
+        """From now on keep a uniform sample of ``limit`` of the exact distinct inputs sent to the
+        model (texts after prompts for an encoder, (query, document) pairs for a reranker,
+        (context, continuation) pairs for log-likelihoods); seeded, so repeatable.
+        :meth:`recorded_inputs` returns them (for per-input parity checks). ``limit=0`` stops."""
+        self._recorded, self._record_limit, self._seen = ([] if limit else None), int(limit), 0
+        self._rng = random.Random(0)
+
+    def recorded_inputs(self) -> list[Any]:
+        """The inputs kept since :meth:`record_inputs` (empty when not recording)."""
+        return list(self._recorded or [])
+
+    def _record(self, inputs: Iterable[Any]) -> None:
+        """Offer ``inputs`` to the sample (a no-op unless recording)."""
+        if self._recorded is None:
+            return
+        # Reservoir sampling (Vitter's algorithm R, seeded): a uniform sample of everything sent.
+        for x in inputs:
+            self._seen += 1
+            if len(self._recorded) < self._record_limit:
+                self._recorded.append(x)
+            elif (j := self._rng.randrange(self._seen)) < self._record_limit:
+                self._recorded[j] = x
 
     def use_cache(self, cache: OutputCache | None) -> None:
         """Read outputs from ``cache`` and store new ones there (None: stop caching)."""

@@ -151,7 +151,7 @@ def parse_extra_engine_args(extra: list[str]) -> dict[str, Any]:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from .backends import backend_names
+    from .backends import KINDS, backend_names
 
     parser = _Parser(prog="vllm-eval", description="Evaluate models on benchmarks with vLLM as the inference engine.")
     parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the versions and exit")
@@ -275,7 +275,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--backend",
         choices=backend_names("generator"),
         default="vllm",
-        help="vllm (in-process) or remote (vllm serve /v1/chat/completions)",
+        help="vllm (in-process), hf (the transformers reference, text only) or remote (vllm serve "
+        "/v1/chat/completions)",
     )
     _add_tasks(gen, None, "generative tasks: PangLeePolarity, Digits (required)", aliases=("--task",))
     gen.add_argument("--answer-format", choices=["json", "xml", "boxed", "raw"], default="json")
@@ -299,6 +300,7 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--system-prompt", default=None)
     gen.add_argument("--raw-prompts", action="store_true", help="no chat template: send the text as is")
     gen.add_argument("--image-position", choices=["before", "after"], default=None)
+    gen.add_argument("--device", default=None, help="--backend hf: torch device")
     gen.add_argument(
         "--output-dir",
         default=None,
@@ -314,6 +316,33 @@ def _build_parser() -> argparse.ArgumentParser:
     samp.add_argument("--sampling-seed", dest="sampling_seed", type=integer, default=None)
     _add_remote_flags(gen, "/v1/chat/completions")
     _add_engine_flags(gen)
+
+    cls = sub.add_parser(
+        "classify",
+        help="evaluate a sequence classifier (*ForSequenceClassification) on labelled texts",
+        description="Classify labelled texts (a packaged task, or your own --data FILE with text and label fields) "
+        "and report accuracy, macro-F1, per-class precision/recall/F1 and log-loss. Writes results.json and "
+        "samples.jsonl (text, probability per label, predicted, target, correct).",
+    )
+    cls.add_argument(
+        "--model", default=None, help="model directory or hub id (--backend remote: served name, default: the server's)"
+    )
+    cls.add_argument(
+        "--backend",
+        choices=backend_names("classifier"),
+        default="vllm",
+        help="vllm (LLM.classify), hf (the transformers reference) or remote (vllm serve /classify)",
+    )
+    _add_tasks(cls, None, "packaged labelled texts: PangLeePolarity (default, unless --data is given)")
+    cls.add_argument("--data", default=None, help="your own file: .jsonl, .csv or .parquet with text and label fields")
+    cls.add_argument("--limit", type=positive_int, default=None, help="first N texts only")
+    cls.add_argument("--labels", nargs="+", default=None, help="--backend remote: class names in index order")
+    cls.add_argument("--device", default=None, help="--backend hf: torch device")
+    cls.add_argument("--output-dir", default=None, help="default: results/classify/<task>")
+    cls.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_cache_flags(cls)
+    _add_remote_flags(cls, "/classify")
+    _add_engine_flags(cls)
 
     bench = sub.add_parser(
         "bench",
@@ -358,24 +387,54 @@ def _build_parser() -> argparse.ArgumentParser:
 
     cmp = sub.add_parser(
         "compare",
-        help="one embedding model under several configurations, checked against a reference",
+        help="one model under several configurations, checked against a reference",
         description="Run the same tasks with every combination of --backends, --dtypes, --quantization and "
         "--dimensions (or read finished run directories with --runs), and print each main score, its "
-        "difference to the reference configuration, pass/fail against the tolerances, and the per-input cosine "
-        "agreement on a sample of the inputs. Exits 1 when a tolerance fails. Engine options apply to vllm.",
+        "difference to the reference configuration, pass/fail against the tolerances, and the per-input "
+        "agreement on a sample of the inputs (embeddings: cosine; reranker scores and log-likelihoods: |Δ|). "
+        "Exits 1 when a tolerance fails. Engine options apply to vllm.",
     )
-    cmp.add_argument("--model", default=None, help="model directory or hub id (default: packaged all-MiniLM-L6-v2)")
-    cmp.add_argument("--backends", nargs="+", default=["vllm", "st"], choices=backend_names("encoder"))
+    cmp.add_argument(
+        "--kind",
+        choices=["encoder", "reranker", "generator", "classifier"],
+        default="encoder",
+        help="encoder (mteb tasks), reranker (first stage -> rerank), generator (multiple choice scored by "
+        "log-likelihood) or classifier (labelled texts); default encoder",
+    )
+    cmp.add_argument(
+        "--model",
+        default=None,
+        help="model directory or hub id (default for encoders: packaged all-MiniLM-L6-v2; required otherwise)",
+    )
+    cmp.add_argument(
+        "--backends",
+        nargs="+",
+        default=None,
+        choices=sorted({name for kind in KINDS for name in backend_names(kind)}),
+        help="default: vllm and the kind's reference (st; hf for generators and classifiers)",
+    )
     cmp.add_argument("--dtypes", nargs="+", default=None, help="model dtypes (default: each backend's own)")
     cmp.add_argument("--quantization", nargs="+", default=None, help="vLLM quantization methods (vllm only), e.g. fp8")
-    cmp.add_argument("--dimensions", nargs="+", type=positive_int, default=None, help="matryoshka widths")
+    cmp.add_argument("--dimensions", nargs="+", type=positive_int, default=None, help="matryoshka widths (encoders)")
     cmp.add_argument(
         "--reference",
-        default="st:float32",
-        help="BACKEND[:DTYPE] every configuration is compared with (default st:float32; with --runs, the first run)",
+        default=None,
+        help="BACKEND[:DTYPE] every configuration is compared with (default st:float32, hf:float32 for "
+        "generators and classifiers; with --runs, the first run)",
     )
     cmp.add_argument("--runs", nargs="+", default=None, help="compare these finished run directories instead")
-    _add_tasks(cmp, None, "tasks (default: the offline suite)")
+    _add_tasks(
+        cmp,
+        None,
+        "tasks (default: the offline suite; rerankers: LeeKnownItemRetrieval; generators: PangLeePolarity)",
+    )
+    cmp.add_argument("--first-stage", default="bm25s", help="--kind reranker: bm25s (default) or an embedding model")
+    cmp.add_argument(
+        "--top-k", type=positive_int, default=100, help="--kind reranker: candidates per query (default 100)"
+    )
+    cmp.add_argument(
+        "--limit", type=positive_int, default=None, help="--kind generator, classifier: first N items per task"
+    )
     cmp.add_argument("--tolerance", type=nonneg_float, default=None, help="|Δ main score| allowed in float32 (1e-4)")
     cmp.add_argument(
         "--tolerance-16bit",
@@ -524,7 +583,14 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
 _REMOTE_ONLY = ("endpoint", "api_key", "max_concurrency", "encoding_format", "api", "remote_batch_size")
 _VLLM_ONLY = ("data_parallel_size", "replicas_per_gpu")
 _REFERENCE_ONLY = ("device",)
-_KIND = {"run": "encoder", "rerank": "reranker", "generate": "generator", "bench": "encoder", "compare": "encoder"}
+_KIND = {
+    "run": "encoder",
+    "rerank": "reranker",
+    "generate": "generator",
+    "classify": "classifier",
+    "bench": "encoder",
+    "compare": "encoder",
+}
 
 
 def _capabilities(kind: str, backend: str) -> tuple[bool, bool]:
@@ -561,12 +627,24 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in engine.items() if v is not None}
 
 
+def _backends_of(args: argparse.Namespace) -> list[str]:
+    """The backends a command runs: ``--backends`` (bench, compare; compare's default: vllm and the
+    kind's reference), else ``--backend``."""
+    if getattr(args, "backends", None):
+        return list(args.backends)
+    if args.command == "compare":
+        from .compare import DEFAULT_REFERENCE
+
+        return ["vllm", DEFAULT_REFERENCE[args.kind].split(":")[0]]
+    return [args.backend]
+
+
 def _check_backend_options(args: argparse.Namespace, engine: dict[str, Any]) -> None:
     """Refuse options the chosen backend(s) would silently ignore, and engine options they cannot take."""
     from .backends import engine_options
 
-    kind = _KIND[args.command]
-    backends = getattr(args, "backends", None) or [args.backend]
+    kind = args.kind if args.command == "compare" else _KIND[args.command]
+    backends = _backends_of(args)
     caps = {b: _capabilities(kind, b) for b in backends}
     named = " ".join(backends)
     for dest in (*_REMOTE_ONLY, *_VLLM_ONLY, *_REFERENCE_ONLY):
@@ -581,7 +659,7 @@ def _check_backend_options(args: argparse.Namespace, engine: dict[str, Any]) -> 
                 "(for servers, pass one --endpoint per replica)"
             )
         if dest in _REFERENCE_ONLY and all(remote or vllm for remote, vllm in caps.values()):
-            raise UsageError(f"{flag} is for --backend st (a torch device), not {named}")
+            raise UsageError(f"{flag} is for a reference backend (st, hf: a torch device), not {named}")
     for b, (remote, _) in caps.items():
         if remote and not args.endpoint:
             raise UsageError(f"--backend{'s' if args.command == 'bench' else ''} {b} needs at least one --endpoint URL")
@@ -890,6 +968,28 @@ def cmd_rerank(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     return 0
 
 
+def _check_generator_options(args: argparse.Namespace, cls: type, tasks: list[Any], remote: bool) -> None:
+    """Refuse scoring, tasks and prompt options the chosen generator backend cannot honour."""
+    if args.scoring == "loglikelihood":
+        if not cls.supports_loglikelihood:
+            raise UsageError(
+                f"--scoring loglikelihood needs exact prompt log-probabilities, which --backend "
+                f"{args.backend} cannot give; use --scoring generate"
+            )
+        images = [t.name for t in tasks if t.modality != "text"]
+        if images:
+            raise UsageError(f"--scoring loglikelihood is for text tasks; {', '.join(images)} shows images")
+    if not cls.supports_images:
+        images = [t.name for t in tasks if t.modality != "text"]
+        if images:
+            raise UsageError(f"--backend {args.backend} is text-only; {', '.join(images)} shows images")
+    in_process_vllm = cls.engine_options is None
+    if args.preset and not (remote or in_process_vllm):
+        raise UsageError(f"--preset needs --backend vllm or remote, not {args.backend}")
+    if remote and (args.chat_template or args.preset):
+        raise UsageError("--chat-template / --preset apply in-process; a server uses the template it was started with")
+
+
 def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     from .backends import backend_class, is_remote, load_backend
     from .errors import MissingAnswersError
@@ -903,18 +1003,8 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         raise UsageError("--model is required (for --backend remote it is the served name, optional)")
     model = _resolve_model_now(args.model, "generator", args.backend)
     cls = backend_class("generator", args.backend)
-    if args.scoring == "loglikelihood":
-        if not cls.supports_loglikelihood:
-            raise UsageError(
-                f"--scoring loglikelihood needs exact prompt log-probabilities, which --backend "
-                f"{args.backend} cannot give; use --scoring generate"
-            )
-        images = [t.name for t in tasks if t.modality != "text"]
-        if images:
-            raise UsageError(f"--scoring loglikelihood is for text tasks; {', '.join(images)} shows images")
+    _check_generator_options(args, cls, tasks, remote)
     chat_template = _chat_template(args.chat_template)
-    if remote and (chat_template or args.preset):
-        raise UsageError("--chat-template / --preset apply in-process; a server uses the template it was started with")
     sampling = {
         k: v
         for k, v in {
@@ -942,7 +1032,7 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     if remote:
         http = _http_options(args, batch_size=1)
         kwargs["image_position"] = args.image_position or "before"
-    else:
+    elif cls.engine_options is None:  # in-process vLLM
         kwargs.update(
             preset=args.preset,
             chat_template=chat_template,
@@ -950,6 +1040,8 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
             max_images_per_prompt=1 if any(t.modality == "image" for t in tasks) else None,
             **engine,
         )
+    else:
+        kwargs.update(chat_template=chat_template, device=args.device, **engine)
     failed = 0
     cache = _open_cache(args)
     with load_backend("generator", args.backend, model, http=http, **kwargs) as generator:
@@ -980,6 +1072,52 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
             print(f"results: {out}/results.json, {out}/samples.jsonl")
     _report_cache(cache)
     return failed
+
+
+def cmd_classify(args: argparse.Namespace, engine: dict[str, Any]) -> int:
+    from .backends import is_remote, load_backend
+    from .tasks.classification import get_classification_data, load_classification_file, run_classification
+
+    if args.data and args.tasks:
+        raise UsageError("give --data FILE or --tasks, not both")
+    if args.labels and args.backend != "remote":
+        raise UsageError("--labels is for --backend remote; a local model's labels come from its config")
+    remote = is_remote("classifier", args.backend)
+    if not remote and not args.model:
+        raise UsageError("--model is required (for --backend remote it is the served name, optional)")
+    tasks = (
+        [load_classification_file(args.data)]
+        if args.data
+        else [get_classification_data(n) for n in _split_names(args.tasks or ["PangLeePolarity"])]
+    )
+    model = _resolve_model_now(args.model, "classifier", args.backend)
+    root = args.output_dir or os.path.join("results", "classify")
+    outputs = [args.output_dir if (args.output_dir and len(tasks) == 1) else os.path.join(root, t.name) for t in tasks]
+    for out in outputs:
+        _prepare_output_dir(out)
+    kwargs: dict[str, Any] = {"show_progress_bar": not args.no_progress}
+    http = None
+    if remote:
+        http = _http_options(args)
+        kwargs["labels"] = args.labels
+    elif args.backend == "hf":
+        kwargs.update(device=args.device, **engine)
+    else:
+        kwargs.update(engine)
+    cache = _open_cache(args)
+    with load_backend("classifier", args.backend, model, http=http, **kwargs) as classifier:
+        classifier.use_cache(cache)
+        for task, out in zip(tasks, outputs, strict=True):
+            res = run_classification(classifier, task, limit=args.limit, output_dir=out)
+            m = res["metrics"]
+            print(
+                f"{task.name} ({classifier.name}, {args.backend}): accuracy {m['accuracy']:.4f}  "
+                f"macro-F1 {m['macro_f1']:.4f}  log-loss {m['log_loss']:.4f}  n {m['n_samples']}  "
+                f"{res['seconds']:.1f} s"
+            )
+            print(f"results: {out}/results.json, {out}/samples.jsonl")
+    _report_cache(cache)
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace, engine: dict[str, Any]) -> int:
@@ -1151,11 +1289,79 @@ def _list_selected(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_tasks(kind: str, names: list[str] | None) -> list[Any]:
+    """The tasks ``compare`` runs for ``kind`` (its default when ``names`` is None), checked for the kind."""
+    from .tasks import check_available, get_tasks
+
+    if kind == "classifier":
+        from .tasks.classification import get_classification_data
+
+        return [get_classification_data(n) for n in _split_names(names or ["PangLeePolarity"])]
+    if kind == "generator":
+        from .tasks.generative import get_generative_task
+
+        tasks = [get_generative_task(n) for n in _split_names(names or ["PangLeePolarity"])]
+        images = [t.name for t in tasks if t.modality != "text"]
+        if images:
+            raise UsageError(
+                f"compare scores generators by log-likelihood, for text tasks; {', '.join(images)} shows images"
+            )
+    else:
+        tasks = get_tasks(_split_names(names or (["LeeKnownItemRetrieval"] if kind == "reranker" else None)))
+        check_available(tasks)
+        if kind == "reranker":
+            for task in tasks:
+                if task.metadata.type not in ("Retrieval", "Reranking"):
+                    raise UsageError(
+                        f"--kind reranker needs retrieval tasks; {task.metadata.name} is {task.metadata.type}"
+                    )
+    return tasks
+
+
+def _compare_plan(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
+    """``(model, tasks, configurations with the reference first)`` of ``compare``, checked before any model loads."""
+    from . import compare as cmp
+    from .backends import backend_names
+
+    kind = args.kind
+    names = backend_names(kind)
+    backends = _backends_of(args)
+    for b in backends:
+        if b not in names:
+            raise UsageError(f"--backends {b}: not a {kind} backend; choose from {', '.join(names)}")
+        if b == "remote":
+            raise UsageError("compare runs local backends; compare a served model's run directory with --runs")
+    if kind != "encoder" and not args.model:
+        raise UsageError(f"--model is required with --kind {kind}")
+    if args.dimensions and kind != "encoder":
+        raise UsageError("--dimensions is for --kind encoder")
+    model = _resolve_model_now(args.model, kind, "vllm")
+    tasks = _compare_tasks(kind, args.tasks)
+    configs = cmp.configurations(backends, args.dtypes, args.quantization, args.dimensions)
+    wanted = cmp.parse_reference(args.reference or cmp.DEFAULT_REFERENCE[kind])
+    if wanted.backend not in names or wanted.backend == "remote":
+        raise UsageError(f"--reference {wanted.backend}: not a local {kind} backend")
+    reference = next(
+        (
+            c
+            for c in configs
+            if c.backend == wanted.backend
+            and c.dtype in (wanted.dtype, None)
+            and not c.quantization
+            and not c.dimensions
+        ),
+        wanted,
+    )
+    if reference not in configs:
+        configs.insert(0, reference)
+    configs.sort(key=lambda c: c != reference)  # the reference first: its inputs are the sample
+    return model, tasks, configs
+
+
 def cmd_compare(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     from pathlib import Path
 
     from . import compare as cmp
-    from .tasks import check_available, get_tasks
 
     fp32 = cmp.TOLERANCE_FP32 if args.tolerance is None else args.tolerance
     sixteen = cmp.TOLERANCE_16BIT if args.tolerance_16bit is None else args.tolerance_16bit
@@ -1163,47 +1369,29 @@ def cmd_compare(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         results = [cmp.read_run_dir(path) for path in args.runs]
         comparison = cmp.compare_results(results, results[0], fp32, sixteen)
     else:
-        model = _resolve_model_now(args.model, "encoder", "vllm")
-        tasks = get_tasks(_split_names(args.tasks))
-        check_available(tasks)
-        configs = cmp.configurations(args.backends, args.dtypes, args.quantization, args.dimensions)
-        wanted = cmp.parse_reference(args.reference)
-        reference = next(
-            (
-                c
-                for c in configs
-                if c.backend == wanted.backend
-                and c.dtype in (wanted.dtype, None)
-                and not c.quantization
-                and not c.dimensions
-            ),
-            wanted,
-        )
-        if reference not in configs:
-            configs.insert(0, reference)
-        configs.sort(key=lambda c: c != reference)  # the reference first: its inputs are the sample
+        model, tasks, configs = _compare_plan(args)
         shared: dict[str, Any] = {k: v for k, v in {"prompts": args.prompts, "preset": args.preset}.items() if v}
         cache = _open_cache(args)
         results: list[Any] = []
         for config in configs:
-            kwargs = {**shared, **(engine if config.backend == "vllm" else {})}
-            if config.backend == "remote":
-                raise UsageError("compare runs local backends; compare a served model's run directory with --runs")
-            sample = results[0].sample if results else None
             results.append(
                 cmp.run_configuration(
+                    args.kind,
                     config,
                     model,
                     tasks,
                     output_dir=Path(args.output_dir),
                     cache=cache,
                     sample_size=args.sample,
-                    backend_kwargs=kwargs,
+                    backend_kwargs={**shared, **(engine if config.backend == "vllm" else {})},
                     show_progress_bar=not args.no_progress,
-                    sample=sample,
+                    sample=results[0].sample if results else None,
+                    first_stage=args.first_stage,
+                    top_k=args.top_k,
+                    limit=args.limit,
                 )
             )
-        comparison = cmp.compare_results(results, results[0], fp32, sixteen)
+        comparison = cmp.compare_results(results, results[0], fp32, sixteen, args.kind)
         _report_cache(cache)
     cmp.print_comparison(comparison)
     print(f"results: {cmp.save(comparison, args.output_dir)}")
@@ -1214,6 +1402,7 @@ _MODEL_COMMANDS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] 
     "run": cmd_run,
     "rerank": cmd_rerank,
     "generate": cmd_generate,
+    "classify": cmd_classify,
     "bench": cmd_bench,
     "compare": cmd_compare,
 }
@@ -1246,8 +1435,8 @@ def _prepare(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
 
 def engine_backend_runs_vllm(args: argparse.Namespace) -> bool:
     """True when the command starts a vLLM engine in this process (its engine options then matter)."""
-    backends = getattr(args, "backends", None) or [args.backend]
-    return any(_capabilities(_KIND[args.command], b)[1] for b in backends)
+    kind = args.kind if args.command == "compare" else _KIND[args.command]
+    return any(_capabilities(kind, b)[1] for b in _backends_of(args))
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -1,17 +1,20 @@
 """``vllm-eval compare``: one model under several configurations, checked against a reference.
 
-Each configuration (backend × dtype × quantization × ``dimensions``) runs the same tasks through
-:func:`vllm_eval.results.evaluate` (with the output cache, so a configuration already run costs
-nothing); the reference (default: the sentence-transformers backend in float32) is the yardstick.
-Per task, each configuration's main score, its difference to the reference and pass/fail against a
-tolerance (default 1e-4 for float32, 1e-3 for 16-bit and quantized configurations); per
-configuration, per-input agreement on a sample of the very inputs the tasks sent (the minimum and
-median cosine of the embeddings). Existing run directories can be compared too (scores only).
-The command exits 1 when a tolerance fails, so it can gate CI.
+Each configuration (backend × dtype × quantization × ``dimensions``) runs the same tasks with the
+output cache, so a configuration already run costs nothing; the reference (default: the
+sentence-transformers backend in float32 for encoders and rerankers, transformers (``hf``) in
+float32 for generators and classifiers) is the yardstick. Per task, each configuration's main score, its
+difference to the reference and pass/fail against a tolerance (default 1e-4 for float32, 1e-3 for
+16-bit and quantized configurations); per configuration, per-input agreement on a sample of the
+very inputs the tasks sent: the minimum and median cosine of embeddings (encoder), the maximum and
+median |Δ| of scores (reranker), of log-likelihoods in nats (generator, multiple choice scored by
+log-likelihood) or of class probabilities (classifier). Existing run directories can be compared
+too (scores only). The command exits 1 when a tolerance fails, so it can gate CI.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from dataclasses import dataclass, field
@@ -102,17 +105,29 @@ def configurations(
     return out
 
 
+#: The reference configuration of each kind when ``--reference`` is not given.
+DEFAULT_REFERENCE = {
+    "encoder": "st:float32",
+    "reranker": "st:float32",
+    "generator": "hf:float32",
+    "classifier": "hf:float32",
+}
+
+
 @dataclass
 class ConfigResult:
-    """What one configuration gave: main score per task, and the sample of its embeddings."""
+    """What one configuration gave: main score per task, and its outputs on the shared sample
+    (embeddings (n, dim) for an encoder, scores (n,) for a reranker, log-likelihoods (n,) for a
+    generator)."""
 
     config: Config
     scores: dict[str, float]
-    sample: list[str] = field(default_factory=list, repr=False)
-    embeddings: np.ndarray | None = field(default=None, repr=False)
+    sample: list[Any] = field(default_factory=list, repr=False)
+    outputs: np.ndarray | None = field(default=None, repr=False)
 
 
 def run_configuration(
+    kind: str,
     config: Config,
     model: Any,
     tasks: list[Any],
@@ -122,51 +137,133 @@ def run_configuration(
     sample_size: int,
     backend_kwargs: dict[str, Any],
     show_progress_bar: bool,
-    sample: list[str] | None = None,
+    sample: list[Any] | None = None,
+    first_stage: str = "bm25s",
+    top_k: int = 100,
+    limit: int | None = None,
 ) -> ConfigResult:
-    """Evaluate ``tasks`` with one configuration; embed the sample (collected here when ``sample`` is None)."""
-    from .backends import load_backend
-    from .results import evaluate
+    """Evaluate ``tasks`` with one configuration of a ``kind`` backend, then run the sample through it
+    (the sample is collected here, from the inputs the tasks sent, when ``sample`` is None).
+
+    Encoders run the mteb tasks; rerankers rerank the top ``top_k`` of ``first_stage`` per query;
+    generators score the multiple-choice tasks by log-likelihood (first ``limit`` questions).
+    Keyword arguments a reference backend does not take (engine options, presets) are left out.
+    """
+    from .backends import backend_class, load_backend
 
     kwargs = {**backend_kwargs, **config.kwargs(), "show_progress_bar": show_progress_bar}
-    if config.backend == "st":
-        kwargs = {k: v for k, v in kwargs.items() if k in _ST_KEYS}
-    with load_backend("encoder", config.backend, model, **kwargs) as encoder:
-        encoder.use_cache(cache)
+    cls = backend_class(kind, config.backend)
+    if cls.engine_options is not None:  # not a vLLM engine: keep what its signature names
+        accepted = set(inspect.signature(cls).parameters)
+        kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+    with load_backend(kind, config.backend, model, **kwargs) as backend:
+        backend.use_cache(cache)
         collect = sample is None
         if collect:
-            encoder.record_inputs(sample_size)
-        rows = evaluate(encoder, tasks, output_dir=output_dir, show_progress_bar=show_progress_bar)
-        texts = encoder.recorded_inputs() if collect else sample
-        embeddings = encoder.encode_texts(texts, show_progress_bar=False) if texts else None
-    return ConfigResult(config, {r.task: r.main_score for r in rows}, list(texts or []), embeddings)
+            backend.record_inputs(sample_size)
+        scores = _RUNNERS[kind](backend, tasks, output_dir, show_progress_bar, first_stage, top_k, limit)
+        inputs = backend.recorded_inputs() if collect else sample
+        backend.record_inputs(0)
+        outputs = _sample_outputs(kind, backend, inputs) if inputs else None
+    return ConfigResult(config, scores, list(inputs or []), outputs)
 
 
-#: Keyword arguments the sentence-transformers encoder takes from a comparison.
-_ST_KEYS = {
-    "dtype",
-    "dimensions",
-    "device",
-    "prompts",
-    "instruction_template",
-    "instructions",
-    "preset",
-    "apply_instruction_to_documents",
-    "show_progress_bar",
-    "max_model_len",
-    "revision",
+def _run_encoder(encoder: Any, tasks: list[Any], output_dir: Path, show: bool, *_: Any) -> dict[str, float]:
+    from .results import evaluate
+
+    return {r.task: r.main_score for r in evaluate(encoder, tasks, output_dir=output_dir, show_progress_bar=show)}
+
+
+def _run_reranker(
+    reranker: Any, tasks: list[Any], output_dir: Path, show: bool, first_stage: str, top_k: int, _limit: Any
+) -> dict[str, float]:
+    from .results import evaluate_two_stage, load_first_stage
+
+    first = load_first_stage(first_stage, show_progress_bar=show)
+    if reranker.cache is not None and hasattr(first, "use_cache"):
+        first.use_cache(reranker.cache)
+    try:
+        rows = evaluate_two_stage(first, reranker, tasks, top_k=top_k, output_dir=output_dir, show_progress_bar=show)
+    finally:
+        getattr(first, "close", lambda: None)()
+    return {r.task: r.main_score for r in rows}
+
+
+def _run_generator(
+    generator: Any, tasks: list[Any], output_dir: Path, _show: bool, _first: Any, _top_k: Any, limit: int | None
+) -> dict[str, float]:
+    from .tasks.generative import run_multiple_choice
+
+    folder = "-".join(str(v) for v in generator.experiment().values())
+    scores = {}
+    for task in tasks:
+        res = run_multiple_choice(
+            generator, task, scoring="loglikelihood", limit=limit, output_dir=output_dir / folder / task.name
+        )
+        scores[task.name] = float(res["metrics"]["accuracy"])
+    return scores
+
+
+def _run_classifier(
+    classifier: Any, tasks: list[Any], output_dir: Path, _show: bool, _first: Any, _top_k: Any, limit: int | None
+) -> dict[str, float]:
+    from .tasks.classification import run_classification
+
+    folder = "-".join(str(v) for v in classifier.experiment().values())
+    return {
+        task.name: float(
+            run_classification(classifier, task, limit=limit, output_dir=output_dir / folder / task.name)["metrics"][
+                "accuracy"
+            ]
+        )
+        for task in tasks
+    }
+
+
+_RUNNERS = {
+    "encoder": _run_encoder,
+    "reranker": _run_reranker,
+    "generator": _run_generator,
+    "classifier": _run_classifier,
 }
 
 
-def agreement(reference: np.ndarray | None, other: np.ndarray | None) -> tuple[float, float] | None:
-    """(min, median) cosine of matching rows; widths that differ (``dimensions``) compare their common prefix."""
+def _sample_outputs(kind: str, backend: Any, inputs: list[Any]) -> np.ndarray:
+    if kind == "encoder":
+        return backend.encode_texts(inputs, show_progress_bar=False)
+    if kind == "reranker":
+        return backend.score_pairs([q for q, _ in inputs], [d for _, d in inputs], show_progress_bar=False)
+    if kind == "classifier":
+        return backend.classify(inputs, show_progress_bar=False)
+    return backend.loglikelihoods([c for c, _ in inputs], [x for _, x in inputs])
+
+
+def agreement(reference: np.ndarray | None, other: np.ndarray | None, cosine: bool = True) -> dict[str, float] | None:
+    """Per-input agreement of two configurations' outputs on the same sample.
+
+    Embeddings (2-D, ``cosine``): ``min_cosine`` and ``median_cosine`` of matching rows (widths
+    that differ, ``dimensions``, compare their common prefix). Scores, log-likelihoods (1-D) or
+    class probabilities (2-D, ``cosine=False``): ``max_abs_diff`` and ``median_abs_diff`` per input
+    (the largest |Δ| of its row). Plus ``n``, the sample size. None when either is missing.
+    """
     if reference is None or other is None or not len(reference):
         return None
+    if reference.ndim == 1 or not cosine:
+        diff = np.abs(np.asarray(reference, dtype=np.float64) - np.asarray(other, dtype=np.float64))
+        diff = diff.reshape(len(diff), -1).max(axis=1)
+        return {"max_abs_diff": float(diff.max()), "median_abs_diff": float(np.median(diff)), "n": len(diff)}
     width = min(reference.shape[1], other.shape[1])
     a = reference[:, :width] / np.linalg.norm(reference[:, :width], axis=1, keepdims=True)
     b = other[:, :width] / np.linalg.norm(other[:, :width], axis=1, keepdims=True)
     cos = np.sum(a * b, axis=1)
-    return float(cos.min()), float(np.median(cos))
+    return {"min_cosine": float(cos.min()), "median_cosine": float(np.median(cos)), "n": len(cos)}
+
+
+def describe_agreement(agree: dict[str, float]) -> str:
+    """One line for an :func:`agreement` dict, e.g. ``min cosine 0.99999994, median 1.00000000 over 256 inputs``."""
+    if "min_cosine" in agree:
+        return f"min cosine {agree['min_cosine']:.8f}, median {agree['median_cosine']:.8f} over {agree['n']} inputs"
+    return f"max |Δ| {agree['max_abs_diff']:.2e}, median {agree['median_abs_diff']:.2e} over {agree['n']} inputs"
 
 
 @dataclass
@@ -188,9 +285,10 @@ class Comparison:
 
 
 def compare_results(
-    results: list[ConfigResult], reference: ConfigResult, fp32: float, sixteen_bit: float
+    results: list[ConfigResult], reference: ConfigResult, fp32: float, sixteen_bit: float, kind: str = "encoder"
 ) -> Comparison:
-    """Score differences to the reference, pass/fail against tolerances, and sample agreement."""
+    """Score differences to the reference, pass/fail against tolerances, and sample agreement
+    (cosine for an encoder's embeddings, |Δ| for every other kind's outputs)."""
     rows = []
     for res in results:
         tol = res.config.tolerance(fp32, sixteen_bit)
@@ -207,12 +305,7 @@ def compare_results(
                     "passed": res is reference or (delta is not None and delta <= tol),
                 }
             )
-    agree = {}
-    for res in results:
-        pair = agreement(reference.embeddings, res.embeddings)
-        agree[res.config.label] = (
-            None if pair is None else {"min_cosine": pair[0], "median_cosine": pair[1], "n": len(res.sample)}
-        )
+    agree = {res.config.label: agreement(reference.outputs, res.outputs, kind == "encoder") for res in results}
     return Comparison(reference.config.label, rows, agree)
 
 
@@ -251,10 +344,7 @@ def print_comparison(comparison: Comparison) -> None:
     console.print(table)
     for label, agree in comparison.agreement.items():
         if agree and label != comparison.reference:
-            console.print(
-                f"{label}: per-input cosine to {comparison.reference} over {agree['n']} inputs: "
-                f"min {agree['min_cosine']:.8f}, median {agree['median_cosine']:.8f}"
-            )
+            console.print(f"{label} against {comparison.reference}: {describe_agreement(agree)}")
 
 
 def save(comparison: Comparison, output_dir: str | Path) -> Path:

@@ -217,8 +217,13 @@ _ENGINES: dict[str, _Entry] = {}
 _ATEXIT = False
 
 
+#: Engine options that change what is displayed, not the engine: an engine built without them serves.
+_DISPLAY_ONLY = frozenset({"use_tqdm_on_load"})
+
+
 def _key(model: str, kwargs: dict[str, Any]) -> str:
-    return json.dumps({"model": model, **kwargs}, sort_keys=True, default=repr)
+    kept = {k: v for k, v in kwargs.items() if k not in _DISPLAY_ONLY}
+    return json.dumps({"model": model, **kept}, sort_keys=True, default=repr)
 
 
 def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .compare import describe_agreement
 from .errors import UsageError
 
 _CSS = """
@@ -182,8 +183,7 @@ def _compare_table(compare: dict[str, Any]) -> str:
             f'<td class="result">{result}</td></tr>'
         )
     agree = "".join(
-        f"<li>{html.escape(label)}: min cosine {a['min_cosine']:.8f}, median {a['median_cosine']:.8f} "
-        f"over {a['n']} inputs</li>"
+        f"<li>{html.escape(label)}: {html.escape(describe_agreement(a))}</li>"
         for label, a in (compare.get("agreement") or {}).items()
         if a and label != compare.get("reference")
     )

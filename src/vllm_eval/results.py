@@ -63,6 +63,17 @@ class TaskScore:
     parity_n: int = 0
 
 
+def write_task_results(output_dir: str | Path, results: dict[str, Any], samples: list[dict[str, Any]]) -> None:
+    """The result files of a task run outside mteb (generative, classification): ``results.json``
+    (metrics, config, model, versions ...) and ``samples.jsonl`` (one JSON object per input)."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    with (out / "samples.jsonl").open("w", encoding="utf-8") as fh:
+        for row in samples:
+            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+
+
 def evaluate(
     model: Any,
     tasks: list[Any],

@@ -77,6 +77,53 @@ def build_minilm_cross_encoder(out_dir: str | Path, seed: int = 0) -> Path:
     return out
 
 
+def build_minilm_classifier(out_dir: str | Path, seed: int = 0, n_fit: int = 100) -> Path:
+    """Save a two-label (``negative``, ``positive``) ``BertForSequenceClassification`` on the packaged MiniLM.
+
+    The encoder weights are all-MiniLM-L6-v2's; the pooler is drawn from ``torch.manual_seed(seed)``
+    and the classifier head is a logistic regression (scikit-learn, seeded) fitted on the pooled
+    outputs of ``n_fit`` PangLeePolarity sentences (the even-numbered ones), so predictions are better
+    than chance on that data (a plumbing model: fitted on half of what it is then tested on). vLLM's
+    ``LLM.classify`` and transformers both load it.
+
+    Returns:
+        The model directory.
+    """
+    import numpy as np
+    import torch
+    from sklearn.linear_model import LogisticRegression
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from .modelinfo import packaged_model_path
+    from .tasks.data import pang_lee_polarity
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    torch.manual_seed(seed)
+    labels = ["negative", "positive"]
+    model = BertForSequenceClassification.from_pretrained(
+        packaged_model_path(),
+        num_labels=2,
+        id2label=dict(enumerate(labels)),
+        label2id={k: i for i, k in enumerate(labels)},
+    ).eval()
+    tok = AutoTokenizer.from_pretrained(packaged_model_path())
+    pairs = list(pang_lee_polarity())[::2][:n_fit]  # the file is sorted by label: every other line
+    with torch.no_grad():
+        enc = tok([t for t, _ in pairs], padding=True, truncation=True, max_length=256, return_tensors="pt")
+        pooled = model.bert(**enc).pooler_output.numpy()
+        fit = LogisticRegression(C=10.0, max_iter=2000, random_state=seed).fit(
+            pooled, [int(y == "pos") for _, y in pairs]
+        )
+        # Two logits from one binary fit: softmax([0, w·x + b]) = sigmoid(w·x + b).
+        model.classifier.weight.copy_(torch.tensor(np.stack([np.zeros_like(fit.coef_[0]), fit.coef_[0]])))
+        model.classifier.bias.copy_(torch.tensor([0.0, float(fit.intercept_[0])]))
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return out
+
+
 def _train_bpe_tokenizer(vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 

@@ -12,6 +12,7 @@ score log-likelihoods (:attr:`~GeneratorBase.supports_loglikelihood`).
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -24,6 +25,8 @@ from ..base import BackendBase
 from ..errors import OptionError, UsageError
 from ..progress import input_bar
 from ..streaming import chunked
+
+logger = logging.getLogger(__name__)
 
 #: Evaluation sampling defaults: greedy and reproducible. ``max_tokens`` bounds an answer.
 DEFAULT_SAMPLING: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "seed": 0}
@@ -101,6 +104,10 @@ class GeneratorBase(BackendBase, ABC):
     kind: ClassVar[str] = "generator"
     #: The backend can score continuations by log-likelihood (:meth:`loglikelihoods`).
     supports_loglikelihood: ClassVar[bool] = False
+    #: The backend takes images in prompts.
+    supports_images: ClassVar[bool] = True
+    #: A Hugging Face tokenizer, for backends that tokenize here (log-likelihoods need one).
+    tokenizer: Any = None
 
     def __init__(
         self,
@@ -137,16 +144,65 @@ class GeneratorBase(BackendBase, ABC):
     def _generate_chunk(self, chunk: list[tuple[str, Sequence[Any]]], offset: int) -> list[Generation]:
         """One :class:`Generation` per ``(text, images)`` sample of ``chunk`` (``offset``: index of its first)."""
 
+    def _continuation_logprobs(self, token_ids: list[list[int]], starts: list[int], names: list[str]) -> np.ndarray:
+        """The log-likelihood hook: for each sequence, the sum over positions ``t >= starts[i]`` of
+        log P(token_ids[i][t] | token_ids[i][:t]), float64 (n,), in nats. ``names`` name the inputs
+        in errors. Backends that declare :attr:`supports_loglikelihood` implement it."""
+        raise NotImplementedError
+
     def loglikelihoods(self, contexts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
         """Sum of log P(continuation tokens | rendered context), float64 (n,), in nats.
 
+        As lm-evaluation-harness does it: each context is rendered with the chat template (unless
+        ``raw_prompts``), the continuation is tokenized on its own and appended, and the backend
+        reads the log-probabilities of the continuation's tokens (:meth:`_continuation_logprobs`);
+        nothing is generated or parsed. With a cache in use, stored scores of the same identity,
+        rendered context and continuation are reused.
+
         Raises:
-            UsageError: the backend cannot score log-likelihoods (:attr:`supports_loglikelihood`).
+            UsageError: the backend cannot score log-likelihoods (:attr:`supports_loglikelihood`),
+                an empty continuation, or mismatched lengths.
         """
-        raise UsageError(
-            f"{type(self).__name__} cannot score log-likelihoods (exact prompt token log-probabilities "
-            "need the in-process engine); use generation scoring"
-        )
+        if not self.supports_loglikelihood:
+            raise UsageError(
+                f"{type(self).__name__} cannot score log-likelihoods (exact prompt token log-probabilities "
+                "need a local model); use generation scoring"
+            )
+        if len(contexts) != len(continuations):
+            raise UsageError(f"{len(contexts)} contexts but {len(continuations)} continuations")
+        rendered = [self.render(ctx) for ctx in contexts]
+        self._record(zip(contexts, continuations, strict=True))
+        keys, hits = self._cached([["loglikelihood", r, c] for r, c in zip(rendered, continuations)])
+        todo = [i for i in range(len(contexts)) if not keys or keys[i] not in hits]
+        scores = np.zeros(len(contexts), dtype=np.float64)
+        for i, key in enumerate(keys):
+            if key in hits:
+                scores[i] = hits[key][0]
+        started, tokens_before = time.perf_counter(), self.counters.compute_tokens
+        self.counters.inputs += len(contexts)
+        self.counters.distinct += len(contexts)
+        with input_bar("loglikelihood", len(contexts), "options", enabled=self.show_progress_bar) as advance:
+            advance(len(contexts) - len(todo))
+            for chunk in chunked(todo, self.chunk_size):
+                token_ids, starts = [], []
+                for i in chunk:
+                    ctx_ids = list(self.tokenizer(rendered[i], add_special_tokens=False)["input_ids"])
+                    cont_ids = list(self.tokenizer(continuations[i], add_special_tokens=False)["input_ids"])
+                    if not cont_ids:
+                        raise UsageError(f"continuation {continuations[i]!r} has no tokens")
+                    if not ctx_ids:  # the first token has no prediction to read
+                        raise UsageError(f"context {contexts[i]!r:.60} renders to no tokens")
+                    token_ids.append(ctx_ids + cont_ids)
+                    starts.append(len(ctx_ids))
+                    self.counters.compute_tokens += len(ctx_ids) + len(cont_ids)
+                names = [f"context {contexts[i]!r:.60}" for i in chunk]
+                scores[chunk] = self._continuation_logprobs(token_ids, starts, names)
+                if keys:
+                    self.cache.put_many((keys[i], scores[i : i + 1]) for i in chunk)
+                advance(len(chunk))
+        self.counters.compute_seconds += time.perf_counter() - started
+        self.counters.tokens += self.counters.compute_tokens - tokens_before
+        return scores
 
     def messages(self, text: str, images: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """The chat messages for one sample: system prompt (or merged), images, text.
@@ -231,3 +287,53 @@ class GeneratorBase(BackendBase, ABC):
                 advance(len(chunk))
         self.counters.compute_seconds += time.perf_counter() - start
         return results
+
+
+class LocalChatTemplate:
+    """Prompt rendering for backends that hold the model's tokenizer (in-process vLLM, transformers):
+    the tokenizer's chat template or an override, and the check that the template exists and
+    whether it takes a system turn (Gemma's raises "System role not supported": the system
+    prompt then joins the user turn). Used with :class:`GeneratorBase`; needs ``tokenizer``,
+    ``chat_template``, ``raw_prompts``, ``system_prompt`` and ``system_role``."""
+
+    tokenizer: Any
+    chat_template: str | None
+    model: str
+    raw_prompts: bool
+    system_prompt: str | None
+    system_role: bool
+
+    def _template(self) -> str | None:
+        return self.chat_template or getattr(self.tokenizer, "chat_template", None)
+
+    def _check_template(self) -> None:
+        """Raises UsageError when there is no chat template and prompts are not raw."""
+        if self.raw_prompts:
+            return
+        if not self._template():
+            raise UsageError(
+                f"model {self.model!r} has no chat template; pass chat_template=... (--chat-template) "
+                "or raw_prompts=True (--raw-prompts) to send the text as is"
+            )
+        if self.system_prompt:
+            try:
+                self.tokenizer.apply_chat_template(
+                    [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+                    chat_template=self.chat_template,
+                    tokenize=False,
+                    add_generation_prompt=True,
+                )
+            except Exception as exc:  # jinja raise_exception("System role not supported") and kin
+                logger.info("chat template rejects a system turn (%s); merging it into the user turn", exc)
+                self.system_role = False
+
+    def render(self, text: str) -> str:
+        """The text prompt the model sees for a text-only sample (chat template applied)."""
+        if self.raw_prompts:
+            return text
+        return self.tokenizer.apply_chat_template(
+            self.messages(text),  # type: ignore[attr-defined]
+            chat_template=self.chat_template,
+            tokenize=False,
+            add_generation_prompt=True,
+        )

@@ -17,17 +17,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ..engine import EngineUser, acquire_engine, merge_engine_kwargs, raise_on_request_errors
-from ..errors import UsageError
 from ..modelinfo import ModelRef
 from ..presets import ModelPreset, resolve_preset
-from ..progress import input_bar
-from ..streaming import chunked
-from .base import Generation, GeneratorBase, to_pil
+from .base import Generation, GeneratorBase, LocalChatTemplate, to_pil
 
 logger = logging.getLogger(__name__)
 
 
-class VllmGenerator(EngineUser, GeneratorBase):
+class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
     """Chat / VLM generation over ``LLM.chat`` (``LLM.generate`` for raw prompts).
 
     Args:
@@ -105,31 +102,6 @@ class VllmGenerator(EngineUser, GeneratorBase):
             self.dtype, self.quantization = str(self.llm.model_config.dtype), self.llm.model_config.quantization
             self._check_template()
 
-    # --- prompt formatting: the one place -----------------------------------------------------
-
-    def _template(self) -> str | None:
-        return self.chat_template or getattr(self.tokenizer, "chat_template", None)
-
-    def _check_template(self) -> None:
-        if self.raw_prompts:
-            return
-        if not self._template():
-            raise UsageError(
-                f"model {self.model!r} has no chat template; pass chat_template=... (--chat-template) "
-                "or raw_prompts=True (--raw-prompts) to send the text as is"
-            )
-        if self.system_prompt:
-            try:
-                self.tokenizer.apply_chat_template(
-                    [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
-                    chat_template=self.chat_template,
-                    tokenize=False,
-                    add_generation_prompt=True,
-                )
-            except Exception as exc:  # jinja raise_exception("System role not supported") and kin
-                logger.info("chat template rejects a system turn (%s); merging it into the user turn", exc)
-                self.system_role = False
-
     def identity(self) -> dict[str, Any]:
         """The base identity plus the chat template in use, the engine's dtype and quantization."""
         config = self.llm.model_config
@@ -144,14 +116,6 @@ class VllmGenerator(EngineUser, GeneratorBase):
     def image_part(self, image: Any) -> dict[str, Any]:
         """One image as an ``image_pil`` content part (vLLM's offline chat accepts PIL images)."""
         return {"type": "image_pil", "image_pil": to_pil(image)}
-
-    def render(self, text: str) -> str:
-        """The text prompt the model sees for a text-only sample (chat template applied)."""
-        if self.raw_prompts:
-            return text
-        return self.tokenizer.apply_chat_template(
-            self.messages(text), chat_template=self.chat_template, tokenize=False, add_generation_prompt=True
-        )
 
     # --- generation ---------------------------------------------------------------------------
 
@@ -186,54 +150,18 @@ class VllmGenerator(EngineUser, GeneratorBase):
             conversations, self.sampling, use_tqdm=False, chat_template=self.chat_template, add_generation_prompt=True
         )
 
-    def loglikelihoods(self, contexts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
-        """Sum of log P(continuation tokens | rendered context), float64 (n,), in nats.
-
-        Each context is rendered with the chat template (unless ``raw_prompts``), the continuation
-        is tokenized on its own and appended (as lm-evaluation-harness does), and the engine is
-        asked only for ``prompt_logprobs`` of the joined ids (one generated token, discarded).
-        With a cache in use, stored scores of the same identity, context and continuation are reused.
-
-        Raises:
-            UsageError: an empty continuation or mismatched lengths.
-        """
+    def _continuation_logprobs(self, token_ids: list[list[int]], starts: list[int], names: list[str]) -> np.ndarray:
+        """Read from ``prompt_logprobs`` of the joined ids (one generated token, discarded)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        if len(contexts) != len(continuations):
-            raise UsageError(f"{len(contexts)} contexts but {len(continuations)} continuations")
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, seed=self.sampling.seed)
-        rendered = [self.render(ctx) for ctx in contexts]
-        keys, hits = self._cached([["loglikelihood", r, c] for r, c in zip(rendered, continuations)])
-        todo = [i for i in range(len(contexts)) if not keys or keys[i] not in hits]
-        scores = np.zeros(len(contexts), dtype=np.float64)
-        for i, key in enumerate(keys):
-            if key in hits:
-                scores[i] = hits[key][0]
-        start, tokens_before = time.perf_counter(), self.counters.compute_tokens
-        self.counters.inputs += len(contexts)
-        self.counters.distinct += len(contexts)
-        with input_bar("loglikelihood", len(contexts), "options", enabled=self.show_progress_bar) as advance:
-            advance(len(contexts) - len(todo))
-            for chunk in chunked(todo, self.chunk_size):
-                prompts, spans = [], []
-                for i in chunk:
-                    ctx_ids = self.tokenizer(rendered[i], add_special_tokens=False)["input_ids"]
-                    cont_ids = self.tokenizer(continuations[i], add_special_tokens=False)["input_ids"]
-                    if not cont_ids:
-                        raise UsageError(f"continuation {continuations[i]!r} has no tokens")
-                    prompts.append(TokensPrompt(prompt_token_ids=list(ctx_ids) + list(cont_ids)))
-                    self.counters.compute_tokens += len(ctx_ids) + len(cont_ids)
-                    spans.append((len(ctx_ids), list(cont_ids)))
-                outputs = self.llm.generate(prompts, params, use_tqdm=False)
-                raise_on_request_errors(outputs, lambda j, c=chunk: f"context {contexts[c[j]]!r:.60}")
-                for i, out, (start, cont_ids) in zip(chunk, outputs, spans, strict=True):
-                    scores[i] = sum(
-                        out.prompt_logprobs[pos][tok].logprob for pos, tok in enumerate(cont_ids, start=start)
-                    )
-                if keys:
-                    self.cache.put_many((keys[i], scores[i : i + 1]) for i in chunk)
-                advance(len(chunk))
-        self.counters.compute_seconds += time.perf_counter() - start
-        self.counters.tokens += self.counters.compute_tokens - tokens_before
-        return scores
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=x) for x in token_ids], params, use_tqdm=False)
+        raise_on_request_errors(outputs, lambda j: names[j])
+        return np.array(
+            [
+                sum(out.prompt_logprobs[t][ids[t]].logprob for t in range(start, len(ids)))
+                for out, ids, start in zip(outputs, token_ids, starts, strict=True)
+            ],
+            dtype=np.float64,
+        )

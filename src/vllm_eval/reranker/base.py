@@ -204,6 +204,7 @@ class RerankerBase(PoolingBackendBase, ABC):
 
         def prepare(chunk: list[tuple[str, str]]) -> tuple[list[str], list[str], int, list[bytes], dict[bytes, Any]]:
             qs, ds = [q for q, _ in chunk], [d for _, d in chunk]
+            self._record(chunk)
             cut = 0
             if self.template is not None:
                 qs, ds, cut = self._apply_template(qs, ds, instruction)

@@ -13,7 +13,6 @@ style, no parsing), and writes ``results.json`` and ``samples.jsonl``.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -154,7 +153,7 @@ def run_multiple_choice(
         MissingAnswersError: more missing answers than the budget (files already written).
         UsageError: log-likelihood scoring of an image task, an unknown format or scoring.
     """
-    from ..results import package_versions
+    from ..results import package_versions, write_task_results
 
     if scoring not in ("generate", "loglikelihood"):
         raise UsageError(f"scoring must be 'generate' or 'loglikelihood', got {scoring!r}")
@@ -226,12 +225,7 @@ def run_multiple_choice(
         "seconds": round(time.perf_counter() - start, 2),
     }
     if output_dir:
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-        with (out / "samples.jsonl").open("w", encoding="utf-8") as fh:
-            for row in samples:
-                fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        write_task_results(output_dir, results, samples)
     missing = int(metrics["missing"])
     if missing > budget:
         where = f"; results and samples are in {output_dir}" if output_dir else ""

@@ -1,0 +1,105 @@
+"""``VllmClassifier``: sequence classifiers through vLLM's ``classify`` pooling task (``LLM.classify``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..engine import EngineUser, acquire_engine, merge_engine_kwargs, raise_on_request_errors
+from ..modelinfo import ModelRef, build_model_meta
+from ..prompts import PromptResolver
+from ..streaming import BatchTokenizer
+from .base import ClassifierBase, labels_of
+
+
+class VllmClassifier(EngineUser, ClassifierBase):
+    """``*ForSequenceClassification`` models through ``LLM.classify`` (runner ``pooling``, convert ``classify``).
+
+    Inputs are tokenized here in batches (as vLLM's text path would: special tokens added,
+    truncated to ``max_model_len``) and sent as token ids; vLLM returns the class probabilities
+    (softmax, or sigmoid for one label).
+
+    Args:
+        model: local model directory or hub id.
+        revision: hub revision.
+        prompts: static prefixes (``{"query": "..."}`` is applied to every text).
+        chunk_size: texts tokenized and handed to the engine per step.
+        show_progress_bar: progress bar over each call's texts.
+        model_name: name recorded in results.
+        trust_remote_code: run the model repository's own code (default False).
+        **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len`` ...).
+
+    Raises:
+        UsageError: the model's config names no labels.
+        OptionError: unknown engine options.
+        EngineError: vLLM failed to start (its reason in the message).
+        ModelNotFoundError: a model path that does not exist.
+    """
+
+    engine_options: ClassVar[frozenset[str] | None] = None
+
+    def __init__(
+        self,
+        model: str | ModelRef,
+        revision: str | None = None,
+        *,
+        chunk_size: int = 1024,
+        show_progress_bar: bool = True,
+        model_name: str | None = None,
+        trust_remote_code: bool = False,
+        **engine_kwargs: Any,
+    ) -> None:
+        ref = ModelRef.resolve(model, revision)
+        labels = labels_of(ref.config) if ref.config else None
+        kwargs = merge_engine_kwargs(engine_kwargs, {"revision": revision} if revision is not None else None)
+        self.engine_kwargs = {
+            "runner": "pooling",
+            "convert": "classify",
+            "trust_remote_code": trust_remote_code,
+            **kwargs,
+        }
+        started = time.perf_counter()
+        self.llm = acquire_engine(ref, **self.engine_kwargs)
+        self._engine_start_s = time.perf_counter() - started
+        with self.closed_on_error():
+            config = self.llm.model_config
+            if labels is None:  # a hub id not in the local cache: the engine has read the config
+                labels = labels_of(config.hf_config.to_dict())
+            max_length = int(config.max_model_len)
+            self.dtype, self.quantization = str(config.dtype), config.quantization
+            meta = build_model_meta(
+                ref, revision=revision, model_name=model_name, max_model_len=max_length, cross_encoder=True
+            )
+            encoder_config = getattr(config, "encoder_config", None) or {}
+            super().__init__(
+                model=ref.path,
+                model_ref=ref,
+                labels=labels,
+                meta=meta,
+                prompting=PromptResolver(),
+                max_length=max_length,
+                tokenizer=BatchTokenizer(
+                    self.llm.get_tokenizer(), max_length, bool(encoder_config.get("do_lower_case", False))
+                ),
+                chunk_size=chunk_size,
+                show_progress_bar=show_progress_bar,
+            )
+
+    def identity(self) -> dict[str, Any]:
+        """The base identity plus the engine's dtype, quantization and overrides."""
+        config = self.llm.model_config
+        return {
+            **super().identity(),
+            "dtype": str(config.dtype),
+            "quantization": config.quantization,
+            "hf_overrides": self.engine_kwargs.get("hf_overrides"),
+        }
+
+    def _classify_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
+        from vllm.inputs import TokensPrompt
+
+        outputs = self.llm.classify([TokensPrompt(prompt_token_ids=x) for x in ids], use_tqdm=False)
+        raise_on_request_errors(outputs, lambda i: f"text {i} ({texts[i]!r:.60})")
+        return np.asarray([o.outputs.probs for o in outputs], dtype=np.float32)

@@ -1,0 +1,131 @@
+"""Sequence classifiers: vLLM's classify task against transformers, metrics, own data files, the CLI, a server."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from vllm_eval.errors import UsageError
+from vllm_eval.tasks.classification import classification_metrics, get_classification_data, label_indices
+from vllm_eval.tasks.owndata import read_rows
+
+
+@pytest.fixture(scope="module")
+def hf_classifier(test_models):
+    from vllm_eval.classifier.hf import TransformersClassifier
+
+    with TransformersClassifier(str(test_models["classifier"]), show_progress_bar=False) as c:
+        yield c
+
+
+def test_vllm_probabilities_match_transformers(vllm_classifier, hf_classifier):
+    task = get_classification_data("PangLeePolarity")
+    texts = task.texts + ["", "word " * 700, task.texts[0]]
+    a, b = vllm_classifier.classify(texts), hf_classifier.classify(texts)
+    assert a.shape == b.shape == (len(texts), 2) and a.dtype == np.float32
+    assert vllm_classifier.labels == hf_classifier.labels == ["negative", "positive"]
+    np.testing.assert_allclose(a.sum(axis=1), 1.0, atol=1e-5)
+    delta = float(np.abs(a - b).max())
+    print(f"\nclassify vLLM vs transformers: max |delta prob| {delta:.2e} over {len(texts)} texts")
+    assert delta <= 1e-4
+    assert vllm_classifier.counters.truncated >= 1  # the 700-word text was cut to the model's limit
+    np.testing.assert_array_equal(a[0], a[-1])
+
+
+def test_metrics_on_a_hand_checked_example():
+    gold = np.array([0, 0, 1, 1, 2])
+    probs = np.array([[0.8, 0.1, 0.1], [0.3, 0.6, 0.1], [0.2, 0.7, 0.1], [0.1, 0.2, 0.7], [0.1, 0.1, 0.8]])
+    m = classification_metrics(gold, probs, ["a", "b", "c"])
+    # predicted 0, 1, 1, 2, 2: right on rows 0, 2, 4.
+    assert m["accuracy"] == pytest.approx(3 / 5)
+    assert m["per_class"]["a"] == {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3), "support": 2}
+    assert m["per_class"]["b"]["precision"] == 0.5 and m["per_class"]["b"]["recall"] == 0.5
+    assert m["per_class"]["c"]["precision"] == 0.5 and m["per_class"]["c"]["recall"] == 1.0
+    assert m["macro_f1"] == pytest.approx((2 / 3 + 0.5 + 2 / 3) / 3)
+    expected = -np.mean(np.log([0.8, 0.3, 0.7, 0.2, 0.8]))  # P(true class) per row
+    assert m["log_loss"] == pytest.approx(expected)
+
+
+def test_labels_map_by_name_or_index_and_unknown_ones_are_named():
+    np.testing.assert_array_equal(label_indices(["Positive", "negative", 1], ["negative", "positive"]), [1, 0, 1])
+    with pytest.raises(UsageError, match=r"'neutral' are not among the model's labels \(negative, positive\)"):
+        label_indices(["neutral", "positive"], ["negative", "positive"])
+
+
+def test_own_data_files_load_and_malformed_rows_are_named(tmp_path):
+    rows = [{"text": "good film", "label": "positive"}, {"text": "dull", "label": 0}]
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [r["text"] for r in read_rows(jsonl, "classification")] == ["good film", "dull"]
+    csv = tmp_path / "d.csv"
+    csv.write_text('text,label\n"good, really",positive\ndull,negative\n')
+    assert read_rows(csv, "classification")[0] == {"text": "good, really", "label": "positive"}
+    import pandas as pd
+
+    pq = tmp_path / "d.parquet"
+    pd.DataFrame({"text": ["a", "b"], "label": ["x", "y"]}).to_parquet(pq)
+    assert len(read_rows(pq, "classification")) == 2
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine", "label": "positive"}\n{"text": "no label", "label": null}\n')
+    with pytest.raises(UsageError, match=r"bad.jsonl:2: field 'label' is missing or empty"):
+        read_rows(bad, "classification")
+    nofield = tmp_path / "nofield.csv"
+    nofield.write_text("sentence,label\nhello,positive\n")
+    with pytest.raises(UsageError, match=r"no field 'text' \(classification rows need text, label; the file has"):
+        read_rows(nofield, "classification")
+    typed = tmp_path / "typed.jsonl"
+    typed.write_text('{"text": 5, "label": "positive"}\n')
+    with pytest.raises(UsageError, match=r"typed.jsonl:1: field 'text' must be str, got int"):
+        read_rows(typed, "classification")
+    with pytest.raises(UsageError, match="use a .jsonl, .csv or .parquet"):
+        (tmp_path / "d.txt").write_text("x")
+        read_rows(tmp_path / "d.txt", "classification")
+
+
+@pytest.mark.slow
+def test_classify_cli_on_a_packaged_task_and_on_a_file(cli_in_process, test_models, vllm_classifier, tmp_path):
+    model = str(test_models["classifier"])
+    code, err = cli_in_process("classify", "--model", model, "--output-dir", str(tmp_path / "pl"), "--no-progress")
+    assert code == 0, err
+    res = json.loads((tmp_path / "pl" / "results.json").read_text())
+    m = res["metrics"]
+    print(
+        f"\nclassify PangLeePolarity (seeded MiniLM head): {m['accuracy']:.3f} accuracy, {m['macro_f1']:.3f} macro-F1"
+    )
+    assert m["n_samples"] == 200 and m["accuracy"] > 0.6  # the head was fitted on half of these sentences
+    assert res["telemetry"]["inputs"] == 200 and res["telemetry"]["tokens"] > 0
+    samples = [json.loads(x) for x in (tmp_path / "pl" / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 200 and set(samples[0]["probs"]) == {"negative", "positive"}
+    assert sum(s["correct"] for s in samples) == round(m["accuracy"] * 200)
+
+    data = tmp_path / "mine.jsonl"
+    data.write_text(
+        "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in [("a wonderful film", "positive")] * 3)
+    )
+    code, err = cli_in_process("classify", "--model", model, "--data", str(data), "--output-dir", str(tmp_path / "own"))
+    assert code == 0, err
+    assert json.loads((tmp_path / "own" / "results.json").read_text())["metrics"]["n_samples"] == 3
+
+    data.write_text('{"text": "meh", "label": "neutral"}\n')
+    code, err = cli_in_process("classify", "--model", model, "--data", str(data), "--output-dir", str(tmp_path / "x"))
+    assert code == 2 and "'neutral' are not among the model's labels" in err
+
+
+@pytest.mark.slow
+def test_remote_classifier_matches_in_process(test_models, vllm_classifier):
+    """A real `vllm serve` of the classifier: /classify gives the in-process probabilities."""
+    from vllm_eval.classifier.remote import RemoteClassifier
+    from vllm_eval.http import HttpOptions
+    from vllm_eval.testing import serve_model
+
+    texts = get_classification_data("PangLeePolarity").texts[:40]
+    ref = vllm_classifier.classify(texts)
+    with serve_model(test_models["classifier"], timeout=240) as url:
+        with RemoteClassifier(HttpOptions(endpoints=(url,), batch_size=16), show_progress_bar=False) as rc:
+            assert rc.labels == ["negative", "positive"]
+            got = rc.classify(texts)
+    print(f"\nremote /classify vs in-process: max |delta| {np.abs(got - ref).max():.2e}")
+    np.testing.assert_allclose(got, ref, atol=1e-5)
