@@ -414,7 +414,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="default: vllm and the kind's reference (st; hf for generators and classifiers)",
     )
     cmp.add_argument("--dtypes", nargs="+", default=None, help="model dtypes (default: each backend's own)")
-    cmp.add_argument("--quantization", nargs="+", default=None, help="vLLM quantization methods (vllm only), e.g. fp8")
+    cmp.add_argument(
+        "--quantization", nargs="+", default=None, help="vLLM quantization methods (vllm only), e.g. none fp8"
+    )
     cmp.add_argument("--dimensions", nargs="+", type=positive_int, default=None, help="matryoshka widths (encoders)")
     cmp.add_argument(
         "--reference",
@@ -1373,13 +1375,15 @@ def cmd_compare(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         shared: dict[str, Any] = {k: v for k, v in {"prompts": args.prompts, "preset": args.preset}.items() if v}
         cache = _open_cache(args)
         results: list[Any] = []
-        for config in configs:
+        for i, config in enumerate(configs):
+            # Fresh task objects per configuration: an mteb task keeps the random state of its
+            # subsampling (clustering bootstraps), so a second run of one object draws other subsets.
             results.append(
                 cmp.run_configuration(
                     args.kind,
                     config,
                     model,
-                    tasks,
+                    tasks if i == 0 else _compare_tasks(args.kind, args.tasks),
                     output_dir=Path(args.output_dir),
                     cache=cache,
                     sample_size=args.sample,

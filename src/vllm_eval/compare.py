@@ -88,7 +88,8 @@ def parse_reference(text: str) -> Config:
 def configurations(
     backends: list[str], dtypes: list[str] | None, quantization: list[str] | None, dimensions: list[int] | None
 ) -> list[Config]:
-    """Every combination, in the order given (quantization applies to the vllm backend only).
+    """Every combination, in the order given (quantization applies to the vllm backend only; ``none``
+    in ``quantization`` stands for the unquantized model).
 
     Raises:
         UsageError: a configuration given twice.
@@ -96,7 +97,8 @@ def configurations(
     out: list[Config] = []
     for backend in backends:
         for dtype in dtypes or [None]:
-            for quant in (quantization or [None]) if backend == "vllm" else [None]:
+            quants = [None if q in (None, "none") else q for q in (quantization or [None])]
+            for quant in quants if backend == "vllm" else [None]:
                 for dims in dimensions or [None]:
                     out.append(Config(backend, dtype, quant, dims))
     labels = [c.label for c in out]

@@ -117,9 +117,10 @@ def parity_plot(compare: dict[str, Any]) -> str | None:
             height=height,
             label=config,
         )
-    for tol in sorted({r["tolerance"] for r in rows}):
+    # One label per tolerance line, stacked, so close tolerances (1e-4, 1e-3) stay readable.
+    for k, tol in enumerate(sorted({r["tolerance"] for r in rows})):
         ax.axvline(tol, color="#c44e52", linestyle="--", linewidth=1)
-        ax.text(tol, -0.6, f" tolerance {tol:.0e}", color="#c44e52", fontsize=8)
+        ax.text(tol, -0.6 - 0.35 * k, f" tolerance {tol:.0e}", color="#c44e52", fontsize=8)
     ax.set_xscale("log")
     ax.set_yticks([i + height * (len(configs) - 1) / 2 for i in range(len(tasks))], tasks)
     ax.invert_yaxis()
@@ -227,8 +228,8 @@ def render(runs: list[dict[str, Any]], title: str = "vllm-eval report") -> str:
     for run in runs:
         name = run.get("model") or Path(run["path"]).name
         parts.append(
-            f"<h2>{html.escape(str(name))} <small>({html.escape(str(run.get('backend') or ''))}, "
-            f"{html.escape(run['path'])})</small></h2>"
+            f"<h2>{html.escape(str(name))} <small>("
+            f"{html.escape(', '.join(str(x) for x in (run.get('backend'), run['path']) if x))})</small></h2>"
         )
         scores = run.get("scores") or []
         if scores:
