@@ -47,3 +47,19 @@ def test_library_callers_catching_builtins_still_work():
     assert issubclass(errors.ModelNotFoundError, FileNotFoundError)
     assert issubclass(errors.UnknownNameError, KeyError)
     assert str(errors.UnknownNameError("unknown x")) == "unknown x"  # not KeyError's quoted repr
+
+
+def test_reference_backends_take_vllm_and_torch_dtype_names():
+    from vllm_eval.base import torch_dtype_name
+
+    assert [torch_dtype_name(d) for d in ("float", "half", "bf16", "float32")] == [
+        "float32",
+        "float16",
+        "bfloat16",
+        "float32",
+    ]
+    assert torch_dtype_name("auto", allow_auto=True) == "auto"
+    with pytest.raises(errors.UsageError, match="dtype must be one of .* got .auto."):
+        torch_dtype_name("auto")
+    with pytest.raises(errors.UsageError, match="got .float64."):
+        torch_dtype_name("float64", allow_auto=True)

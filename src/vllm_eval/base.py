@@ -12,6 +12,32 @@ from .engine import Resource
 from .errors import UsageError
 from .telemetry import Counters, package_versions
 
+#: dtype names the torch reference backends (st, hf) accept, vLLM's spellings and torch's -> torch's name.
+TORCH_DTYPES = {
+    "float32": "float32",
+    "float": "float32",
+    "fp32": "float32",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+}
+
+
+def torch_dtype_name(dtype: str, *, allow_auto: bool = False) -> str:
+    """The torch dtype name (``float32``, ``float16``, ``bfloat16``; ``auto`` when allowed) for ``dtype``.
+
+    Raises:
+        UsageError: a name not in :data:`TORCH_DTYPES` (nor ``auto`` when allowed).
+    """
+    if allow_auto and dtype == "auto":
+        return "auto"
+    if dtype not in TORCH_DTYPES:
+        names = [*TORCH_DTYPES, *(["auto"] if allow_auto else [])]
+        raise UsageError(f"dtype must be one of {', '.join(names)}, got {dtype!r}")
+    return TORCH_DTYPES[dtype]
+
 
 class BackendBase(Resource):
     """What every backend of every kind has: the model it runs, its chunking and progress, its capabilities.

@@ -6,8 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import UsageError
-from ..generator.hf import HF_DTYPES
+from ..base import torch_dtype_name
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
@@ -55,10 +54,8 @@ class TransformersClassifier(ClassifierBase):
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        if dtype not in HF_DTYPES:
-            raise UsageError(f"dtype must be one of {', '.join(HF_DTYPES)}, got {dtype!r}")
         ref = ModelRef.resolve(model, revision)
-        self.dtype = HF_DTYPES[dtype]
+        self.dtype = torch_dtype_name(dtype)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.batch_size = batch_size
         tokenizer = AutoTokenizer.from_pretrained(ref.path, revision=revision, trust_remote_code=trust_remote_code)

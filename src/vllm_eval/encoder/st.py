@@ -11,24 +11,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..base import torch_dtype_name
 from ..errors import UsageError
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import InstructionTemplate, resolve_prompting
 from ..streaming import BatchTokenizer
 from .base import EncoderBase
-
-#: dtype names accepted (vLLM's spellings and torch's) -> the torch dtype name.
-ST_DTYPES = {
-    "float32": "float32",
-    "float": "float32",
-    "fp32": "float32",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "auto": "auto",
-}
 
 
 class SentenceTransformerEncoder(EncoderBase):
@@ -78,8 +66,7 @@ class SentenceTransformerEncoder(EncoderBase):
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
-        if dtype not in ST_DTYPES:
-            raise UsageError(f"dtype must be one of {', '.join(ST_DTYPES)}, got {dtype!r}")
+        torch_dtype = torch_dtype_name(dtype, allow_auto=True)
         if dimensions is not None and (
             isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
         ):
@@ -100,12 +87,12 @@ class SentenceTransformerEncoder(EncoderBase):
             device=device,
             trust_remote_code=trust_remote_code,
             truncate_dim=dimensions,
-            model_kwargs={"torch_dtype": ST_DTYPES[dtype]},
+            model_kwargs={"torch_dtype": torch_dtype},
         )
         if max_model_len is not None:
             self.st.max_seq_length = int(max_model_len)
         max_length = int(self.st.max_seq_length)
-        self.dtype = ST_DTYPES[dtype]
+        self.dtype = torch_dtype
         self.normalize = normalize
         self.batch_size = batch_size
         lower = bool(getattr(self.st[0], "do_lower_case", False))

@@ -14,21 +14,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..base import torch_dtype_name
 from ..errors import UsageError
 from ..modelinfo import ModelRef
 from .base import Generation, GeneratorBase, LocalChatTemplate
-
-#: dtype names accepted (vLLM's spellings and torch's) -> the torch dtype name.
-HF_DTYPES = {
-    "float32": "float32",
-    "float": "float32",
-    "fp32": "float32",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-}
 
 
 class TransformersGenerator(LocalChatTemplate, GeneratorBase):
@@ -71,8 +60,6 @@ class TransformersGenerator(LocalChatTemplate, GeneratorBase):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if dtype not in HF_DTYPES:
-            raise UsageError(f"dtype must be one of {', '.join(HF_DTYPES)}, got {dtype!r}")
         ref = ModelRef.resolve(model, revision)
         super().__init__(
             model=ref.path,
@@ -84,7 +71,7 @@ class TransformersGenerator(LocalChatTemplate, GeneratorBase):
             show_progress_bar=show_progress_bar,
         )
         self.chat_template = chat_template
-        self.dtype = HF_DTYPES[dtype]
+        self.dtype = torch_dtype_name(dtype)
         self.batch_size = batch_size
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(ref.path, revision=revision, trust_remote_code=trust_remote_code)

@@ -9,7 +9,6 @@ nothing is generated or parsed.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
@@ -20,8 +19,6 @@ from ..engine import EngineUser, acquire_engine, merge_engine_kwargs, raise_on_r
 from ..modelinfo import ModelRef
 from ..presets import ModelPreset, resolve_preset
 from .base import Generation, GeneratorBase, LocalChatTemplate, to_pil
-
-logger = logging.getLogger(__name__)
 
 
 class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
