@@ -38,13 +38,19 @@ def st_encoder():
 @pytest.fixture(scope="session")
 def test_models(tmp_path_factory):
     """Locally built test models (see vllm_eval.testing), once per session."""
-    from vllm_eval.testing import build_minilm_classifier, build_minilm_cross_encoder, build_tiny_qwen3
+    from vllm_eval.testing import (
+        build_minilm_classifier,
+        build_minilm_cross_encoder,
+        build_minilm_token_classifier,
+        build_tiny_qwen3,
+    )
 
     root = tmp_path_factory.mktemp("models")
     return {
         "cross": build_minilm_cross_encoder(root / "minilm-cross"),
         "qwen3": build_tiny_qwen3(root / "tiny-qwen3"),
         "classifier": build_minilm_classifier(root / "minilm-classifier"),
+        "token_classifier": build_minilm_token_classifier(root / "minilm-ner"),
     }
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from .errors import OptionError, UnknownNameError, UsageError
 
 #: Kinds of model, each with one base class (in the package of the same name).
-KINDS = ("encoder", "reranker", "generator", "classifier")
+KINDS = ("encoder", "reranker", "generator", "classifier", "token_classifier")
 
 BACKENDS: dict[tuple[str, str], str] = {
     ("encoder", "vllm"): "vllm_eval.encoder.vllm:VllmEncoder",
@@ -38,6 +38,8 @@ BACKENDS: dict[tuple[str, str], str] = {
     ("classifier", "vllm"): "vllm_eval.classifier.vllm:VllmClassifier",
     ("classifier", "hf"): "vllm_eval.classifier.hf:TransformersClassifier",
     ("classifier", "remote"): "vllm_eval.classifier.remote:RemoteClassifier",
+    ("token_classifier", "vllm"): "vllm_eval.token_classifier.vllm:VllmTokenClassifier",
+    ("token_classifier", "hf"): "vllm_eval.token_classifier.hf:TransformersTokenClassifier",
 }
 
 

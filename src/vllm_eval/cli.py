@@ -344,6 +344,30 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_remote_flags(cls, "/classify")
     _add_engine_flags(cls)
 
+    tok = sub.add_parser(
+        "token-classify",
+        help="evaluate a token classifier (*ForTokenClassification, e.g. NER) on tagged sentences",
+        description="Tag the words of your sentences (--data FILE: CoNLL, or .jsonl/.csv/.parquet with tokens and "
+        "tags) "
+        "with vLLM's token_classify task (each word takes its first sub-token's label) and report seqeval's "
+        "entity-level precision/recall/F1 (conlleval and strict IOB2) and token accuracy. Writes results.json and "
+        "samples.jsonl.",
+    )
+    tok.add_argument("--model", required=True, help="model directory or hub id")
+    tok.add_argument(
+        "--backend",
+        choices=backend_names("token_classifier"),
+        default="vllm",
+        help="vllm (token_classify) or hf (the transformers reference)",
+    )
+    tok.add_argument("--data", required=True, help="CoNLL file (.conll/.txt) or .jsonl/.csv/.parquet with tokens, tags")
+    tok.add_argument("--limit", type=positive_int, default=None, help="first N sentences only")
+    tok.add_argument("--device", default=None, help="--backend hf: torch device")
+    tok.add_argument("--output-dir", default=None, help="default: results/token-classify/<data file name>")
+    tok.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_cache_flags(tok)
+    _add_engine_flags(tok)
+
     bench = sub.add_parser(
         "bench",
         help="encode throughput and latency: vllm (ours) vs st vs mteb-vllm",
@@ -590,6 +614,7 @@ _KIND = {
     "rerank": "reranker",
     "generate": "generator",
     "classify": "classifier",
+    "token-classify": "token_classifier",
     "bench": "encoder",
     "compare": "encoder",
 }
@@ -1122,6 +1147,32 @@ def cmd_classify(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     return 0
 
 
+def cmd_token_classify(args: argparse.Namespace, engine: dict[str, Any]) -> int:
+    from .backends import load_backend
+    from .tasks.ner import load_ner_file, run_token_classification
+
+    task = load_ner_file(args.data)
+    model = _resolve_model_now(args.model, "token_classifier", args.backend)
+    out = _prepare_output_dir(args.output_dir or os.path.join("results", "token-classify", task.name))
+    kwargs: dict[str, Any] = {"show_progress_bar": not args.no_progress, **engine}
+    if args.backend == "hf":
+        kwargs["device"] = args.device
+    cache = _open_cache(args)
+    with load_backend("token_classifier", args.backend, model, **kwargs) as tagger:
+        tagger.use_cache(cache)
+        res = run_token_classification(tagger, task, limit=args.limit, output_dir=out)
+    m = res["metrics"]
+    print(
+        f"{task.name} ({tagger.name}, {args.backend}): entity F1 {m['f1']:.4f} "
+        f"(strict IOB2 {m['f1_strict_iob2']:.4f})  "
+        f"precision {m['precision']:.4f}  recall {m['recall']:.4f}  token accuracy {m['token_accuracy']:.4f}  "
+        f"n {m['n_sentences']}  {res['seconds']:.1f} s"
+    )
+    print(f"results: {out}/results.json, {out}/samples.jsonl")
+    _report_cache(cache)
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     from .bench import parse_lengths, run_bench
     from .engine import DTYPES, on_cpu
@@ -1407,6 +1458,7 @@ _MODEL_COMMANDS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] 
     "rerank": cmd_rerank,
     "generate": cmd_generate,
     "classify": cmd_classify,
+    "token-classify": cmd_token_classify,
     "bench": cmd_bench,
     "compare": cmd_compare,
 }
@@ -1425,7 +1477,7 @@ def _prepare(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
         raise UsageError(f"--{sorted(both)[0].replace('_', '-')} is given more than once")
     engine = {**named, **unlisted}
     _check_backend_options(args, engine)
-    for url in args.endpoint or ():
+    for url in getattr(args, "endpoint", None) or ():
         check_endpoint(url)
     args.output_dir = _prepare_output_dir(args.output_dir)
     logs.configure(args.verbose, args.output_dir)

@@ -124,6 +124,43 @@ def build_minilm_classifier(out_dir: str | Path, seed: int = 0, n_fit: int = 100
     return out
 
 
+#: The labels of :func:`build_minilm_token_classifier` (IOB2).
+NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+
+
+def build_minilm_token_classifier(out_dir: str | Path, seed: int = 0) -> Path:
+    """Save a ``BertForTokenClassification`` over :data:`NER_LABELS` on the packaged MiniLM encoder.
+
+    The encoder weights are all-MiniLM-L6-v2's; the classifier head is drawn from
+    ``torch.manual_seed(seed)`` (standard deviation 1, so predictions vary by token). A plumbing
+    model: its tags are not meaningful. vLLM's ``token_classify`` task and transformers both load it.
+
+    Returns:
+        The model directory.
+    """
+    import torch
+    from transformers import AutoTokenizer, BertForTokenClassification
+
+    from .modelinfo import packaged_model_path
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    torch.manual_seed(seed)
+    model = BertForTokenClassification.from_pretrained(
+        packaged_model_path(),
+        num_labels=len(NER_LABELS),
+        id2label=dict(enumerate(NER_LABELS)),
+        label2id={k: i for i, k in enumerate(NER_LABELS)},
+    )
+    with torch.no_grad():
+        model.classifier.weight.normal_(0.0, 1.0)
+        model.classifier.bias.zero_()
+    model.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(packaged_model_path()).save_pretrained(out)
+    return out
+
+
 def _train_bpe_tokenizer(vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 

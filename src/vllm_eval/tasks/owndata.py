@@ -7,6 +7,9 @@ Schemas:
 
 * ``classification``: ``text`` (str), ``label`` (str or int: the class name, or its index in the
   model's ``id2label``).
+* ``ner``: ``tokens`` (list of words), ``tags`` (list of IOB2/BIO tags, one per word). CoNLL files
+  (``.conll``, ``.txt``: one ``word ... tag`` line per token, blank lines between sentences) are read
+  by :func:`vllm_eval.tasks.ner.read_conll`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from ..errors import DataUnavailableError, UsageError
 #: Per task type: field -> the Python types it accepts.
 SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "classification": {"text": (str,), "label": (str, int)},
+    "ner": {"tokens": (list,), "tags": (list,)},
 }
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
