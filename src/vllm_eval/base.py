@@ -39,6 +39,34 @@ def torch_dtype_name(dtype: str, *, allow_auto: bool = False) -> str:
     return TORCH_DTYPES[dtype]
 
 
+def load_torch_model(
+    auto_class: Any, ref: Any, *, revision: str | None, dtype: str, device: str | None, trust_remote_code: bool
+) -> tuple[Any, Any, str]:
+    """``(model in eval mode on its device, tokenizer, device)`` for the transformers reference backends (``hf``).
+
+    Args:
+        auto_class: a transformers ``AutoModelFor...`` class.
+        ref: the resolved :class:`~vllm_eval.modelinfo.ModelRef`.
+        dtype: a torch dtype name (see :func:`torch_dtype_name`).
+        device: torch device; None: CUDA when available, else CPU.
+    """
+    import torch
+    from transformers import AutoTokenizer
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(ref.path, revision=revision, trust_remote_code=trust_remote_code)
+    model = auto_class.from_pretrained(
+        ref.path, revision=revision, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code
+    )
+    return model.to(device).eval(), tokenizer, device
+
+
+def model_token_limit(config: Any, tokenizer: Any, max_model_len: int | None) -> int:
+    """The token limit of a transformers model as vLLM derives it: ``max_model_len`` when given, else
+    ``max_position_embeddings``, else the tokenizer's ``model_max_length``."""
+    return int(max_model_len or getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length)
+
+
 class BackendBase(Resource):
     """What every backend of every kind has: the model it runs, its chunking and progress, its capabilities.
 

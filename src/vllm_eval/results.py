@@ -63,6 +63,31 @@ class TaskScore:
     parity_n: int = 0
 
 
+def task_record(
+    backend: Any, task: Any, metrics: dict[str, Any], before: Any, seconds: float, config: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``results.json`` record of a classification or token-classification run: task, source,
+    metrics, labels, config, model, backend class, engine options, telemetry (from the backend's
+    counters since ``before``), package versions and seconds."""
+    from .telemetry import device_name, package_versions, task_telemetry
+
+    return {
+        "task": task.name,
+        "source": task.source,
+        "metrics": metrics,
+        "labels": backend.labels,
+        "config": config,
+        "model": backend.model,
+        "backend": type(backend).__name__,
+        "engine_kwargs": getattr(backend, "engine_kwargs", None),
+        "telemetry": task_telemetry(
+            backend.counters.since(before), seconds, None, device_name(), getattr(backend, "dtype", None)
+        ),
+        "versions": package_versions(),
+        "seconds": round(seconds, 2),
+    }
+
+
 def write_task_results(output_dir: str | Path, results: dict[str, Any], samples: list[dict[str, Any]]) -> None:
     """The result files of a task run outside mteb (generative, classification): ``results.json``
     (metrics, config, model, versions ...) and ``samples.jsonl`` (one JSON object per input)."""

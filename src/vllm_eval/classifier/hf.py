@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..base import torch_dtype_name
+from ..base import load_torch_model, model_token_limit, torch_dtype_name
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
@@ -51,25 +51,21 @@ class TransformersClassifier(ClassifierBase):
         model_name: str | None = None,
         trust_remote_code: bool = False,
     ) -> None:
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification
 
         ref = ModelRef.resolve(model, revision)
         self.dtype = torch_dtype_name(dtype)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.batch_size = batch_size
-        tokenizer = AutoTokenizer.from_pretrained(ref.path, revision=revision, trust_remote_code=trust_remote_code)
-        self.lm = (
-            AutoModelForSequenceClassification.from_pretrained(
-                ref.path, revision=revision, dtype=getattr(torch, self.dtype), trust_remote_code=trust_remote_code
-            )
-            .to(self.device)
-            .eval()
+        self.lm, tokenizer, self.device = load_torch_model(
+            AutoModelForSequenceClassification,
+            ref,
+            revision=revision,
+            dtype=self.dtype,
+            device=device,
+            trust_remote_code=trust_remote_code,
         )
         config = self.lm.config
-        max_length = int(
-            max_model_len or getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
-        )
+        max_length = model_token_limit(config, tokenizer, max_model_len)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         meta = build_model_meta(
             ref, revision=revision, model_name=model_name, max_model_len=max_length, cross_encoder=True

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..base import torch_dtype_name
+from ..base import load_torch_model, torch_dtype_name
 from ..errors import UsageError
 from ..modelinfo import ModelRef
 from .base import Generation, GeneratorBase, LocalChatTemplate
@@ -57,8 +57,7 @@ class TransformersGenerator(LocalChatTemplate, GeneratorBase):
         show_progress_bar: bool = True,
         trust_remote_code: bool = False,
     ) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         ref = ModelRef.resolve(model, revision)
         super().__init__(
@@ -73,14 +72,13 @@ class TransformersGenerator(LocalChatTemplate, GeneratorBase):
         self.chat_template = chat_template
         self.dtype = torch_dtype_name(dtype)
         self.batch_size = batch_size
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(ref.path, revision=revision, trust_remote_code=trust_remote_code)
-        self.lm = (
-            AutoModelForCausalLM.from_pretrained(
-                ref.path, revision=revision, dtype=getattr(torch, self.dtype), trust_remote_code=trust_remote_code
-            )
-            .to(self.device)
-            .eval()
+        self.lm, self.tokenizer, self.device = load_torch_model(
+            AutoModelForCausalLM,
+            ref,
+            revision=revision,
+            dtype=self.dtype,
+            device=device,
+            trust_remote_code=trust_remote_code,
         )
         self._check_template()
 

@@ -128,8 +128,7 @@ def run_classification(
     Raises:
         UsageError: a gold label the model does not have.
     """
-    from ..results import write_task_results
-    from ..telemetry import device_name, package_versions, task_telemetry
+    from ..results import task_record, write_task_results
 
     texts, gold_names = task.texts[:limit], task.labels[:limit]
     gold = label_indices(gold_names, classifier.labels)
@@ -149,21 +148,7 @@ def run_classification(
         }
         for i, (text, row, p, g) in enumerate(zip(texts, probs, pred, gold, strict=True))
     ]
-    results = {
-        "task": task.name,
-        "source": task.source,
-        "metrics": metrics,
-        "labels": classifier.labels,
-        "config": {"limit": limit},
-        "model": classifier.model,
-        "backend": type(classifier).__name__,
-        "engine_kwargs": getattr(classifier, "engine_kwargs", None),
-        "telemetry": task_telemetry(
-            classifier.counters.since(before), seconds, None, device_name(), getattr(classifier, "dtype", None)
-        ),
-        "versions": package_versions(),
-        "seconds": round(seconds, 2),
-    }
+    results = task_record(classifier, task, metrics, before, seconds, {"limit": limit})
     if output_dir:
         write_task_results(output_dir, results, samples)
     results["samples"] = samples

@@ -113,8 +113,7 @@ def run_token_classification(
     Raises:
         UsageError: gold tags the model does not have (listed with the model's labels).
     """
-    from ..results import write_task_results
-    from ..telemetry import device_name, package_versions, task_telemetry
+    from ..results import task_record, write_task_results
 
     sentences, gold = task.sentences[:limit], task.tags[:limit]
     unknown = sorted({t for row in gold for t in row} - set(tagger.labels))
@@ -129,21 +128,8 @@ def run_token_classification(
         {"id": i, "tokens": words, "predicted": p, "target": g, "correct": p == g}
         for i, (words, p, g) in enumerate(zip(sentences, predicted, gold, strict=True))
     ]
-    results = {
-        "task": task.name,
-        "source": task.source,
-        "metrics": ner_metrics(gold, predicted),
-        "labels": tagger.labels,
-        "config": {"limit": limit, "word_label": "first sub-token"},
-        "model": tagger.model,
-        "backend": type(tagger).__name__,
-        "engine_kwargs": getattr(tagger, "engine_kwargs", None),
-        "telemetry": task_telemetry(
-            tagger.counters.since(before), seconds, None, device_name(), getattr(tagger, "dtype", None)
-        ),
-        "versions": package_versions(),
-        "seconds": round(seconds, 2),
-    }
+    config = {"limit": limit, "word_label": "first sub-token"}
+    results = task_record(tagger, task, ner_metrics(gold, predicted), before, seconds, config)
     if output_dir:
         write_task_results(output_dir, results, samples)
     results["samples"] = samples

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..base import torch_dtype_name
+from ..base import load_torch_model, model_token_limit, torch_dtype_name
 from ..classifier.base import labels_of
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
@@ -45,24 +45,20 @@ class TransformersTokenClassifier(TokenClassifierBase):
         model_name: str | None = None,
         trust_remote_code: bool = False,
     ) -> None:
-        import torch
-        from transformers import AutoModelForTokenClassification, AutoTokenizer
+        from transformers import AutoModelForTokenClassification
 
         ref = ModelRef.resolve(model, revision)
         self.dtype = torch_dtype_name(dtype)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        tokenizer = AutoTokenizer.from_pretrained(ref.path, revision=revision, trust_remote_code=trust_remote_code)
-        self.lm = (
-            AutoModelForTokenClassification.from_pretrained(
-                ref.path, revision=revision, dtype=getattr(torch, self.dtype), trust_remote_code=trust_remote_code
-            )
-            .to(self.device)
-            .eval()
+        self.lm, tokenizer, self.device = load_torch_model(
+            AutoModelForTokenClassification,
+            ref,
+            revision=revision,
+            dtype=self.dtype,
+            device=device,
+            trust_remote_code=trust_remote_code,
         )
         config = self.lm.config
-        max_length = int(
-            max_model_len or getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
-        )
+        max_length = model_token_limit(config, tokenizer, max_model_len)
         super().__init__(
             model=ref.path,
             model_ref=ref,
