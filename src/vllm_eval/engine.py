@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -336,6 +337,26 @@ class EngineUser(Resource):
     """Base of the wrappers that hold one shared engine in ``self.llm`` (encoder, reranker, generator)."""
 
     llm: Any = None
+    engine_kwargs: dict[str, Any]
+
+    def _start_engine(self, ref: Any) -> Any:
+        """Acquire the shared engine for ``ref`` with ``self.engine_kwargs`` into ``self.llm``, and record
+        the seconds waited (``_engine_start_s``, for telemetry) and the engine's ``dtype`` and
+        ``quantization``. Raises what :func:`acquire_engine` raises."""
+        started = time.perf_counter()
+        self.llm = acquire_engine(ref, **self.engine_kwargs)
+        self._engine_start_s = time.perf_counter() - started
+        config = self.llm.model_config
+        self.dtype, self.quantization = str(config.dtype), config.quantization
+        return self.llm
+
+    def engine_identity(self) -> dict[str, Any]:
+        """What of the engine changes outputs, for the backend's identity: dtype, quantization, ``hf_overrides``."""
+        return {
+            "dtype": self.dtype,
+            "quantization": self.quantization,
+            "hf_overrides": self.engine_kwargs.get("hf_overrides"),
+        }
 
     def close(self) -> None:
         """Release this wrapper's engine (shut down when no other wrapper shares it). Idempotent."""

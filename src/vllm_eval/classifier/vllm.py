@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ..engine import EngineUser, acquire_engine, merge_engine_kwargs, raise_on_request_errors
+from ..engine import EngineUser, merge_engine_kwargs, raise_on_request_errors
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
@@ -60,15 +59,12 @@ class VllmClassifier(EngineUser, ClassifierBase):
             "trust_remote_code": trust_remote_code,
             **kwargs,
         }
-        started = time.perf_counter()
-        self.llm = acquire_engine(ref, **self.engine_kwargs)
-        self._engine_start_s = time.perf_counter() - started
+        self._start_engine(ref)
         with self.closed_on_error():
             config = self.llm.model_config
             if labels is None:  # a hub id not in the local cache: the engine has read the config
                 labels = labels_of(config.hf_config.to_dict())
             max_length = int(config.max_model_len)
-            self.dtype, self.quantization = str(config.dtype), config.quantization
             meta = build_model_meta(
                 ref, revision=revision, model_name=model_name, max_model_len=max_length, cross_encoder=True
             )
@@ -89,13 +85,7 @@ class VllmClassifier(EngineUser, ClassifierBase):
 
     def identity(self) -> dict[str, Any]:
         """The base identity plus the engine's dtype, quantization and overrides."""
-        config = self.llm.model_config
-        return {
-            **super().identity(),
-            "dtype": str(config.dtype),
-            "quantization": config.quantization,
-            "hf_overrides": self.engine_kwargs.get("hf_overrides"),
-        }
+        return {**super().identity(), **self.engine_identity()}
 
     def _classify_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
         from vllm.inputs import TokensPrompt

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..engine import EngineUser, acquire_engine, first_request_error, merge_engine_kwargs
+from ..engine import EngineUser, first_request_error, merge_engine_kwargs
 from ..errors import EngineError, UsageError
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import InstructionTemplate, resolve_prompting
@@ -136,10 +136,7 @@ class VllmEncoder(EngineUser, EncoderBase):
                 self.max_in_flight = 2
                 info = self.pool.info
             else:
-                started = time.perf_counter()
-                self.llm = acquire_engine(ref, **self.engine_kwargs)
-                self._engine_start_s = time.perf_counter() - started
-                info = engine_info(self.llm)
+                info = engine_info(self._start_engine(ref))
             self._check_dimensions(ref.path, info)
             max_length = info["max_model_len"]
             meta = build_model_meta(

@@ -9,13 +9,12 @@ nothing is generated or parsed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ..engine import EngineUser, acquire_engine, merge_engine_kwargs, raise_on_request_errors
+from ..engine import EngineUser, merge_engine_kwargs, raise_on_request_errors
 from ..modelinfo import ModelRef
 from ..presets import ModelPreset, resolve_preset
 from .base import Generation, GeneratorBase, LocalChatTemplate, to_pil
@@ -91,24 +90,14 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             {"limit_mm_per_prompt": {"image": int(max_images_per_prompt)}} if max_images_per_prompt else None,
         )
         self.engine_kwargs = {"runner": "generate", "trust_remote_code": trust_remote_code, **kwargs}
-        started = time.perf_counter()
-        self.llm = acquire_engine(ref, **self.engine_kwargs)
-        self._engine_start_s = time.perf_counter() - started
+        self._start_engine(ref)
         with self.closed_on_error():
             self.tokenizer = self.llm.get_tokenizer()
-            self.dtype, self.quantization = str(self.llm.model_config.dtype), self.llm.model_config.quantization
             self._check_template()
 
     def identity(self) -> dict[str, Any]:
-        """The base identity plus the chat template in use, the engine's dtype and quantization."""
-        config = self.llm.model_config
-        return {
-            **super().identity(),
-            "chat_template": self._template(),
-            "dtype": str(config.dtype),
-            "quantization": config.quantization,
-            "hf_overrides": self.engine_kwargs.get("hf_overrides"),
-        }
+        """The base identity plus the chat template in use and the engine's dtype, quantization and overrides."""
+        return {**super().identity(), "chat_template": self._template(), **self.engine_identity()}
 
     def image_part(self, image: Any) -> dict[str, Any]:
         """One image as an ``image_pil`` content part (vLLM's offline chat accepts PIL images)."""

@@ -8,12 +8,11 @@ tokenization gives ``[CLS] q [SEP] [SEP]``.
 
 from __future__ import annotations
 
-import time
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ..engine import EngineUser, acquire_engine, merge_engine_kwargs, raise_on_request_errors
+from ..engine import EngineUser, merge_engine_kwargs, raise_on_request_errors
 from ..modelinfo import ModelRef, build_model_meta
 from ..presets import ModelPreset, ScoreTemplate
 from ..prompts import resolve_prompting
@@ -90,9 +89,7 @@ class VllmReranker(EngineUser, RerankerBase):
         else:  # a hub id not in the local cache: vLLM decides, checked below
             mode, convert = ("template", "classify") if template else ("cross-encoder", "auto")
         self.engine_kwargs = {"runner": "pooling", "convert": convert, "trust_remote_code": trust_remote_code, **kwargs}
-        started = time.perf_counter()
-        self.llm = acquire_engine(ref, **self.engine_kwargs)
-        self._engine_start_s = time.perf_counter() - started
+        self._start_engine(ref)
         with self.closed_on_error():
             if not ref.config:
                 hf = self.llm.model_config.hf_config
@@ -104,7 +101,6 @@ class VllmReranker(EngineUser, RerankerBase):
                     model=ref.path,
                 )
             max_length = int(self.llm.model_config.max_model_len)
-            self.dtype, self.quantization = str(self.llm.model_config.dtype), self.llm.model_config.quantization
             meta = build_model_meta(
                 ref, revision=revision, model_name=model_name, max_model_len=max_length, cross_encoder=True
             )
@@ -123,13 +119,7 @@ class VllmReranker(EngineUser, RerankerBase):
 
     def identity(self) -> dict[str, Any]:
         """The base identity plus the engine's dtype, quantization and overrides."""
-        config = self.llm.model_config
-        return {
-            **super().identity(),
-            "dtype": str(config.dtype),
-            "quantization": config.quantization,
-            "hf_overrides": self.engine_kwargs.get("hf_overrides"),
-        }
+        return {**super().identity(), **self.engine_identity()}
 
     def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
         outputs = self.llm.score(queries, documents, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1})

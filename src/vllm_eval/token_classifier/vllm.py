@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..classifier.base import labels_of
-from ..engine import EngineUser, acquire_engine, merge_engine_kwargs, raise_on_request_errors
+from ..engine import EngineUser, merge_engine_kwargs, raise_on_request_errors
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
 from .base import TokenClassifierBase
@@ -49,13 +48,10 @@ class VllmTokenClassifier(EngineUser, TokenClassifierBase):
         ref = ModelRef.resolve(model, revision)
         kwargs = merge_engine_kwargs(engine_kwargs, {"revision": revision} if revision is not None else None)
         self.engine_kwargs = {"runner": "pooling", "trust_remote_code": trust_remote_code, **kwargs}
-        started = time.perf_counter()
-        self.llm = acquire_engine(ref, **self.engine_kwargs)
-        self._engine_start_s = time.perf_counter() - started
+        self._start_engine(ref)
         with self.closed_on_error():
             config = self.llm.model_config
             max_length = int(config.max_model_len)
-            self.dtype, self.quantization = str(config.dtype), config.quantization
             super().__init__(
                 model=ref.path,
                 model_ref=ref,
@@ -71,9 +67,8 @@ class VllmTokenClassifier(EngineUser, TokenClassifierBase):
             )
 
     def identity(self) -> dict[str, Any]:
-        """The base identity plus the engine's dtype and quantization."""
-        config = self.llm.model_config
-        return {**super().identity(), "dtype": str(config.dtype), "quantization": config.quantization}
+        """The base identity plus the engine's dtype, quantization and overrides."""
+        return {**super().identity(), **self.engine_identity()}
 
     def _token_probs(self, ids: list[list[int]]) -> list[np.ndarray]:
         from vllm.inputs import TokensPrompt
