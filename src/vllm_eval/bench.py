@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import platform
 import time
 from collections.abc import Callable, Sequence
@@ -197,7 +196,7 @@ def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
     from mteb.models.vllm_wrapper import VllmEncoderWrapper
     from torch.utils.data import DataLoader
 
-    from .engine import ENV_SET_HERE, default_engine_kwargs
+    from .engine import default_engine_kwargs, without_our_env
     from .modelinfo import build_model_meta, resolve_model
     from .tasks.offline import LeeDocSimilarity
 
@@ -208,11 +207,8 @@ def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
     extra.update(engine_kwargs)
     extra["dtype"] = dtype
     # The peer as its users get it: without the process-wide settings our own engines made.
-    saved = {k: os.environ.pop(k) for k in list(ENV_SET_HERE) if k in os.environ}
-    try:
+    with without_our_env():
         wrapper = VllmEncoderWrapper(meta, trust_remote_code=False, **extra)
-    finally:
-        os.environ.update(saved)
     task = LeeDocSimilarity.metadata
 
     def encode(texts: list[str]):
