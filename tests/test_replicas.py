@@ -25,6 +25,43 @@ def test_gpu_placement_groups_waves_and_memory_share():
     ]
 
 
+def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypatch):
+    import vllm_eval.replicas as replicas
+    from vllm_eval.modelinfo import packaged_model_path
+
+    monkeypatch.setattr(replicas, "_gpu_total_bytes", lambda device: 80 * 1024**3)
+    model = packaged_model_path()  # MiniLM-L6: 6 layers, 12 heads of 32
+    pooling = {"runner": "pooling", "dtype": "float16"}
+    ps = plan_replicas(1, 4, engine_kwargs=pooling, cpu=False, devices=["0"], model=model)
+    assert [p.wave for p in ps] == [0, 0, 0, 0]
+    # one step's tokens (131072 + 16 per sequence for 1024 sequences) x 2 (K, V) x 6 x 12 x 32 x 2 bytes
+    assert {p.engine_kwargs["kv_cache_memory_bytes"] for p in ps} == {(131072 + 16 * 1024) * 2 * 6 * 12 * 32 * 2}
+    assert {p.engine_kwargs["gpu_memory_utilization"] for p in ps} == {0.225}
+    fp8 = plan_replicas(
+        1,
+        2,
+        engine_kwargs={**pooling, "kv_cache_dtype": "fp8", "max_num_batched_tokens": 4096, "max_num_seqs": 8},
+        cpu=False,
+        devices=["0"],
+        model=model,
+    )
+    assert {p.engine_kwargs["kv_cache_memory_bytes"] for p in fp8} == {(4096 + 16 * 8) * 2 * 6 * 12 * 32}
+    # the cap: half the replica's share of the GPU
+    monkeypatch.setattr(replicas, "_gpu_total_bytes", lambda device: 1024**3)
+    capped = plan_replicas(1, 2, engine_kwargs=pooling, cpu=False, devices=["0"], model=model)
+    assert {p.engine_kwargs["kv_cache_memory_bytes"] for p in capped} == {int(0.45 * 1024**3) // 2}
+    # the user's own memory settings, a generation runner or an unreadable config: one after another
+    for kwargs, m in (
+        ({**pooling, "gpu_memory_utilization": 0.2}, model),
+        ({"runner": "generate"}, model),
+        (pooling, "/nonexistent/model"),
+    ):
+        ps = plan_replicas(1, 2, engine_kwargs=kwargs, cpu=False, devices=["0"], model=m)
+        assert [p.wave for p in ps] == [0, 1] and all("kv_cache_memory_bytes" not in p.engine_kwargs for p in ps)
+    own = plan_replicas(1, 3, engine_kwargs={"kv_cache_memory_bytes": 1 << 30}, cpu=False, devices=["0"])
+    assert [p.wave for p in own] == [0, 0, 0]
+
+
 def test_cpu_placement_splits_cores():
     ps = plan_replicas(2, cpu=True, devices=["0", "1", "2", "3", "4"])
     assert [p.env["VLLM_CPU_OMP_THREADS_BIND"] for p in ps] == ["0,1", "2,3"]

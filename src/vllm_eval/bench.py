@@ -58,6 +58,8 @@ class BenchRecord:
     latency_p50_s: float
     latency_p95_s: float
     calls: int
+    #: Seconds to make the backend ready: engine start (all replicas) for vLLM, model load for ST.
+    start_s: float = 0.0
 
 
 def parse_lengths(spec: str) -> tuple[int, int]:
@@ -191,14 +193,14 @@ class _Backend:
         gc.collect()
 
 
-def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
-    """mteb's ``VllmEncoderWrapper`` with offline metadata (its default ``from_hub`` needs the network)."""
+def mteb_vllm_wrapper(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> Any:
+    """mteb's own ``VllmEncoderWrapper`` for ``model``, as its users get it: offline metadata (its
+    default ``from_hub`` needs the network), our engine options and platform defaults (on CPU:
+    float32, eager, a fixed KV reserve), but none of the process-wide settings our engines make."""
     from mteb.models.vllm_wrapper import VllmEncoderWrapper
-    from torch.utils.data import DataLoader
 
     from .engine import default_engine_kwargs, without_our_env
     from .modelinfo import build_model_meta, resolve_model
-    from .tasks.offline import LeeDocSimilarity
 
     path = resolve_model(model)
     # mteb's wrapper loads ModelMeta.name with vLLM, so the name must be the local path.
@@ -208,7 +210,16 @@ def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
     extra["dtype"] = dtype
     # The peer as its users get it: without the process-wide settings our own engines made.
     with without_our_env():
-        wrapper = VllmEncoderWrapper(meta, trust_remote_code=False, **extra)
+        return VllmEncoderWrapper(meta, trust_remote_code=False, **extra)
+
+
+def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
+    """mteb's wrapper (:func:`mteb_vllm_wrapper`) and an ``encode(texts)`` that feeds it as mteb does."""
+    from torch.utils.data import DataLoader
+
+    from .tasks.offline import LeeDocSimilarity
+
+    wrapper = mteb_vllm_wrapper(model, dtype, engine_kwargs)
     task = LeeDocSimilarity.metadata
 
     def encode(texts: list[str]):
@@ -260,6 +271,7 @@ def run_bench(
     records: list[BenchRecord] = []
     for backend, layout in runs:
         for dtype in dtypes:
+            started = time.perf_counter()
             b = _Backend(
                 backend,
                 model,
@@ -269,6 +281,8 @@ def run_bench(
                 replicas=layout,
                 remote=remote,
             )
+            start_s = round(time.perf_counter() - started, 2)
+            print(f"{b.label} {dtype}: ready in {start_s:.1f} s")
             try:
                 b.encode(texts_by_len[lengths[0]][0][:warmup])
                 for spec in lengths:
@@ -289,6 +303,7 @@ def run_bench(
                                 latency_p50_s=round(float(np.percentile(lat, 50)), 4),
                                 latency_p95_s=round(float(np.percentile(lat, 95)), 4),
                                 calls=len(lat),
+                                start_s=start_s,
                             )
                         )
                         print(

@@ -469,6 +469,20 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--n-texts", type=positive_int, default=2000)
     bench.add_argument("--st-batch-size", type=positive_int, default=128, help="sentence-transformers batch size")
     bench.add_argument("--output-dir", default="results/bench")
+    bench.add_argument(
+        "--suite",
+        choices=["offline", "synthetic"],
+        default=None,
+        help="time a whole task suite per backend instead, each in a fresh process from start to results "
+        "written (vllm: `vllm-eval run --no-cache`; st and mteb-vllm through mteb.evaluate), scores checked "
+        "equal: offline (the packaged tasks) or synthetic (a retrieval task built from the vocabulary)",
+    )
+    bench.add_argument(
+        "--n-docs", type=positive_int, default=200_000, help="--suite synthetic: documents (default 200000)"
+    )
+    bench.add_argument(
+        "--n-queries", type=positive_int, default=1_000, help="--suite synthetic: queries (default 1000)"
+    )
     _add_remote_flags(bench, "/v1/embeddings")
     bench.add_argument(
         "--remote-batch-size",
@@ -1386,6 +1400,8 @@ def cmd_bench(args: argparse.Namespace, engine: dict[str, Any]) -> int:
             raise UsageError(f"--dtypes: {dtype!r} is not one of {', '.join(DTYPES)}")
     if args.dtypes and args.dtype:
         raise UsageError("give --dtypes or --dtype, not both")
+    if args.suite:
+        return _bench_suite(args, engine)
     engine = {k: v for k, v in engine.items() if k != "dtype"}
     dtypes = args.dtypes or ([args.dtype] if args.dtype else (["float32"] if on_cpu() else ["float16", "float32"]))
     remote = None
@@ -1428,6 +1444,64 @@ def cmd_bench(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         ]
         print(f"  {backend:12s} {dtype:9s} {spec:14s} {tps:>10.0f}  " + "  ".join(ratios))
     print(f"results: {args.output_dir}/bench.json and plots")
+    return 0
+
+
+def _bench_suite(args: argparse.Namespace, engine: dict[str, Any]) -> int:
+    """``bench --suite``: one fresh process per backend, wall time from start to results written."""
+    from .modelinfo import packaged_model_path
+    from .suite import SUITE_BACKENDS, run_suite
+
+    bad = [b for b in args.backends if b not in SUITE_BACKENDS]
+    if bad:
+        raise UsageError(f"--suite times {', '.join(SUITE_BACKENDS)}; not {', '.join(bad)}")
+    if args.dtypes and len(args.dtypes) > 1:
+        raise UsageError("--suite runs one dtype: give --dtype")
+    from pathlib import Path
+
+    layout = {}
+    for name in ("data_parallel_size", "replicas_per_gpu"):
+        values = getattr(args, name) or [1]
+        if len(values) > 1:
+            raise UsageError(f"--suite runs one layout: give one --{name.replace('_', '-')}")
+        layout[name] = values[0]
+    dtype = engine.pop("dtype", None) or (args.dtypes[0] if args.dtypes else None)
+    out = Path(args.output_dir)
+    if args.output_dir == "results/bench":
+        out = out / f"suite-{args.suite}"
+    records = run_suite(
+        args.model or packaged_model_path(),
+        args.suite,
+        backends=args.backends,
+        output_dir=out,
+        dtype=dtype,
+        engine_kwargs=engine,
+        replicas=layout,
+        n_docs=args.n_docs,
+        n_queries=args.n_queries,
+    )
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"suite {args.suite}: process start to results written")
+    for col in ("backend", "seconds", "engine start s", "vs vllm", "tasks", "max |Δ main score|", "exit"):
+        table.add_column(col, justify="left" if col == "backend" else "right")
+    ours = next((r.seconds for r in records if r.backend == "vllm"), None)
+    for r in records:
+        table.add_row(
+            r.backend,
+            f"{r.seconds:.1f}",
+            "-" if r.engine_start_s is None else f"{r.engine_start_s:.1f}",
+            "-" if not ours else f"{r.seconds / ours:.2f}x",
+            str(len(r.scores)),
+            "-" if r.max_delta is None else f"{r.max_delta:.2e}",
+            str(r.returncode),
+        )
+    Console(width=max(100, Console().width)).print(table)
+    print(f"results: {out}/suite.json; each backend's run and log in {out}/<backend>/")
+    failed = [r.backend for r in records if r.returncode != 0]
+    if failed:
+        raise UsageError(f"--suite: {', '.join(failed)} failed; see {out}/<backend>/log.txt")
     return 0
 
 

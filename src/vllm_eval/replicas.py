@@ -27,6 +27,7 @@ import os
 import queue
 import signal
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable
@@ -50,8 +51,10 @@ CPU_REPLICA_KV_CACHE_BYTES = 1024**3
 class Placement:
     """Where replica ``index`` runs: environment for its process, and its start wave.
 
-    Replicas of one wave start together; waves start one after another, so replicas sharing a
-    GPU never profile its memory at the same time (vLLM's start-up profiling assumes it is alone).
+    Replicas of one wave start together; waves start one after another. Replicas sharing a GPU
+    start in one wave when each has an explicit KV-cache size (``kv_cache_memory_bytes``: vLLM then
+    skips measuring free memory); otherwise one per wave, since vLLM's start-up memory profiling
+    assumes it is alone on the GPU.
     """
 
     index: int
@@ -81,6 +84,67 @@ def _cpu_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+def _kv_bytes_per_token(model: str, engine_kwargs: dict[str, Any]) -> int:
+    """Bytes of K and V one token takes over all layers of ``model`` (plain multi-head or grouped
+    attention): ``2 * layers * kv_heads * head_dim * bytes per element``. Read from the model's
+    ``config.json`` with transformers; raises what ``AutoConfig`` raises for an unreadable config."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model, trust_remote_code=bool(engine_kwargs.get("trust_remote_code")))
+    text = config.get_text_config()
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    kv_dtype = str(engine_kwargs.get("kv_cache_dtype") or "auto")
+    if kv_dtype.startswith("fp8"):
+        width = 1
+    else:
+        dtype = str(engine_kwargs.get("dtype") or getattr(text, "dtype", None) or "auto")
+        width = 4 if dtype in ("float", "float32", "torch.float32") else 2
+    return 2 * int(text.num_hidden_layers) * int(kv_heads) * int(head_dim) * width
+
+
+def pooling_kv_cache_bytes(model: str, engine_kwargs: dict[str, Any], replica_bytes: int) -> int:
+    """An explicit KV-cache size for one pooling replica, so replicas sharing a GPU can start together.
+
+    A pooling request is answered in the step that reads it, so the cache needs to hold one step:
+    ``max_num_batched_tokens`` tokens plus one partly filled 16-token block per sequence
+    (``max_num_seqs``), at :func:`_kv_bytes_per_token`. Capped at half of ``replica_bytes`` (the
+    replica's share of the GPU) to leave room for weights and activations; vLLM schedules fewer
+    tokens per step when the cap binds. Encoder-only models (BERT) allocate no KV cache at all.
+    """
+    from .engine import GPU_POOLING_MAX_NUM_BATCHED_TOKENS, GPU_POOLING_MAX_NUM_SEQS
+
+    tokens = int(engine_kwargs.get("max_num_batched_tokens") or GPU_POOLING_MAX_NUM_BATCHED_TOKENS)
+    tokens += 16 * int(engine_kwargs.get("max_num_seqs") or GPU_POOLING_MAX_NUM_SEQS)
+    return min(tokens * _kv_bytes_per_token(model, engine_kwargs), replica_bytes // 2)
+
+
+def _gpu_total_bytes(device: str) -> int:
+    """Total memory of GPU ``device`` (as numbered in ``CUDA_VISIBLE_DEVICES``), through NVML:
+    no CUDA context is made in this process."""
+    from vllm.platforms import current_platform
+
+    return int(current_platform.get_device_total_memory(int(device)))
+
+
+def _gpu_memory_options(replicas_per_gpu: int, engine_kwargs: dict[str, Any], model: str | None, gpu: str) -> dict:
+    """Each replica's share of its GPU and, for pooling models, its KV-cache size (see :func:`plan_replicas`)."""
+    if replicas_per_gpu == 1 or "gpu_memory_utilization" in engine_kwargs:
+        return {}
+    share = round(GPU_MEMORY_SHARE / replicas_per_gpu, 4)
+    extra: dict[str, Any] = {"gpu_memory_utilization": share}
+    if "kv_cache_memory_bytes" in engine_kwargs or model is None or engine_kwargs.get("runner") != "pooling":
+        return extra
+    try:
+        extra["kv_cache_memory_bytes"] = pooling_kv_cache_bytes(
+            model, engine_kwargs, int(share * _gpu_total_bytes(gpu))
+        )
+    except Exception as exc:  # no size, no harm: the replicas start one after another
+        logger.info("replicas start one after another: no KV-cache size for %s (%s)", model, exc)
+    return extra
+
+
 def plan_replicas(
     data_parallel_size: int,
     replicas_per_gpu: int = 1,
@@ -89,13 +153,17 @@ def plan_replicas(
     engine_kwargs: dict[str, Any] | None = None,
     cpu: bool | None = None,
     devices: list[str] | None = None,
+    model: str | None = None,
 ) -> list[Placement]:
     """Place ``data_parallel_size * replicas_per_gpu`` replicas on this machine's GPUs or cores.
 
     GPU build: replica group *i* (of ``data_parallel_size``) gets GPUs ``devices[i*tp:(i+1)*tp]``;
     the ``replicas_per_gpu`` replicas of a group share them, each with
     ``gpu_memory_utilization`` (default 0.9) divided by ``replicas_per_gpu`` unless the user set
-    ``gpu_memory_utilization``, which is then taken per replica.
+    ``gpu_memory_utilization``, which is then taken per replica. Replicas sharing a GPU start
+    together when each has an explicit KV-cache size: the user's ``kv_cache_memory_bytes``, or, for
+    a pooling ``model`` (``runner="pooling"``) whose user set neither that nor
+    ``gpu_memory_utilization``, :func:`pooling_kv_cache_bytes`. Otherwise they start one after another.
     CPU build: the cores this process may use are split into equal contiguous sets, one per replica.
 
     Raises:
@@ -139,15 +207,19 @@ def plan_replicas(
             f"data_parallel_size={data_parallel_size} x tensor_parallel_size={tensor_parallel_size} "
             f"needs {need} GPUs; {len(gpus)} visible ({','.join(gpus) or 'none'})"
         )
-    extra = {}
-    if replicas_per_gpu > 1 and "gpu_memory_utilization" not in engine_kwargs:
-        extra["gpu_memory_utilization"] = round(GPU_MEMORY_SHARE / replicas_per_gpu, 4)
+    extra = _gpu_memory_options(replicas_per_gpu, engine_kwargs, model, gpus[0])
+    together = "kv_cache_memory_bytes" in {**engine_kwargs, **extra}
     out = []
     for g in range(data_parallel_size):
         group = gpus[g * tensor_parallel_size : (g + 1) * tensor_parallel_size]
         for k in range(replicas_per_gpu):
             out.append(
-                Placement(index=len(out), env={"CUDA_VISIBLE_DEVICES": ",".join(group)}, wave=k, engine_kwargs=extra)
+                Placement(
+                    index=len(out),
+                    env={"CUDA_VISIBLE_DEVICES": ",".join(group)},
+                    wave=0 if together else k,
+                    engine_kwargs=extra,
+                )
             )
     return out
 
@@ -258,6 +330,10 @@ class ReplicaPool:
         self.info: Any = None
         #: Jobs finished per replica (index -> count): shows how the work was shared.
         self.jobs_done: dict[int, int] = {p.index: 0 for p in placements}
+        #: Seconds from the pool's start until each replica was ready (index -> s), and until all were.
+        self.ready_seconds: dict[int, float] = {}
+        self.start_seconds = 0.0
+        self._started = time.perf_counter()
         try:
             for wave in sorted({p.wave for p in placements}):
                 members = [p for p in placements if p.wave == wave]
@@ -282,6 +358,7 @@ class ReplicaPool:
         except BaseException:
             self.close()
             raise
+        self.start_seconds = round(time.perf_counter() - self._started, 2)
         self._collector = threading.Thread(target=self._collect, name="vllm-eval-replica-results", daemon=True)
         self._collector.start()
 
@@ -310,6 +387,7 @@ class ReplicaPool:
             if self.info is None:
                 self.info = info
             waiting.pop(index, None)
+            self.ready_seconds[index] = round(time.perf_counter() - self._started, 2)
 
     def submit(self, fn: Callable[[Any, Any], Any], payload: Any) -> Future:
         """Run ``fn(llm, payload)`` on the live replica with the fewest jobs outstanding.

@@ -527,6 +527,17 @@ RANDOM_SHAPES: dict[str, dict] = {
         "vocab_size": 151936,
         "pooling": "lasttoken",
     },
+    "qwen3-4b": {
+        "arch": "qwen3",
+        "hidden_size": 2560,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 9728,
+        "vocab_size": 151936,
+        "pooling": "lasttoken",
+    },
 }
 
 
@@ -535,7 +546,7 @@ def build_random_embedding_model(
 ) -> Path:
     """Save a randomly initialised embedding model of a real shape, as a sentence-transformers folder.
 
-    ``shape`` is a key of :data:`RANDOM_SHAPES` (BERT-base, MiniLM-L6, Qwen3-0.6B); the tokenizer is
+    ``shape`` is a key of :data:`RANDOM_SHAPES` (BERT-base, MiniLM-L6, Qwen3-0.6B, Qwen3-4B); the tokenizer is
     copied from ``tokenizer_dir``. sentence-transformers modules (pooling as the real model's:
     mean for BERT, last token for Qwen3-Embedding; then Normalize) are written so both
     sentence-transformers and vLLM pool the same way. For benchmarks: the outputs mean nothing.

@@ -9,7 +9,6 @@ sent as token ids (truncation counted and reported), and the engine is shared an
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import Future
 from typing import Any, ClassVar
 
@@ -127,10 +126,10 @@ class VllmEncoder(EngineUser, EncoderBase):
                     replicas_per_gpu,
                     tensor_parallel_size=self.engine_kwargs.get("tensor_parallel_size") or 1,
                     engine_kwargs=self.engine_kwargs,
+                    model=ref.path,
                 )
-                started = time.perf_counter()
                 self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=engine_info)
-                self._engine_start_s = time.perf_counter() - started
+                self._engine_start_s = self.pool.start_seconds
                 # Chunks are split over the replicas: each still gets chunk_size texts per job.
                 chunk_size *= len(self.pool)
                 self.max_in_flight = 2
