@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -254,3 +255,24 @@ def test_bad_options_and_paths_fail_before_the_engine():
         VllmEncoder("/no/such/model")
     with pytest.raises(ValueError, match="positive int"):
         VllmEncoder(dimensions=0)
+
+
+def test_engine_core_leaves_this_process_when_a_loaded_module_would_break_its_start():
+    import subprocess
+    import sys
+
+    # numba loads llvmlite, whose function wrappers break vLLM's in-process kernel walk; a child
+    # process keeps this session's engines in-process.
+    code = """
+import os
+from vllm_eval.engine import _choose_engine_core_process, _module_breaking_kernel_scan
+_choose_engine_core_process()
+print(_module_breaking_kernel_scan(), os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"])
+import numba
+_choose_engine_core_process()
+from vllm import envs
+print(_module_breaking_kernel_scan(), os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"], envs.VLLM_ENABLE_V1_MULTIPROCESSING)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["None", "0", "llvmlite.binding.ffi", "1", "True"], out.stderr[-2000:]

@@ -104,7 +104,8 @@ def test_sigterm_shuts_engines_down_keeps_results_and_exits_143(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=offline_env(),
+        # The engine core in processes of its own (vLLM's default; ours on GPUs): they must go too.
+        env={**offline_env(), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
     )
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and not (out / "summary.json").is_file():

@@ -16,6 +16,7 @@ import gc
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -221,6 +222,54 @@ def _set_env_default(name: str, value: str) -> None:
         ENV_SET_HERE.add(name)
 
 
+def _module_breaking_kernel_scan() -> str | None:
+    """The first loaded module holding an object whose ``vars()`` has no ``get``, or None.
+
+    An in-process engine core on the CPU build walks every module's namespace and calls
+    ``vars(value).get(...)`` on each object with a ``__dict__`` (vLLM's triton kernel dispatcher);
+    llvmlite's ``_lib_fn_wrapper`` (loaded with numba) breaks that walk and the engine fails to start.
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # touching deprecated attributes warns; vLLM's walk touches them too
+        for name, module in list(sys.modules.items()):
+            namespace = getattr(module, "__dict__", None)
+            if not namespace:
+                continue
+            for value in list(namespace.values()):
+                try:
+                    if hasattr(value, "__dict__") and not hasattr(vars(value), "get"):
+                        return name
+                except Exception:  # an object that refuses vars() breaks the walk too
+                    return name
+    return None
+
+
+def _choose_engine_core_process() -> None:
+    """CPU build: run vLLM's engine core in this process unless the user chose (``VLLM_ENABLE_V1_MULTIPROCESSING``).
+
+    In-process, MiniLM's engine started in 6.7 s instead of 22.2 s on 2 cores (no second process
+    re-importing vLLM and torch) and embedded as fast (13,871 vs 12,607 tok/s, fixed 130 tokens).
+    When a loaded module would break vLLM's in-process start (:func:`_module_breaking_kernel_scan`),
+    this engine gets its own process as vLLM's default.
+    """
+    from vllm import envs
+
+    name = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    if name in os.environ and name not in ENV_SET_HERE:
+        return
+    culprit = _module_breaking_kernel_scan()
+    if culprit:
+        logger.debug("engine core in its own process: module %s would break vLLM's in-process start", culprit)
+    os.environ[name] = "1" if culprit else "0"
+    ENV_SET_HERE.add(name)
+    # An earlier in-process engine froze vLLM's reading of the environment: let it read this choice.
+    clear = getattr(envs, "disable_envs_cache", None)
+    if clear is not None:
+        clear()
+
+
 @contextmanager
 def without_our_env() -> Iterator[None]:
     """Inside: the environment as the user set it (for running a peer "as its users get it").
@@ -283,10 +332,7 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
         # CUDA context or OpenMP pool of ours from being forked into it.
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         if on_cpu():
-            # The engine core in this process instead of a spawned one (which re-imports vLLM and
-            # torch and starts a worker of its own): MiniLM's engine started in 6.7 s instead of
-            # 22.2 s on 2 cores, and embedded as fast (13,871 vs 12,607 tok/s, fixed 130 tokens).
-            _set_env_default("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            _choose_engine_core_process()
             if (os.cpu_count() or 1) <= SMALL_CPU_CORES:
                 # vLLM's CPU worker keeps one core for its scheduler and computes on the rest: on a
                 # 2-core machine that is half the machine. The scheduler is idle while a pooling batch
