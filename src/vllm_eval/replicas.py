@@ -21,6 +21,7 @@ replica with the fewest jobs outstanding; a replica that dies has its jobs moved
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing as mp
 import os
@@ -33,6 +34,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .errors import ReplicaError, UsageError
@@ -43,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 #: Default share of GPU memory all replicas on one GPU use together (vLLM's own default, 0.9).
 GPU_MEMORY_SHARE = 0.9
+#: First port vLLM searches from in replica 0 (``VLLM_PORT``); replica *i* starts 100 ports higher.
+REPLICA_BASE_PORT = 38000
 #: KV-cache reserve per replica on the CPU build (pooling needs little; 2 GiB each would add up).
 CPU_REPLICA_KV_CACHE_BYTES = 1024**3
 
@@ -87,21 +91,30 @@ def _cpu_cores() -> list[int]:
 def _kv_bytes_per_token(model: str, engine_kwargs: dict[str, Any]) -> int:
     """Bytes of K and V one token takes over all layers of ``model`` (plain multi-head or grouped
     attention): ``2 * layers * kv_heads * head_dim * bytes per element``. Read from the model's
-    ``config.json`` with transformers; raises what ``AutoConfig`` raises for an unreadable config."""
-    from transformers import AutoConfig
+    ``config.json`` as plain JSON (its ``text_config`` for a multimodal model): building a
+    transformers config object took tens of seconds with transformers 5.17 on a GPU machine.
 
-    config = AutoConfig.from_pretrained(model, trust_remote_code=bool(engine_kwargs.get("trust_remote_code")))
-    text = config.get_text_config()
-    heads = text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    Raises:
+        OSError, KeyError, ValueError: no readable ``config.json``, or one without these fields.
+    """
+    path = Path(model) / "config.json"
+    if not path.is_file():  # a hub id: the cached copy, never the network
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+        path = Path(cached) if isinstance(cached, str) else path
+    config = json.loads(path.read_text())
+    text = config.get("text_config") or config
+    heads = int(text["num_attention_heads"])
+    kv_heads = int(text.get("num_key_value_heads") or heads)
+    head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
     kv_dtype = str(engine_kwargs.get("kv_cache_dtype") or "auto")
     if kv_dtype.startswith("fp8"):
         width = 1
     else:
-        dtype = str(engine_kwargs.get("dtype") or getattr(text, "dtype", None) or "auto")
-        width = 4 if dtype in ("float", "float32", "torch.float32") else 2
-    return 2 * int(text.num_hidden_layers) * int(kv_heads) * int(head_dim) * width
+        dtype = str(engine_kwargs.get("dtype") or text.get("torch_dtype") or text.get("dtype") or "auto")
+        width = 4 if dtype in ("float", "float32") else 2
+    return 2 * int(text["num_hidden_layers"]) * kv_heads * head_dim * width
 
 
 def pooling_kv_cache_bytes(model: str, engine_kwargs: dict[str, Any], replica_bytes: int) -> int:
@@ -210,13 +223,16 @@ def plan_replicas(
     extra = _gpu_memory_options(replicas_per_gpu, engine_kwargs, model, gpus[0])
     together = "kv_cache_memory_bytes" in {**engine_kwargs, **extra}
     out = []
+    base_port = int(os.environ.get("VLLM_PORT") or REPLICA_BASE_PORT)
     for g in range(data_parallel_size):
         group = gpus[g * tensor_parallel_size : (g + 1) * tensor_parallel_size]
         for k in range(replicas_per_gpu):
             out.append(
                 Placement(
                     index=len(out),
-                    env={"CUDA_VISIBLE_DEVICES": ",".join(group)},
+                    # Replicas starting together each search for free ports from their own base:
+                    # from one base, two engines took the same port for torch.distributed (EADDRINUSE).
+                    env={"CUDA_VISIBLE_DEVICES": ",".join(group), "VLLM_PORT": str(base_port + 100 * len(out))},
                     wave=0 if together else k,
                     engine_kwargs=extra,
                 )
@@ -356,7 +372,7 @@ class ReplicaPool:
                     self._procs.append(proc)
                 self._await_ready(members, start_timeout)
         except BaseException:
-            self.close()
+            self.close(timeout=5.0)  # replicas still starting would read their stop only once ready
             raise
         self.start_seconds = round(time.perf_counter() - self._started, 2)
         self._collector = threading.Thread(target=self._collect, name="vllm-eval-replica-results", daemon=True)
