@@ -38,3 +38,42 @@ def test_plots_are_written(tmp_path):
     assert [p.name for p in paths] == ["throughput_latency.png", "dtype.png", "lengths.png"]
     assert all(p.stat().st_size > 5000 for p in paths)
     json.dumps([r.__dict__ for r in recs])
+
+
+def test_synthetic_retrieval_task_is_beir_and_each_query_is_in_its_document(tmp_path):
+    from vllm_eval.suite import build_synthetic_retrieval
+    from vllm_eval.tasks.owntasks import own_mteb_task
+
+    data = build_synthetic_retrieval(tmp_path / "syn", packaged_model_path(), n_docs=120, n_queries=15, seed=2)
+    docs = {json.loads(x)["_id"]: json.loads(x)["text"] for x in (data / "corpus.jsonl").read_text().splitlines()}
+    queries = {json.loads(x)["_id"]: json.loads(x)["text"] for x in (data / "queries.jsonl").read_text().splitlines()}
+    qrels = [x.split("\t") for x in (data / "qrels.tsv").read_text().splitlines()[1:]]
+    assert len(docs) == 120 and len(queries) == len(qrels) == 15
+    assert all(queries[q] in docs[d] and len(queries[q].split()) == 8 and s == "1" for q, d, s in qrels)
+    stamp = (data / "corpus.jsonl").stat().st_mtime_ns
+    assert build_synthetic_retrieval(tmp_path / "syn", packaged_model_path(), 120, 15, 2) == data
+    assert (data / "corpus.jsonl").stat().st_mtime_ns == stamp  # the same request reuses the files
+    task = own_mteb_task(data)
+    assert task.metadata.type == "Retrieval" and task.metadata.main_score == "ndcg_at_10"
+
+
+def test_suite_times_each_backend_in_its_own_process_and_compares_scores(tmp_path):
+    from vllm_eval.testing import run_cli
+
+    out = tmp_path / "suite"
+    result = run_cli(
+        "bench", "--suite", "synthetic", "--n-docs", "300", "--n-queries", "20",
+        "--backends", "vllm", "st", "--output-dir", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    suite = json.loads((out / "suite.json").read_text())
+    records = {r["backend"]: r for r in suite["records"]}
+    print(f"\nsuite: { {b: (r['seconds'], r['scores'], r['engine_start_s']) for b, r in records.items()} }")
+    assert set(records) == {"vllm", "st"} and all(r["returncode"] == 0 for r in records.values())
+    (task,) = records["vllm"]["scores"]
+    assert 0 < records["vllm"]["scores"][task] <= 1
+    assert records["st"]["max_delta"] < 1e-4 and records["vllm"]["max_delta"] == 0
+    assert records["vllm"]["engine_start_s"] > 0 and records["st"]["engine_start_s"] is None
+    assert all(r["seconds"] > 0 for r in records.values())
+    assert (out / "vllm" / "summary.json").is_file() and (out / "st" / "mteb").is_dir()
+    assert "seconds / vllm's" in result.stdout

@@ -1466,6 +1466,7 @@ def _bench_suite(args: argparse.Namespace, engine: dict[str, Any]) -> int:
             raise UsageError(f"--suite runs one layout: give one --{name.replace('_', '-')}")
         layout[name] = values[0]
     dtype = engine.pop("dtype", None) or (args.dtypes[0] if args.dtypes else None)
+    engine.pop("use_tqdm_on_load", None)  # display only; each process sets its own
     out = Path(args.output_dir)
     if args.output_dir == "results/bench":
         out = out / f"suite-{args.suite}"
@@ -1484,7 +1485,7 @@ def _bench_suite(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     from rich.table import Table
 
     table = Table(title=f"suite {args.suite}: process start to results written")
-    for col in ("backend", "seconds", "engine start s", "vs vllm", "tasks", "max |Δ main score|", "exit"):
+    for col in ("backend", "seconds", "engine start s", "seconds / vllm's", "tasks", "max |Δ main score|", "exit"):
         table.add_column(col, justify="left" if col == "backend" else "right")
     ours = next((r.seconds for r in records if r.backend == "vllm"), None)
     for r in records:
