@@ -27,7 +27,7 @@ def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypa
     import vllm_eval.replicas as replicas
     from vllm_eval.modelinfo import packaged_model_path
 
-    monkeypatch.setattr(replicas, "_gpu_total_bytes", lambda device: 80 * 1024**3)
+    monkeypatch.setattr(replicas, "_gpu_total_bytes", lambda: 80 * 1024**3)
     model = packaged_model_path()  # MiniLM-L6: 6 layers, 12 heads of 32
     pooling = {"runner": "pooling", "dtype": "float16"}
     ps = plan_replicas(1, 4, engine_kwargs=pooling, cpu=False, devices=["0"], model=model)
@@ -45,7 +45,7 @@ def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypa
     )
     assert {p.engine_kwargs["kv_cache_memory_bytes"] for p in fp8} == {(4096 + 16 * 8) * 2 * 6 * 12 * 32}
     # the cap: half the replica's share of the GPU
-    monkeypatch.setattr(replicas, "_gpu_total_bytes", lambda device: 1024**3)
+    monkeypatch.setattr(replicas, "_gpu_total_bytes", lambda: 1024**3)
     capped = plan_replicas(1, 2, engine_kwargs=pooling, cpu=False, devices=["0"], model=model)
     assert {p.engine_kwargs["kv_cache_memory_bytes"] for p in capped} == {int(0.45 * 1024**3) // 2}
     # the user's own memory settings, a generation runner or an unreadable config: one after another
@@ -111,6 +111,9 @@ def test_two_replicas_match_one_engine_in_order(dp_encoder, vllm_encoder):
     )
     assert got.shape == ref.shape and cos.min() >= 0.9999
     assert all(n > 0 for n in dp_encoder.pool.jobs_done.values())  # both replicas worked
+    ready = dp_encoder.pool.ready_seconds  # CPU replicas start together: both within the pool's start
+    assert sorted(ready) == [0, 1] and 0 < max(ready.values()) <= dp_encoder.pool.start_seconds
+    assert dp_encoder.counters.engine_start_seconds == dp_encoder.pool.start_seconds
 
 
 def test_two_replicas_give_the_same_task_scores(dp_encoder, vllm_encoder):

@@ -30,7 +30,7 @@ import json
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,8 @@ class BenchRecord:
     calls: int
     #: Seconds to make the backend ready: engine start (all replicas) for vLLM, model load for ST.
     start_s: float = 0.0
+    #: With replicas: seconds from their start until each was ready, in replica order.
+    replica_ready_s: list[float] = field(default_factory=list)
 
 
 def parse_lengths(spec: str) -> tuple[int, int]:
@@ -282,7 +284,9 @@ def run_bench(
                 remote=remote,
             )
             start_s = round(time.perf_counter() - started, 2)
-            print(f"{b.label} {dtype}: ready in {start_s:.1f} s")
+            pool = getattr(b.obj, "pool", None)
+            ready = [pool.ready_seconds[i] for i in sorted(pool.ready_seconds)] if pool is not None else []
+            print(f"{b.label} {dtype}: ready in {start_s:.1f} s" + (f" (replicas: {ready} s)" if ready else ""))
             try:
                 b.encode(texts_by_len[lengths[0]][0][:warmup])
                 for spec in lengths:
@@ -304,6 +308,7 @@ def run_bench(
                                 latency_p95_s=round(float(np.percentile(lat, 95)), 4),
                                 calls=len(lat),
                                 start_s=start_s,
+                                replica_ready_s=ready,
                             )
                         )
                         print(

@@ -133,15 +133,15 @@ def pooling_kv_cache_bytes(model: str, engine_kwargs: dict[str, Any], replica_by
     return min(tokens * _kv_bytes_per_token(model, engine_kwargs), replica_bytes // 2)
 
 
-def _gpu_total_bytes(device: str) -> int:
-    """Total memory of GPU ``device`` (as numbered in ``CUDA_VISIBLE_DEVICES``), through NVML:
-    no CUDA context is made in this process."""
+def _gpu_total_bytes() -> int:
+    """Total memory of the first visible GPU (the GPUs of one machine are taken to be alike), through
+    NVML: no CUDA context is made in this process."""
     from vllm.platforms import current_platform
 
-    return int(current_platform.get_device_total_memory(int(device)))
+    return int(current_platform.get_device_total_memory(0))
 
 
-def _gpu_memory_options(replicas_per_gpu: int, engine_kwargs: dict[str, Any], model: str | None, gpu: str) -> dict:
+def _gpu_memory_options(replicas_per_gpu: int, engine_kwargs: dict[str, Any], model: str | None) -> dict:
     """Each replica's share of its GPU and, for pooling models, its KV-cache size (see :func:`plan_replicas`)."""
     if replicas_per_gpu == 1 or "gpu_memory_utilization" in engine_kwargs:
         return {}
@@ -150,9 +150,7 @@ def _gpu_memory_options(replicas_per_gpu: int, engine_kwargs: dict[str, Any], mo
     if "kv_cache_memory_bytes" in engine_kwargs or model is None or engine_kwargs.get("runner") != "pooling":
         return extra
     try:
-        extra["kv_cache_memory_bytes"] = pooling_kv_cache_bytes(
-            model, engine_kwargs, int(share * _gpu_total_bytes(gpu))
-        )
+        extra["kv_cache_memory_bytes"] = pooling_kv_cache_bytes(model, engine_kwargs, int(share * _gpu_total_bytes()))
     except Exception as exc:  # no size, no harm: the replicas start one after another
         logger.info("replicas start one after another: no KV-cache size for %s (%s)", model, exc)
     return extra
@@ -220,7 +218,7 @@ def plan_replicas(
             f"data_parallel_size={data_parallel_size} x tensor_parallel_size={tensor_parallel_size} "
             f"needs {need} GPUs; {len(gpus)} visible ({','.join(gpus) or 'none'})"
         )
-    extra = _gpu_memory_options(replicas_per_gpu, engine_kwargs, model, gpus[0])
+    extra = _gpu_memory_options(replicas_per_gpu, engine_kwargs, model)
     together = "kv_cache_memory_bytes" in {**engine_kwargs, **extra}
     out = []
     base_port = int(os.environ.get("VLLM_PORT") or REPLICA_BASE_PORT)
