@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,8 @@ class SuiteRecord:
     max_delta: float | None = None
     #: Seconds ours waited for its engine (from the run's results); None for the peers.
     engine_start_s: float | None = None
+    #: The run's combined stdout and stderr.
     log: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def build_synthetic_retrieval(
@@ -186,8 +186,7 @@ def run_suite(
     for backend in backends:
         run_dir = out / backend
         run_dir.mkdir(parents=True, exist_ok=True)
-        for stale in ("summary.json",):
-            (run_dir / stale).unlink(missing_ok=True)
+        (run_dir / "summary.json").unlink(missing_ok=True)  # a failed run must not show an older run's scores
         layout = {k: v for k, v in (replicas or {}).items() if v != 1} if backend == "vllm" else {}
         cmd = _command(backend, model, task_args, run_dir, dtype, {**engine, **layout})
         print(f"[suite] {backend}: {' '.join(cmd)}", flush=True)
