@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
+# Extra wheels for the weight loaders (fastsafetensors, runai-model-streamer and their deps typer, click,
+# shellingham, humanize) go in .devextra/ (git-ignored), made here with `pip download --no-deps --only-binary=:all:
+# --python-version 3.12 --platform manylinux_2_28_x86_64 -d .devextra <names>`, carried and installed once with
+# `python3 -m pip install -q --no-index --no-deps --target /root/site .devextra/*.whl`.
 # Time to result on the lent GPU: engine start (compile settings, replicas starting together, weight
 # loaders) and throughput, each configuration a fresh `vllm-eval bench` process. After staging vLLM
 # (see scripts/gpu_bench.sh), on the device:
