@@ -7,7 +7,7 @@
 # loaders) and throughput, each configuration a fresh `vllm-eval bench` process. After staging vLLM
 # (see scripts/gpu_bench.sh), on the device:
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_start.sh $OUT PART
-# PART: models | bert | qwen | loaders | suite-offline | suite-synthetic | ceiling; RUNS="name ..." runs only those
+# PART: models | bert | qwen | loaders | suite-synthetic | ceiling; RUNS="name ..." runs only those
 # Each line of $OUT/<part>.txt: configuration, "ready in" seconds, tokens/s; vLLM's own start-up
 # timings (weights, torch.compile, CUDA graphs, engine init) are kept in $OUT/<part>-logs.tgz.
 set -uo pipefail
@@ -64,8 +64,6 @@ PY
           --batch-sizes 200 --n-texts 200 --enforce-eager --load-format $f
       done
     done ;;
-  suite-offline)
-    run suite-offline python3 -m vllm_eval.cli -v bench --suite offline --output-dir "$out/suite-offline" ;;
   suite-synthetic)
     run suite-synthetic python3 -m vllm_eval.cli -v bench --suite synthetic --model $models/bert-base --dtype float16 \
       --n-docs ${N_DOCS:-200000} --replicas-per-gpu ${RPG:-4} --output-dir "$logs/suite-synthetic"
