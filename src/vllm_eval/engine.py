@@ -254,8 +254,6 @@ def _choose_engine_core_process() -> None:
     When a loaded module would break vLLM's in-process start (:func:`_module_breaking_kernel_scan`),
     this engine gets its own process as vLLM's default.
     """
-    from vllm import envs
-
     name = "VLLM_ENABLE_V1_MULTIPROCESSING"
     if name in os.environ and name not in ENV_SET_HERE:
         return
@@ -264,31 +262,34 @@ def _choose_engine_core_process() -> None:
         logger.debug("engine core in its own process: module %s would break vLLM's in-process start", culprit)
     os.environ[name] = "1" if culprit else "0"
     ENV_SET_HERE.add(name)
-    # An earlier in-process engine froze vLLM's reading of the environment: let it read this choice.
+    _reread_vllm_env()
+
+
+def _reread_vllm_env() -> None:
+    """Make vLLM read the environment again: an in-process engine core freezes its reading of it."""
+    from vllm import envs
+
     clear = getattr(envs, "disable_envs_cache", None)
     if clear is not None:
         clear()
 
 
+def user_environment() -> dict[str, str]:
+    """This process's environment without the variables this module set: the user's own."""
+    return {k: v for k, v in os.environ.items() if k not in ENV_SET_HERE}
+
+
 @contextmanager
 def without_our_env() -> Iterator[None]:
-    """Inside: the environment as the user set it (for running a peer "as its users get it").
-
-    An in-process engine core makes vLLM cache its environment variables; the cache is cleared on
-    the way in and out so the peer, and our next engine, read the environment they are given.
-    """
-    from vllm import envs
-
+    """Inside: the environment as the user set it (for running a peer "as its users get it"),
+    read afresh by vLLM on the way in and out."""
     saved = {k: os.environ.pop(k) for k in list(ENV_SET_HERE) if k in os.environ}
-    clear = getattr(envs, "disable_envs_cache", None)
     try:
-        if clear is not None:
-            clear()
+        _reread_vllm_env()
         yield
     finally:
         os.environ.update(saved)
-        if clear is not None:
-            clear()
+        _reread_vllm_env()
 
 
 _LOCK = threading.Lock()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -126,16 +125,13 @@ def _command(backend: str, model: str, task_args: list[str], out: Path, dtype: s
 
 
 def _scores(out: Path) -> tuple[dict[str, float], float | None]:
-    path = out / "summary.json"
-    if not path.is_file():
+    """A finished run's main scores (as ``compare --runs`` reads them) and its engine start seconds."""
+    from .compare import read_run_dir
+
+    if not (out / "summary.json").is_file():
         return {}, None
-    summary = json.loads(path.read_text())
-    scores = {
-        s["task"]: float(s["main_score"])
-        for s in summary.get("scores", [])
-        if not str(s.get("status", "")).startswith("failed")
-    }
-    return scores, summary.get("engine_start_seconds")
+    scores = read_run_dir(out).scores
+    return scores, json.loads((out / "summary.json").read_text()).get("engine_start_seconds")
 
 
 def run_suite(
@@ -177,11 +173,9 @@ def run_suite(
 
         task_args = ["--tasks", *offline_tasks()]
     engine = dict(engine_kwargs or {})
-    env = dict(os.environ)
-    from .engine import ENV_SET_HERE
+    from .engine import user_environment
 
-    for name in ENV_SET_HERE:  # each process makes its own settings (or, the peers, none)
-        env.pop(name, None)
+    env = user_environment()  # each process makes its own settings (or, the peers, none)
     records: list[SuiteRecord] = []
     for backend in backends:
         run_dir = out / backend
