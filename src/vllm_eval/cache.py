@@ -140,15 +140,26 @@ class OutputCache:
         self.stats = CacheStats()
         self._local = threading.local()
         self._lock = threading.Lock()
-        try:
-            conn = self._conn()
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS outputs (key BLOB PRIMARY KEY, dtype TEXT NOT NULL, shape TEXT NOT NULL, "
-                "data BLOB NOT NULL, checksum BLOB NOT NULL, created REAL NOT NULL)"
-            )
-        except sqlite3.Error as exc:
-            raise UsageError(f"--cache-dir {str(directory)!r}: {self.path} is not a usable cache ({exc})") from None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                conn = self._conn()
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS outputs (key BLOB PRIMARY KEY, dtype TEXT NOT NULL, "
+                    "shape TEXT NOT NULL, data BLOB NOT NULL, checksum BLOB NOT NULL, created REAL NOT NULL)"
+                )
+                break
+            except sqlite3.OperationalError as exc:
+                # Switching a new file to WAL answers "locked" at once, without the busy timeout,
+                # while another process is doing the same; that process finishes in milliseconds.
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise UsageError(
+                        f"--cache-dir {str(directory)!r}: {self.path} is not a usable cache ({exc})"
+                    ) from None
+                time.sleep(0.05)
+            except sqlite3.Error as exc:
+                raise UsageError(f"--cache-dir {str(directory)!r}: {self.path} is not a usable cache ({exc})") from None
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
