@@ -9,9 +9,18 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 VLLM_LO
 model=${MODELS_DIR:-/root/models}/tiny-qwen2-vl
 python3 -c "from vllm_eval.testing import build_tiny_qwen2_vl; build_tiny_qwen2_vl('$model')" 2>&1 | tail -2
 python3 -c "import transformers, vllm; print('transformers', transformers.__version__, 'vllm', vllm.__version__)" | tee "$out/versions.txt"
-[ "${SKIP_CLI:-}" ] || python3 -m vllm_eval.cli generate --model "$model" --tasks Digits --limit 40 --max-tokens 8 --dtype float32 \
-  --enforce-eager --max-missing 1 --output-dir "$out/digits" --no-progress --no-cache 2>&1 | grep -v "it/s\]\|^$" | tail -4
-python3 -c "import json; s=[json.loads(l) for l in open('$out/digits/samples.jsonl')]; \
+if [ -z "${SKIP_CLI:-}" ]; then
+  python3 -m vllm_eval.cli generate --model "$model" --tasks Digits --limit 40 --max-tokens 8 --dtype float32 \
+    --enforce-eager --max-missing 1 --output-dir "$out/digits" --no-progress --no-cache 2>&1 | grep -v "it/s\]\|^$" | tail -4
+  python3 -c "import json; s=[json.loads(l) for l in open('$out/digits/samples.jsonl')]; \
 print('Digits via the CLI:', len(s), 'samples,', len({x['output'] for x in s}), 'distinct outputs for one question text')" \
-  | tee "$out/images.txt"
-python3 scripts/gpu_vlm_images.py "$model" 2>&1 | grep "^position=" | tee -a "$out/images.txt"
+    | tee "$out/images.txt"
+fi
+[ "${SKIP_IMAGES:-}" ] || python3 scripts/gpu_vlm_images.py "$model" 2>&1 | grep "^position=" | tee -a "$out/images.txt"
+# Images in log-likelihood scoring: through the CLI, then parity with transformers and image order in-process
+python3 -m vllm_eval.cli generate --model "$model" --tasks Digits --limit 40 --scoring loglikelihood --dtype float32 \
+  --enforce-eager --output-dir "$out/digits-loglik" --no-progress --no-cache 2>&1 | grep -v "it/s\]\|^$" | tail -4
+python3 -c "import json; s=[json.loads(l) for l in open('$out/digits-loglik/samples.jsonl')]; \
+print('Digits loglikelihood via the CLI:', len(s), 'samples,', len({tuple(x['output']['loglikelihoods'].values()) for x in s}), \
+'distinct score vectors; prompt:', repr(s[0]['prompt'][:120]))" | tee "$out/loglik-cli.txt"
+python3 scripts/gpu_vlm_loglik.py "$model" "$out" 2>&1 | grep -v "it/s\]\|^$" | tail -20

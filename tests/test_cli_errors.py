@@ -140,8 +140,8 @@ CASES = [
     (["rerank", "--reranker", MINILM, "--backend", "st", "--preset", "qwen3-reranker"], "--preset needs --backend"),
     (["rerank", "--reranker", MINILM, "--data-parallel-size", "2"], "start one `vllm serve` per GPU"),
     (
-        ["generate", "--model", MINILM, "--tasks", "Digits", "--scoring", "loglikelihood"],
-        "--scoring loglikelihood is for text tasks; Digits shows images",
+        ["generate", "--backend", "hf", "--model", MINILM, "--tasks", "Digits", "--scoring", "loglikelihood"],
+        "--backend hf is text-only; Digits shows images",
     ),
     (
         [

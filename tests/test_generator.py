@@ -202,8 +202,10 @@ def test_loglikelihood_scoring_runs_without_parsing(generator, tmp_path):
     )
     assert res["metrics"]["missing"] == 0 and res["metrics"]["n_samples"] == 4
     assert set(res["samples"][0]["output"]["loglikelihoods"]) == {"negative", "positive"}
-    with pytest.raises(ValueError, match="text tasks"):
-        run_multiple_choice(generator, get_generative_task("Digits"), scoring="loglikelihood", limit=2)
+    # The engine is text-only: images are refused before a request, for scoring and generation alike.
+    for scoring in ("loglikelihood", "generate"):
+        with pytest.raises(ValueError, match="takes no images .*text-only model"):
+            run_multiple_choice(generator, get_generative_task("Digits"), scoring=scoring, limit=2)
 
 
 def test_digits_task_loads_real_images():

@@ -1170,9 +1170,6 @@ def _check_generator_options(args: argparse.Namespace, cls: type, tasks: list[An
                 f"--scoring loglikelihood needs exact prompt log-probabilities, which --backend "
                 f"{args.backend} cannot give; use --scoring generate"
             )
-        images = [t.name for t in tasks if t.modality != "text"]
-        if images:
-            raise UsageError(f"--scoring loglikelihood is for text tasks; {', '.join(images)} shows images")
     if not cls.supports_images:
         images = [t.name for t in tasks if t.modality != "text"]
         if images:

@@ -278,6 +278,81 @@ def build_tiny_llava(out_dir: str | Path, seed: int = 0, image_size: int = 28) -
     return out
 
 
+def build_tiny_idefics3(out_dir: str | Path, seed: int = 0, image_size: int = 56) -> Path:
+    """Save a tiny randomly initialised ``Idefics3ForConditionalGeneration`` (SmolVLM's architecture)
+    with its processor.
+
+    Vision: SigLIP-style, patch 14 on ``image_size`` px (16 patches for 56 px), hidden 64, 2 layers;
+    the connector's pixel shuffle (scale 2) leaves 4 image tokens per image. No image splitting: one
+    global tile per image. Text: Llama, hidden 128, 4 heads of 32, 2 layers. The ChatML template
+    renders an image part as ``<image>``, which the processor (transformers, or vLLM's) expands to
+    ``<fake_token_around_image><global-img><image>×4<fake_token_around_image>``. Weights from
+    ``torch.manual_seed(seed)``, float32. Idefics3's image processor runs on PIL without torchvision,
+    so vLLM's CPU build runs this model. A plumbing model: its answers mean nothing.
+
+    Returns:
+        The model directory.
+    """
+    import torch
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = _tiny_tokenizer(("<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"))
+    torch.manual_seed(seed)
+    scale = 2
+    text = dict(
+        model_type="llama",
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    vision = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=image_size,
+        patch_size=14,
+    )
+    config = Idefics3Config(
+        vision_config=vision,
+        text_config=text,
+        scale_factor=scale,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Idefics3ForConditionalGeneration(config).to(torch.float32)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    image_processor = Idefics3ImageProcessorPil(
+        do_image_splitting=False,
+        size={"longest_edge": image_size},
+        max_image_size={"longest_edge": image_size},
+    )
+    processor = Idefics3Processor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_len=(image_size // 14) ** 2 // scale**2,
+        chat_template=CHATML_TEMPLATE,
+    )
+    processor.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 #: The Qwen2-VL chat template of :func:`build_tiny_qwen2_vl`: :data:`CHATML_TEMPLATE` with an image part
 #: as ``<|vision_start|><|image_pad|><|vision_end|>`` (the processor expands the pad to the image's tokens).
 QWEN2_VL_TEMPLATE = CHATML_TEMPLATE.replace("{{- '<image>' }}", "{{- '<|vision_start|><|image_pad|><|vision_end|>' }}")

@@ -137,42 +137,55 @@ class GeneratorBase(BackendBase, ABC):
         """One image as a chat content part (in-process: ``image_pil``; remote: a data URL)."""
 
     @abstractmethod
-    def render(self, text: str) -> str:
-        """The prompt of a text-only sample as recorded in the samples file."""
+    def render(self, text: str, images: Sequence[Any] = ()) -> str:
+        """The prompt of a sample as recorded in the samples file (images as placeholders or a note)."""
 
     @abstractmethod
     def _generate_chunk(self, chunk: list[tuple[str, Sequence[Any]]], offset: int) -> list[Generation]:
         """One :class:`Generation` per ``(text, images)`` sample of ``chunk`` (``offset``: index of its first)."""
 
-    def _continuation_logprobs(self, token_ids: list[list[int]], starts: list[int], names: list[str]) -> np.ndarray:
+    def _continuation_logprobs(
+        self,
+        token_ids: list[list[int]],
+        starts: list[int],
+        names: list[str],
+        images: list[Sequence[Any]] | None = None,
+    ) -> np.ndarray:
         """The log-likelihood hook: for each sequence, the sum over positions ``t >= starts[i]`` of
         log P(token_ids[i][t] | token_ids[i][:t]), float64 (n,), in nats. ``names`` name the inputs
-        in errors. Backends that declare :attr:`supports_loglikelihood` implement it."""
+        in errors. ``images[i]`` (when given) are the images of sequence ``i``, whose context holds
+        one placeholder per image for the backend to expand. Backends that declare
+        :attr:`supports_loglikelihood` implement it (with images if they declare :attr:`supports_images`)."""
         raise NotImplementedError
 
-    def loglikelihoods(self, contexts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
+    def loglikelihoods(
+        self,
+        contexts: Sequence[str],
+        continuations: Sequence[str],
+        images: Sequence[Sequence[Any]] | None = None,
+    ) -> np.ndarray:
         """Sum of log P(continuation tokens | rendered context), float64 (n,), in nats.
 
         As lm-evaluation-harness does it: each context is rendered with the chat template (unless
         ``raw_prompts``), the continuation is tokenized on its own and appended, and the backend
         reads the log-probabilities of the continuation's tokens (:meth:`_continuation_logprobs`);
-        nothing is generated or parsed. With a cache in use, stored scores of the same identity,
-        rendered context and continuation are reused.
+        nothing is generated or parsed. ``images[i]``, when given, are shown with context ``i``
+        (placed as in generation; lmms-eval's vLLM backend scores no images this way). With a cache
+        in use, stored scores of the same identity, rendered context, images and continuation are reused.
 
         Raises:
-            UsageError: the backend cannot score log-likelihoods (:attr:`supports_loglikelihood`),
-                an empty continuation, or mismatched lengths.
+            UsageError: the backend cannot score log-likelihoods (:attr:`supports_loglikelihood`)
+                or show images (:attr:`supports_images`), an empty continuation, or mismatched lengths.
         """
-        if not self.supports_loglikelihood:
-            raise UsageError(
-                f"{type(self).__name__} cannot score log-likelihoods (exact prompt token log-probabilities "
-                "need a local model); use generation scoring"
-            )
-        if len(contexts) != len(continuations):
-            raise UsageError(f"{len(contexts)} contexts but {len(continuations)} continuations")
-        rendered = [self.render(ctx) for ctx in contexts]
+        images = self._check_loglikelihood_inputs(contexts, continuations, images)
+        shown: Sequence[Sequence[Any]] = images if images is not None else [()] * len(contexts)
+        rendered = [self.render(ctx, ims) for ctx, ims in zip(contexts, shown)]
         self._record(zip(contexts, continuations, strict=True))
-        keys, hits = self._cached([["loglikelihood", r, c] for r, c in zip(rendered, continuations)])
+        inputs: list[list[Any]] = [["loglikelihood", r, c] for r, c in zip(rendered, continuations)]
+        if images is not None:  # text-only keys stay as they were
+            for key, ims in zip(inputs, shown):
+                key.append(self._sample_input("", ims)["images"])
+        keys, hits = self._cached(inputs)
         todo = [i for i in range(len(contexts)) if not keys or keys[i] not in hits]
         scores = np.zeros(len(contexts), dtype=np.float64)
         for i, key in enumerate(keys):
@@ -196,7 +209,8 @@ class GeneratorBase(BackendBase, ABC):
                     starts.append(len(ctx_ids))
                     self.counters.compute_tokens += len(ctx_ids) + len(cont_ids)
                 names = [f"context {contexts[i]!r:.60}" for i in chunk]
-                scores[chunk] = self._continuation_logprobs(token_ids, starts, names)
+                chunk_images = None if images is None else [shown[i] for i in chunk]
+                scores[chunk] = self._continuation_logprobs(token_ids, starts, names, chunk_images)
                 if keys:
                     self.cache.put_many((keys[i], scores[i : i + 1]) for i in chunk)
                 advance(len(chunk))
@@ -204,10 +218,30 @@ class GeneratorBase(BackendBase, ABC):
         self.counters.tokens += self.counters.compute_tokens - tokens_before
         return scores
 
-    def messages(self, text: str, images: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    def _check_loglikelihood_inputs(
+        self, contexts: Sequence[str], continuations: Sequence[str], images: Sequence[Sequence[Any]] | None
+    ) -> Sequence[Sequence[Any]] | None:
+        """``images``, or None when no context shows one; raises the UsageErrors of :meth:`loglikelihoods`."""
+        if not self.supports_loglikelihood:
+            raise UsageError(
+                f"{type(self).__name__} cannot score log-likelihoods (exact prompt token log-probabilities "
+                "need a local model); use generation scoring"
+            )
+        if len(contexts) != len(continuations) or (images is not None and len(images) != len(contexts)):
+            n_images = "" if images is None else f" and {len(images)} image lists"
+            raise UsageError(f"{len(contexts)} contexts but {len(continuations)} continuations{n_images}")
+        if images is None or not any(images):
+            return None
+        if not self.supports_images:
+            raise UsageError(f"{type(self).__name__} is text-only; its log-likelihoods cannot show images")
+        return images
+
+    def messages(self, text: str, images: Sequence[Any] = (), *, placeholders: bool = False) -> list[dict[str, Any]]:
         """The chat messages for one sample: system prompt (or merged), images, text.
 
-        Images become content parts (:meth:`image_part`) placed before or after the text.
+        Images become content parts (:meth:`image_part`, or ``{"type": "image"}`` with
+        ``placeholders``: what Hugging Face chat templates render as the model's image token)
+        placed before or after the text.
 
         Raises:
             OptionError: ``text`` is not a str.
@@ -217,7 +251,7 @@ class GeneratorBase(BackendBase, ABC):
         if self.system_prompt and not self.system_role:
             text = f"{self.system_prompt}\n\n{text}"
         if images:
-            parts: list[dict[str, Any]] = [self.image_part(im) for im in images]
+            parts: list[dict[str, Any]] = [{"type": "image"} if placeholders else self.image_part(im) for im in images]
             text_part = {"type": "text", "text": text}
             content: Any = parts + [text_part] if self.image_position == "before" else [text_part] + parts
         else:
@@ -327,12 +361,13 @@ class LocalChatTemplate:
                 logger.info("chat template rejects a system turn (%s); merging it into the user turn", exc)
                 self.system_role = False
 
-    def render(self, text: str) -> str:
-        """The text prompt the model sees for a text-only sample (chat template applied)."""
+    def render(self, text: str, images: Sequence[Any] = ()) -> str:
+        """The text prompt the model sees (chat template applied), one image placeholder per image
+        (raw prompts carry their own)."""
         if self.raw_prompts:
             return text
         return self.tokenizer.apply_chat_template(
-            self.messages(text),  # type: ignore[attr-defined]
+            self.messages(text, images, placeholders=True),  # type: ignore[attr-defined]
             chat_template=self.chat_template,
             tokenize=False,
             add_generation_prompt=True,

@@ -94,8 +94,15 @@ class TransformersGenerator(LocalChatTemplate, GeneratorBase):
         """
         raise UsageError("the hf generator backend is text-only; use --backend vllm for image tasks")
 
-    def _continuation_logprobs(self, token_ids: list[list[int]], starts: list[int], names: list[str]) -> np.ndarray:
-        """One forward pass per batch of right-padded sequences; ``log_softmax`` of the logits in float32."""
+    def _continuation_logprobs(
+        self,
+        token_ids: list[list[int]],
+        starts: list[int],
+        names: list[str],
+        images: list[Sequence[Any]] | None = None,
+    ) -> np.ndarray:
+        """One forward pass per batch of right-padded sequences; ``log_softmax`` of the logits in float32
+        (text only: :attr:`supports_images` is False, so ``images`` never arrive)."""
         import torch
 
         out = np.zeros(len(token_ids), dtype=np.float64)

@@ -78,12 +78,12 @@ class RemoteGenerator(RemoteBackend, GeneratorBase):
         """One image as an ``image_url`` part holding a PNG data URL."""
         return {"type": "image_url", "image_url": {"url": image_data_url(image)}}
 
-    def render(self, text: str) -> str:
+    def render(self, text: str, images: Sequence[Any] = ()) -> str:
         """The prompt as recorded: the text itself for raw prompts, else the chat messages as JSON
-        (the server applies its chat template)."""
+        (the server applies its chat template; images as ``{"type": "image"}`` parts)."""
         if self.raw_prompts:
             return text
-        return json.dumps(self.messages(text), ensure_ascii=False)
+        return json.dumps(self.messages(text, images, placeholders=True), ensure_ascii=False)
 
     def _one(self, sample: tuple[str, Sequence[Any]]) -> Generation:
         text, images = sample

@@ -127,7 +127,13 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             )
         return results
 
+    def _check_images(self, images: Sequence[Sequence[Any]]) -> None:
+        """Raises UsageError when images are sent to a model vLLM loaded as text-only."""
+        if any(images) and not self.llm.model_config.is_multimodal_model:
+            raise UsageError(f"model {self.model!r} takes no images (vLLM loads it as a text-only model)")
+
     def _run(self, chunk: list[tuple[str, Sequence[Any]]]):
+        self._check_images([images for _, images in chunk])
         if self.raw_prompts:
             prompts = []
             for text, images in chunk:
@@ -147,10 +153,35 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                 add_generation_prompt=True,
             )
 
+    def _check_lengths(self, token_ids: list[list[int]], names: list[str]) -> None:
+        """Raises UsageError naming the first sequence with no position left for the generated token."""
+        limit = int(self.llm.model_config.max_model_len)
+        for ids, name in zip(token_ids, names, strict=True):
+            if len(ids) >= limit:
+                raise UsageError(
+                    f"{name} and its continuation are {len(ids)} tokens; the engine's max_model_len is {limit} "
+                    "(raise --max-model-len, or shorten the context)"
+                )
+
+    @staticmethod
+    def _token_prompt(ids: Sequence[int], images: list[Any]) -> Any:
+        """A ``TokensPrompt``; with images, vLLM expands their placeholders in ``ids``."""
+        from vllm.inputs import TokensPrompt
+
+        if not images:
+            return TokensPrompt(prompt_token_ids=list(ids))
+        return TokensPrompt(prompt_token_ids=list(ids), multi_modal_data={"image": images})
+
     #: Score one-token continuations of one context in one request (see :meth:`_continuation_logprobs`).
     shared_context_scoring: bool = True
 
-    def _continuation_logprobs(self, token_ids: list[list[int]], starts: list[int], names: list[str]) -> np.ndarray:
+    def _continuation_logprobs(
+        self,
+        token_ids: list[list[int]],
+        starts: list[int],
+        names: list[str],
+        images: list[Sequence[Any]] | None = None,
+    ) -> np.ndarray:
         """Log-probabilities of each continuation, read from the engine (nats, float64).
 
         Options whose continuation is one token (answer letters, ``yes``/``no``, short labels) are
@@ -160,23 +191,29 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
         once instead of once per option, and without ``prompt_logprobs`` the request may reuse the
         prefix cache (a few-shot prefix shared by every question). Longer continuations are appended
         to the context and read from ``prompt_logprobs`` (lm-evaluation-harness's way).
+
+        With ``images``, each request carries its images (``multi_modal_data``) and vLLM expands the
+        context's placeholders into image tokens; the continuation's positions are counted from the
+        end of the expanded prompt. Options group only with options of the same image objects.
         """
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
-        limit = int(self.llm.model_config.max_model_len)
-        for ids, name in zip(token_ids, names, strict=True):
-            if len(ids) >= limit:  # one position must stay free for the token the request generates
-                raise UsageError(
-                    f"{name} and its continuation are {len(ids)} tokens; the engine's max_model_len is {limit} "
-                    "(raise --max-model-len, or shorten the context)"
-                )
+        self._check_lengths(token_ids, names)
         scores = np.zeros(len(token_ids), dtype=np.float64)
-        groups: dict[tuple[int, ...], list[int]] = {}
+        shown: list[Sequence[Any]] = list(images) if images is not None else [()] * len(token_ids)
+        self._check_images(shown)
+        pil: dict[int, Any] = {}  # one conversion per image object, shared by the options that show it
+
+        def prompt(ids: Sequence[int], j: int) -> Any:
+            return self._token_prompt(ids, [pil.setdefault(id(im), to_pil(im)) for im in shown[j]])
+
+        # The key holds the image objects' ids: the caller keeps them alive, and equal pixels in two
+        # objects only cost a second request.
+        groups: dict[tuple[Any, ...], list[int]] = {}
         rest: list[int] = []
         for j, (ids, start) in enumerate(zip(token_ids, starts, strict=True)):
             if self.shared_context_scoring and len(ids) - start == 1:
-                groups.setdefault(tuple(ids[:start]), []).append(j)
+                groups.setdefault((tuple(ids[:start]), tuple(map(id, shown[j]))), []).append(j)
             else:
                 rest.append(j)
         for ctx in [c for c, js in groups.items() if len({token_ids[j][-1] for j in js}) > _MAX_SCORED_TOKENS]:
@@ -193,9 +230,10 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                 )
                 for ctx in contexts
             ]
-            outputs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=list(ctx)) for ctx in contexts], params, use_tqdm=False
-            )
+            with refusals_as_usage_errors("a context"):
+                outputs = self.llm.generate(
+                    [prompt(ctx[0], groups[ctx][0]) for ctx in contexts], params, use_tqdm=False
+                )
             raise_on_request_errors(outputs, lambda k: names[groups[contexts[k]][0]])
             for ctx, out in zip(contexts, outputs, strict=True):
                 first = out.outputs[0].logprobs[0]
@@ -203,11 +241,11 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                     scores[j] = first[token_ids[j][-1]].logprob
         if rest:
             params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, seed=seed)
-            outputs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=token_ids[j]) for j in rest], params, use_tqdm=False
-            )
+            with refusals_as_usage_errors("a context"):
+                outputs = self.llm.generate([prompt(token_ids[j], j) for j in rest], params, use_tqdm=False)
             raise_on_request_errors(outputs, lambda k: names[rest[k]])
             for j, out in zip(rest, outputs, strict=True):
-                ids = token_ids[j]
-                scores[j] = sum(out.prompt_logprobs[t][ids[t]].logprob for t in range(starts[j], len(ids)))
+                ids = list(out.prompt_token_ids)  # with images: the placeholders expanded
+                first = len(ids) - (len(token_ids[j]) - starts[j])
+                scores[j] = sum(out.prompt_logprobs[t][ids[t]].logprob for t in range(first, len(ids)))
         return scores

@@ -202,7 +202,7 @@ def run_multiple_choice(
     Args:
         answer_format: how the answer is asked for and parsed (``scoring="generate"`` only).
         scoring: ``generate`` (sample, parse) or ``loglikelihood`` (argmax over options of
-            the summed log-probability of the option's tokens; text tasks only).
+            the summed log-probability of the option's tokens, images shown as in generation).
         letters: name options by letter (default: the task's choice).
         reasoning: ask for brief reasoning before the answer.
         limit: evaluate the first ``limit`` samples only.
@@ -215,14 +215,14 @@ def run_multiple_choice(
 
     Raises:
         MissingAnswersError: more missing answers than the budget (files already written).
-        UsageError: log-likelihood scoring of an image task, an unknown format or scoring.
+        UsageError: an image task for a text-only generator, an unknown format or scoring.
     """
     from ..results import package_versions, write_task_results
 
     if scoring not in ("generate", "loglikelihood"):
         raise UsageError(f"scoring must be 'generate' or 'loglikelihood', got {scoring!r}")
-    if scoring == "loglikelihood" and task.modality != "text":
-        raise UsageError(f"log-likelihood scoring is for text tasks; {task.name} shows images")
+    if task.modality != "text" and not getattr(generator, "supports_images", True):
+        raise UsageError(f"{type(generator).__name__} is text-only; {task.name} shows images")
     letters = task.letters if letters is None else letters
     items = task.load()[: limit if limit else None]
     budget = _budget(max_missing, len(items))
@@ -244,14 +244,15 @@ def run_multiple_choice(
                 }
             )
     else:
-        contexts, conts, owners = [], [], []
+        contexts, conts, owners, shown = [], [], [], []
         for k, it in enumerate(items):
             ctx = build_prompt(it, "raw", letters=letters)
             for i, opt in enumerate(it.options):
                 contexts.append(ctx)
                 conts.append(LETTERS[i] if letters else opt)
                 owners.append(k)
-        scores = generator.loglikelihoods(contexts, conts)
+                shown.append(it.images)  # the same objects for every option: one request per question
+        scores = generator.loglikelihoods(contexts, conts, shown if any(shown) else None)
         per_item: list[list[float]] = [[] for _ in items]
         for k, s in zip(owners, scores):
             per_item[k].append(float(s))
@@ -260,7 +261,7 @@ def run_multiple_choice(
             samples.append(
                 {
                     "id": it.id,
-                    "prompt": generator.render(build_prompt(it, "raw", letters=letters)),
+                    "prompt": generator.render(build_prompt(it, "raw", letters=letters), it.images),
                     "output": {"loglikelihoods": dict(zip(it.options, s))},
                     "parsed": it.options[p],
                     "target": it.options[it.target],

@@ -1,0 +1,100 @@
+"""A vision-language model through vLLM's CPU build: a tiny random Idefics3 (SmolVLM's architecture),
+whose image processor needs no torchvision. Generation with images, and images in log-likelihood
+scoring against transformers (plumbing only: the model's answers mean nothing)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from vllm_eval.generator.base import to_pil
+from vllm_eval.tasks.generative import get_generative_task, run_multiple_choice
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory):
+    from vllm_eval.generator import VllmGenerator
+    from vllm_eval.testing import build_tiny_idefics3
+
+    path = build_tiny_idefics3(tmp_path_factory.mktemp("models") / "tiny-idefics3")
+    with VllmGenerator(
+        str(path), dtype="float32", max_images_per_prompt=2, sampling={"max_tokens": 6}, show_progress_bar=False
+    ) as g:
+        yield g
+
+
+def _digits(n: int) -> list[np.ndarray]:
+    return [it.images[0] for it in get_generative_task("Digits").load()[:n]]
+
+
+def _reference(model: str, rendered: list[str], conts: list[str], images: list[list]) -> np.ndarray:
+    """Sum of log P(continuation | context with images) from transformers' Idefics3, float64 nats."""
+    from transformers import AutoProcessor, Idefics3ForConditionalGeneration
+
+    proc = AutoProcessor.from_pretrained(model)
+    lm = Idefics3ForConditionalGeneration.from_pretrained(model, dtype=torch.float32).eval()
+    out = []
+    for text, cont, ims in zip(rendered, conts, images, strict=True):
+        enc = proc(text=[text], images=[[to_pil(im) for im in ims]], return_tensors="pt")
+        k = proc.tokenizer(cont, add_special_tokens=False)["input_ids"]
+        ids = torch.cat([enc["input_ids"], torch.tensor([k])], dim=1)
+        with torch.no_grad():
+            logits = lm(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                pixel_values=enc["pixel_values"],
+                pixel_attention_mask=enc["pixel_attention_mask"],
+            ).logits[0]
+        logp = torch.log_softmax(logits.double(), -1)
+        n = ids.shape[1] - len(k)
+        out.append(sum(logp[n + i - 1, t].item() for i, t in enumerate(k)))
+    return np.asarray(out)
+
+
+def test_images_reach_the_model(vlm):
+    a, b = _digits(2)
+    q = "Which digits are shown?"
+    outs = vlm.generate([(q, ()), (q, [a]), (q, [b]), (q, [a, b]), (q, [b, a])])
+    tokens = [o.prompt_tokens for o in outs]
+    # each image's placeholder is expanded by vLLM (<fake><global-img><image>x4<fake> and kin): same growth per image
+    per_image = tokens[1] - tokens[0]
+    assert per_image >= 6 and tokens[2] == tokens[1] and tokens[3] - tokens[0] == tokens[4] - tokens[0] == 2 * per_image
+    assert "<image>" in outs[1].prompt and "<image>" not in outs[0].prompt
+    assert len({o.output for o in outs[1:]}) > 1  # different images (or order), different answers
+
+
+def test_loglikelihoods_with_images_match_transformers(vlm):
+    a, b, c = _digits(3)
+    q = "Which digit is shown?"
+    # one-token options of one context and images (one request), multi-token options, two images
+    contexts = [q] * 4 + [q] * 2 + ["Which digits, in order?"] * 2
+    conts = ["3", "7", "3", "7", " three", " seven", "0", "1"]
+    shown = [[a], [a], [b], [b], [c], [c], [a, b], [b, a]]
+    got = vlm.loglikelihoods(contexts, conts, shown)
+    vlm.shared_context_scoring = False  # every option through prompt_logprobs: the same numbers
+    try:
+        np.testing.assert_allclose(vlm.loglikelihoods(contexts, conts, shown), got, atol=1e-5)
+    finally:
+        vlm.shared_context_scoring = True
+    rendered = [vlm.render(ctx, ims) for ctx, ims in zip(contexts, shown)]
+    assert rendered[6].count("<image>") == 2 and rendered[0].index("<image>") < rendered[0].index(q)
+    ref = _reference(vlm.model, rendered, conts, shown)
+    delta = float(np.max(np.abs(got - ref)))
+    print(f"loglikelihood with images |vLLM - transformers| max = {delta:.2e}")
+    assert delta <= 1e-4
+    assert not np.allclose(got[0:2], got[2:4], atol=1e-4)  # another image, other scores for the same options
+    text_only = vlm.loglikelihoods(contexts[:2], conts[:2])
+    assert not np.allclose(text_only, got[0:2], atol=1e-4)
+
+
+def test_image_task_scored_by_loglikelihood(vlm, tmp_path):
+    res = run_multiple_choice(vlm, get_generative_task("Digits"), scoring="loglikelihood", limit=6, output_dir=tmp_path)
+    assert res["metrics"]["n_samples"] == 6 and res["metrics"]["missing"] == 0
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert all(s["prompt"].count("<image>") == 1 for s in samples)
+    # each sample's scores come from its own image: six images, six different score vectors
+    vectors = {tuple(round(v, 5) for v in s["output"]["loglikelihoods"].values()) for s in samples}
+    assert len(vectors) == 6
