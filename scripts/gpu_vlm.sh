@@ -17,10 +17,9 @@ print('Digits via the CLI:', len(s), 'samples,', len({x['output'] for x in s}), 
     | tee "$out/images.txt"
 fi
 [ "${SKIP_IMAGES:-}" ] || python3 scripts/gpu_vlm_images.py "$model" 2>&1 | grep "^position=" | tee -a "$out/images.txt"
-# Images in log-likelihood scoring: through the CLI, then parity with transformers and image order in-process
+# Images in log-likelihood scoring through the CLI (parity with transformers: tests/test_vlm.py, CPU build)
 python3 -m vllm_eval.cli generate --model "$model" --tasks Digits --limit 40 --scoring loglikelihood --dtype float32 \
   --enforce-eager --output-dir "$out/digits-loglik" --no-progress --no-cache 2>&1 | grep -v "it/s\]\|^$" | tail -4
 python3 -c "import json; s=[json.loads(l) for l in open('$out/digits-loglik/samples.jsonl')]; \
 print('Digits loglikelihood via the CLI:', len(s), 'samples,', len({tuple(x['output']['loglikelihoods'].values()) for x in s}), \
 'distinct score vectors; prompt:', repr(s[0]['prompt'][:120]))" | tee "$out/loglik-cli.txt"
-python3 scripts/gpu_vlm_loglik.py "$model" "$out" 2>&1 | grep -v "it/s\]\|^$" | tail -20
