@@ -83,7 +83,8 @@ def generator(test_models):
 
 @pytest.fixture()
 def cli_in_process(monkeypatch, capsys):
-    """``call(*argv) -> (exit code, stderr)`` running ``vllm_eval.cli.main`` in this process.
+    """``call(*argv) -> (exit code, stderr)`` running ``vllm_eval.cli.main`` in this process
+    (``call.stdout``: the last call's stdout).
 
     Logging is left as pytest set it up, the environment is restored afterwards, and the session's
     engines survive (``main`` shuts down every engine of its process when it ends).
@@ -96,7 +97,9 @@ def cli_in_process(monkeypatch, capsys):
 
     def call(*argv: str) -> tuple[int, str]:
         code = cli.main(list(argv))
-        return code, capsys.readouterr().err
+        captured = capsys.readouterr()
+        call.stdout = captured.out  # type: ignore[attr-defined]
+        return code, captured.err
 
     yield call
     os.environ.clear()

@@ -1,4 +1,5 @@
-"""The `vllm-eval` command end to end, in a fresh process (exit codes included)."""
+"""The `vllm-eval` command end to end: in a fresh process where the process itself is under test (entry
+points, piped output, the engine's log), else in this one (same ``main``, exit codes, files; shared engines)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ def test_version_and_python_dash_m():
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "'bogus'" in proc.stderr
 
 
-def test_tasks_lists_the_offline_suite():
-    proc = run_cli("tasks", "--json")
-    assert proc.returncode == 0, proc.stderr
-    rows = json.loads(proc.stdout)
+def test_tasks_lists_the_offline_suite(cli_in_process):
+    code, err = cli_in_process("tasks", "--json")
+    assert code == 0, err
+    rows = json.loads(cli_in_process.stdout)
     assert [r["name"] for r in rows if r["kind"] == "generative"] == ["PangLeePolarity", "Digits"]
     names = [row["name"] for row in rows if row["kind"] == "mteb"]
     assert names == [
@@ -34,23 +35,23 @@ def test_tasks_lists_the_offline_suite():
     ]
 
 
-def test_unknown_task_lists_close_names():
-    proc = run_cli("run", "--tasks", "LeeDocSimilarty")
-    assert proc.returncode == 2
-    assert "unknown task 'LeeDocSimilarty'" in proc.stderr and "LeeDocSimilarity" in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_unknown_task_lists_close_names(cli_in_process):
+    code, err = cli_in_process("run", "--tasks", "LeeDocSimilarty")
+    assert code == 2
+    assert "unknown task 'LeeDocSimilarty'" in err and "LeeDocSimilarity" in err
+    assert "Traceback" not in err
 
 
-def test_missing_model_path_is_named():
-    proc = run_cli("run", "--model", "/no/such/model", "--tasks", "WordSim353")
-    assert proc.returncode == 2
-    assert "/no/such/model" in proc.stderr and "Traceback" not in proc.stderr
+def test_missing_model_path_is_named(cli_in_process):
+    code, err = cli_in_process("run", "--model", "/no/such/model", "--tasks", "WordSim353")
+    assert code == 2
+    assert "/no/such/model" in err and "Traceback" not in err
 
 
-def test_unknown_engine_option_is_named():
-    proc = run_cli("run", "--tasks", "WordSim353", "--max-model-length", "128")
-    assert proc.returncode == 2
-    assert "max_model_length" in proc.stderr and "max_model_len" in proc.stderr
+def test_unknown_engine_option_is_named(cli_in_process):
+    code, err = cli_in_process("run", "--tasks", "WordSim353", "--max-model-length", "128")
+    assert code == 2
+    assert "max_model_length" in err and "max_model_len" in err
 
 
 @pytest.mark.slow
@@ -101,24 +102,21 @@ def test_run_end_to_end_writes_results_and_exits_zero(tmp_path):
     assert "terminate called" not in proc.stderr
 
 
-def test_models_lists_the_registry():
-    proc = run_cli("models")
-    assert proc.returncode == 0, proc.stderr
-    assert "qwen3-reranker" in proc.stdout and "reranker" in proc.stdout
+def test_models_lists_the_registry(cli_in_process):
+    code, err = cli_in_process("models")
+    assert code == 0, err
+    assert "qwen3-reranker" in cli_in_process.stdout and "reranker" in cli_in_process.stdout
 
 
 @pytest.mark.slow
-def test_rerank_two_stages_end_to_end(tmp_path):
-    from vllm_eval.testing import build_minilm_cross_encoder
-
-    model = build_minilm_cross_encoder(tmp_path / "ce")
+def test_rerank_two_stages_end_to_end(cli_in_process, tmp_path, test_models, vllm_cross):
     out = tmp_path / "res"
-    proc = run_cli(
+    code, err = cli_in_process(
         "rerank",
         "--first-stage",
         "bm25s",
         "--reranker",
-        str(model),
+        str(test_models["cross"]),
         "--top-k",
         "5",
         "--tasks",
@@ -127,27 +125,25 @@ def test_rerank_two_stages_end_to_end(tmp_path):
         str(out),
         "--no-progress",
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "first" in proc.stdout and "rerank" in proc.stdout and proc.stdout.count("ndcg_at_10") == 2
+    assert code == 0, err[-3000:]
+    stdout = cli_in_process.stdout
+    assert "first" in stdout and "rerank" in stdout and stdout.count("ndcg_at_10") == 2
     assert (out / "stage1" / "summary.json").is_file() and (out / "stage2" / "summary.json").is_file()
     stage2 = json.loads((out / "stage2" / "summary.json").read_text())
     assert stage2["top_k"] == 5 and stage2["scores"][0]["stage"] == "rerank"
 
 
-def test_rerank_refuses_a_model_without_head_or_recipe(tmp_path):
-    from vllm_eval.testing import build_tiny_qwen3
-
-    model = build_tiny_qwen3(tmp_path / "tiny-qwen3")
-    proc = run_cli("rerank", "--reranker", str(model), "--top-k", "5", "--no-progress")
-    assert proc.returncode == 2
-    assert "neither a classifier head nor a registered reranker recipe" in proc.stderr
+def test_rerank_refuses_a_model_without_head_or_recipe(cli_in_process, test_models):
+    code, err = cli_in_process("rerank", "--reranker", str(test_models["qwen3"]), "--top-k", "5", "--no-progress")
+    assert code == 2
+    assert "neither a classifier head nor a registered reranker recipe" in err
 
 
 @pytest.mark.slow
-def test_generate_end_to_end_both_scorings(tmp_path, test_models):
+def test_generate_end_to_end_both_scorings(cli_in_process, tmp_path, test_models, generator):
     model = str(test_models["qwen3"])
     out = tmp_path / "gen"
-    proc = run_cli(
+    code, err = cli_in_process(
         "generate",
         "--model",
         model,
@@ -165,13 +161,13 @@ def test_generate_end_to_end_both_scorings(tmp_path, test_models):
         str(out),
         "--no-progress",
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "accuracy" in proc.stdout and "macro-F1" in proc.stdout
+    assert code == 0, err[-3000:]
+    assert "accuracy" in cli_in_process.stdout and "macro-F1" in cli_in_process.stdout
     results = json.loads((out / "results.json").read_text())
     assert results["config"]["answer_format"] == "xml" and results["config"]["sampling"]["max_tokens"] == 8
     assert len((out / "samples.jsonl").read_text().splitlines()) == 8
     out2 = tmp_path / "ll"
-    proc = run_cli(
+    code, err = cli_in_process(
         "generate",
         "--model",
         model,
@@ -185,10 +181,10 @@ def test_generate_end_to_end_both_scorings(tmp_path, test_models):
         str(out2),
         "--no-progress",
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert code == 0, err[-3000:]
     assert json.loads((out2 / "results.json").read_text())["metrics"]["missing"] == 0
     out3 = tmp_path / "strict"
-    proc = run_cli(
+    code, err = cli_in_process(
         "generate",
         "--model",
         model,
@@ -204,10 +200,10 @@ def test_generate_end_to_end_both_scorings(tmp_path, test_models):
         str(out3),
         "--no-progress",
     )
-    assert proc.returncode == 1 and "budget of 0" in proc.stderr
+    assert code == 1 and "budget of 0" in err
     assert (out3 / "samples.jsonl").is_file()  # results are kept even when the run fails
 
 
-def test_generate_unknown_task(test_models):
-    proc = run_cli("generate", "--model", str(test_models["qwen3"]), "--task", "Nope")
-    assert proc.returncode == 2 and "unknown generative task 'Nope'" in proc.stderr
+def test_generate_unknown_task(cli_in_process, test_models):
+    code, err = cli_in_process("generate", "--model", str(test_models["qwen3"]), "--task", "Nope")
+    assert code == 2 and "unknown generative task 'Nope'" in err

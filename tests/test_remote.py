@@ -16,7 +16,7 @@ from vllm_eval.errors import EndpointError
 from vllm_eval.generator.remote import RemoteGenerator
 from vllm_eval.http import HttpOptions
 from vllm_eval.reranker.remote import RemoteReranker
-from vllm_eval.testing import JsonStubHandler, run_cli, stub_server, url_of
+from vllm_eval.testing import JsonStubHandler, stub_server, url_of
 
 
 def _http(urls, **kwargs) -> HttpOptions:
@@ -143,8 +143,8 @@ def test_remote_suite_matches_in_process(vllm_server, vllm_encoder):
     assert max(deltas.values()) <= 1e-4
 
 
-def test_cli_remote_backend(vllm_server, tmp_path):
-    proc = run_cli(
+def test_cli_remote_backend(cli_in_process, vllm_server, tmp_path):
+    code, err = cli_in_process(
         "run",
         "--backend",
         "remote",
@@ -155,12 +155,11 @@ def test_cli_remote_backend(vllm_server, tmp_path):
         "--output-dir",
         str(tmp_path),
         "--no-progress",
-        timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "WordSim353" in proc.stdout and (tmp_path / "summary.json").is_file()
-    proc = run_cli("run", "--backend", "remote", "--tasks", "WordSim353", timeout=120)
-    assert proc.returncode == 2 and "needs at least one --endpoint" in proc.stderr
+    assert code == 0, err[-2000:]
+    assert "WordSim353" in cli_in_process.stdout and (tmp_path / "summary.json").is_file()
+    code, err = cli_in_process("run", "--backend", "remote", "--tasks", "WordSim353")
+    assert code == 2 and "needs at least one --endpoint" in err
 
 
 def test_reranker_and_generator_share_load_keep_order_and_name_refusals(stubs):
@@ -198,7 +197,7 @@ def test_images_travel_as_png_data_urls():
     np.testing.assert_array_equal(back, img)
 
 
-def test_remote_reranker_matches_in_process(test_models, vllm_cross, tmp_path):
+def test_remote_reranker_matches_in_process(cli_in_process, test_models, vllm_cross, tmp_path):
     """A real `vllm serve` of the seeded MiniLM cross-encoder: /score and /rerank give the in-process scores."""
     from vllm_eval.tasks.data import lee_documents
     from vllm_eval.testing import serve_model
@@ -213,7 +212,7 @@ def test_remote_reranker_matches_in_process(test_models, vllm_cross, tmp_path):
                 got = rc.score_pairs(qs, ds)
             print(f"\nremote /{api} vs in-process: max |delta| {np.abs(got - ref).max():.2e}")
             np.testing.assert_allclose(got, ref, atol=1e-5)
-        proc = run_cli(
+        code, err = cli_in_process(
             "rerank",
             "--backend",
             "remote",
@@ -224,13 +223,12 @@ def test_remote_reranker_matches_in_process(test_models, vllm_cross, tmp_path):
             "--no-progress",
             "--output-dir",
             str(tmp_path),
-            timeout=300,
         )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "LeeKnownItemRetrieval" in proc.stdout and (tmp_path / "stage2").is_dir()
+    assert code == 0, err[-2000:]
+    assert "LeeKnownItemRetrieval" in cli_in_process.stdout and (tmp_path / "stage2").is_dir()
 
 
-def test_remote_generator_matches_in_process(test_models, generator, tmp_path):
+def test_remote_generator_matches_in_process(cli_in_process, test_models, generator, tmp_path):
     """A real `vllm serve` of the tiny Qwen3: greedy chat answers equal the in-process ones."""
     from vllm_eval.testing import serve_model
 
@@ -246,7 +244,7 @@ def test_remote_generator_matches_in_process(test_models, generator, tmp_path):
             got_sys = rg.generate(samples[:2])
         with RemoteGenerator(_http(url), sampling={"max_tokens": 12}, show_progress_bar=False) as rg:
             got = rg.generate(samples)
-        proc = run_cli(
+        code, err = cli_in_process(
             "generate",
             "--backend",
             "remote",
@@ -263,11 +261,10 @@ def test_remote_generator_matches_in_process(test_models, generator, tmp_path):
             "--no-progress",
             "--output-dir",
             str(tmp_path),
-            timeout=300,
         )
     assert [g.output for g in got] == [r.output for r in ref]
     assert [g.prompt_tokens for g in got] == [r.prompt_tokens for r in ref]
     assert all(g.prompt.startswith('[{"role": "system"') for g in got_sys)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert code == 0, err[-2000:]
     rows = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(r["target"] for r in rows)

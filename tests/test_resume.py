@@ -16,15 +16,13 @@ from vllm_eval.testing import cli_command, offline_env
 TASKS = ["WordSim353", "TwentyNewsgroupsMini"]
 
 
-def _run(out, cache, *extra: str) -> subprocess.CompletedProcess:
+def _args(out, cache) -> list[str]:
+    return ["run", "--tasks", *TASKS, "--chunk-size", "16", "--output-dir", str(out), "--cache-dir", str(cache)]
+
+
+def _run(out, cache) -> subprocess.CompletedProcess:
     return subprocess.run(
-        cli_command(
-            "run", "--tasks", *TASKS, "--chunk-size", "16", "--output-dir", str(out), "--cache-dir", str(cache), *extra
-        ),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=offline_env(),
+        cli_command(*_args(out, cache)), capture_output=True, text=True, timeout=600, env=offline_env()
     )
 
 
@@ -44,17 +42,17 @@ def _summary(out) -> dict:
 
 
 @pytest.mark.slow
-def test_kill_9_mid_task_then_rerun_finishes_with_equal_scores(tmp_path):
-    ref = _run(tmp_path / "ref", tmp_path / "ref-cache")
-    assert ref.returncode == 0, ref.stderr[-2000:]
+def test_kill_9_mid_task_then_rerun_finishes_with_equal_scores(cli_in_process, tmp_path):
+    # The uninterrupted reference runs in this process (same options, the session's engine); the
+    # killed run and its rerun are processes of their own.
+    code, err = cli_in_process(*_args(tmp_path / "ref", tmp_path / "ref-cache"))
+    assert code == 0, err[-2000:]
     reference = {s["task"]: s["main_score"] for s in _summary(tmp_path / "ref")["scores"]}
     distinct_news = next(s for s in _summary(tmp_path / "ref")["scores"] if s["task"] == TASKS[1])["cache_misses"]
 
     out, cache = tmp_path / "run", tmp_path / "cache"
     proc = subprocess.Popen(
-        cli_command(
-            "run", "--tasks", *TASKS, "--chunk-size", "16", "--output-dir", str(out), "--cache-dir", str(cache)
-        ),
+        cli_command(*_args(out, cache)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=offline_env(),

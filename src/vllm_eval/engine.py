@@ -222,15 +222,22 @@ def _set_env_default(name: str, value: str) -> None:
         ENV_SET_HERE.add(name)
 
 
-def _module_breaking_kernel_scan() -> str | None:
-    """The first loaded module holding an object whose ``vars()`` has no ``get``, or None.
+#: Modules that break vLLM's in-process kernel walk yet may be left out of ``sys.modules`` while an
+#: engine starts: llvmlite's library wrapper (loaded with numba, which bm25s loads) answers ``vars()``
+#: with a C function. Nothing in an engine's start uses it.
+_HIDEABLE_PREFIXES = ("llvmlite.",)
+
+
+def _modules_breaking_kernel_scan() -> list[str]:
+    """The loaded modules holding an object whose ``vars()`` has no ``get`` (empty: none).
 
     An in-process engine core on the CPU build walks every module's namespace and calls
-    ``vars(value).get(...)`` on each object with a ``__dict__`` (vLLM's triton kernel dispatcher);
-    llvmlite's ``_lib_fn_wrapper`` (loaded with numba) breaks that walk and the engine fails to start.
+    ``vars(value).get(...)`` on each object with a ``__dict__`` (vLLM's triton kernel dispatcher,
+    ``_rebind_kernels``); one such object makes the engine fail to start.
     """
     import warnings
 
+    found = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # touching deprecated attributes warns; vLLM's walk touches them too
         for name, module in list(sys.modules.items()):
@@ -239,30 +246,48 @@ def _module_breaking_kernel_scan() -> str | None:
                 continue
             for value in list(namespace.values()):
                 try:
-                    if hasattr(value, "__dict__") and not hasattr(vars(value), "get"):
-                        return name
+                    broken = hasattr(value, "__dict__") and not hasattr(vars(value), "get")
                 except Exception:  # an object that refuses vars() breaks the walk too
-                    return name
-    return None
+                    broken = True
+                if broken:
+                    found.append(name)
+                    break
+    return found
 
 
-def _choose_engine_core_process() -> None:
+def _choose_engine_core_process() -> list[str]:
     """CPU build: run vLLM's engine core in this process unless the user chose (``VLLM_ENABLE_V1_MULTIPROCESSING``).
 
     In-process, MiniLM's engine started in 6.7 s instead of 22.2 s on 2 cores (no second process
     re-importing vLLM and torch) and embedded as fast (13,871 vs 12,607 tok/s, fixed 130 tokens).
-    When a loaded module would break vLLM's in-process start (:func:`_module_breaking_kernel_scan`),
-    this engine gets its own process as vLLM's default.
+    Loaded modules that would break vLLM's in-process start (:func:`_modules_breaking_kernel_scan`)
+    are returned when they may be hidden while the engine starts (:data:`_HIDEABLE_PREFIXES`);
+    any other gives this engine its own process, as vLLM's default.
+
+    Returns:
+        Names of the modules to leave out of ``sys.modules`` while the engine starts.
     """
     name = "VLLM_ENABLE_V1_MULTIPROCESSING"
     if name in os.environ and name not in ENV_SET_HERE:
-        return
-    culprit = _module_breaking_kernel_scan()
-    if culprit:
-        logger.debug("engine core in its own process: module %s would break vLLM's in-process start", culprit)
-    os.environ[name] = "1" if culprit else "0"
+        return []
+    culprits = _modules_breaking_kernel_scan()
+    other = [m for m in culprits if not m.startswith(_HIDEABLE_PREFIXES)]
+    if other:
+        logger.debug("engine core in its own process: module %s would break vLLM's in-process start", other[0])
+    os.environ[name] = "1" if other else "0"
     ENV_SET_HERE.add(name)
     _reread_vllm_env()
+    return [] if other else culprits
+
+
+@contextmanager
+def _modules_hidden(names: list[str]) -> Iterator[None]:
+    """Leave ``names`` out of ``sys.modules`` inside the block; the same module objects afterwards."""
+    hidden = {n: sys.modules.pop(n) for n in names if n in sys.modules}
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
 
 
 def _reread_vllm_env() -> None:
@@ -332,8 +357,9 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
         # vLLM starts its engine core with `spawn` on CPU anyway; forcing it everywhere keeps a
         # CUDA context or OpenMP pool of ours from being forked into it.
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        hide: list[str] = []
         if on_cpu():
-            _choose_engine_core_process()
+            hide = _choose_engine_core_process()
             if (os.cpu_count() or 1) <= SMALL_CPU_CORES:
                 # vLLM's CPU worker keeps one core for its scheduler and computes on the rest: on a
                 # 2-core machine that is half the machine. The scheduler is idle while a pooling batch
@@ -344,7 +370,8 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
         logger.info("starting a vLLM engine for %s", model)
         logger.debug("engine options: %s", kwargs)
         try:
-            llm = LLM(model=model, **kwargs)
+            with _modules_hidden(hide):
+                llm = LLM(model=model, **kwargs)
         except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
             reason = " ".join(str(exc).split()) or type(exc).__name__
             raise EngineError(f"vLLM could not start an engine for {model!r}: {reason}") from exc
