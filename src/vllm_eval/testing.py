@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 #: ChatML (Qwen2/Qwen3 style) chat template, trimmed to what the tests use: optional system turn,
 #: user/assistant turns, generation prompt. Content may be a string or a list of parts, where an
@@ -200,6 +201,25 @@ def _tiny_tokenizer(extra_tokens: tuple[str, ...] = ()):
     return tokenizer
 
 
+def _tiny_text_shape(tokenizer, **overrides: Any) -> dict[str, Any]:
+    """The text-model shape the tiny builders share: vocabulary of ``tokenizer``, hidden 128 (4 heads,
+    2 KV heads), MLP 256, 2 layers, 2,048 positions, ``<|im_end|>`` ends and ``<|endoftext|>`` pads,
+    no BOS; ``overrides`` replace or add config fields."""
+    return {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 2048,
+        "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        "pad_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        "bos_token_id": None,
+        **overrides,
+    }
+
+
 def build_tiny_llava(out_dir: str | Path, seed: int = 0, image_size: int = 28) -> Path:
     """Save a tiny randomly initialised ``LlavaForConditionalGeneration`` with its processor.
 
@@ -235,19 +255,7 @@ def build_tiny_llava(out_dir: str | Path, seed: int = 0, image_size: int = 28) -
         patch_size=14,
         projection_dim=64,
     )
-    text = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
+    text = Qwen2Config(**_tiny_text_shape(tokenizer, tie_word_embeddings=False))
     config = LlavaConfig(
         vision_config=vision,
         text_config=text,
@@ -303,20 +311,7 @@ def build_tiny_idefics3(out_dir: str | Path, seed: int = 0, image_size: int = 56
     tokenizer = _tiny_tokenizer(("<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"))
     torch.manual_seed(seed)
     scale = 2
-    text = dict(
-        model_type="llama",
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
+    text = _tiny_text_shape(tokenizer, model_type="llama", tie_word_embeddings=False)
     vision = dict(
         hidden_size=64,
         intermediate_size=128,
@@ -384,19 +379,11 @@ def build_tiny_qwen2_vl(out_dir: str | Path, seed: int = 0) -> Path:
     eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")
     rope = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]}
     config = Qwen2VLConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+        text_config=_tiny_text_shape(
+            tokenizer,
             max_position_embeddings=4096,
             rope_parameters=rope,
             rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]},
-            eos_token_id=eos,
-            pad_token_id=pad,
-            bos_token_id=None,
             tie_word_embeddings=False,
         ),
         vision_config=dict(
@@ -441,19 +428,13 @@ def build_tiny_qwen3(out_dir: str | Path, seed: int = 0, num_hidden_layers: int 
     tokenizer = _tiny_tokenizer()
     torch.manual_seed(seed)
     config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-        bos_token_id=None,
-        torch_dtype="float32",
+        **_tiny_text_shape(
+            tokenizer,
+            num_hidden_layers=num_hidden_layers,
+            head_dim=32,
+            tie_word_embeddings=False,
+            torch_dtype="float32",
+        )
     )
     model = Qwen3ForCausalLM(config).to(torch.float32)
     model.generation_config.eos_token_id = config.eos_token_id
@@ -495,21 +476,7 @@ def build_tiny_reward_model(out_dir: str | Path, seed: int = 0, architecture: st
         return out
     tokenizer = _tiny_tokenizer()
     torch.manual_seed(seed)
-    shape = dict(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-        bos_token_id=None,
-        num_labels=1,
-        id2label={0: "reward"},
-        label2id={"reward": 0},
-    )
+    shape = _tiny_text_shape(tokenizer, num_labels=1, id2label={0: "reward"}, label2id={"reward": 0})
     if architecture == "sequence-classification":
         model = Qwen3ForSequenceClassification(Qwen3Config(head_dim=32, torch_dtype="float32", **shape))
         with torch.no_grad():  # spread the rewards (the default init puts them all near 0)
