@@ -136,14 +136,15 @@ def test_matryoshka_dimensions_unsupported_is_a_clear_error(vllm_encoder):
     assert vllm_encoder.encode_texts(TEXTS[:1]).shape == (1, 384)
 
 
-def test_matryoshka_dimensions_when_declared():
+def test_matryoshka_dimensions_when_declared(vllm_encoder):
     from vllm_eval import VllmEncoder
+    from vllm_eval.engine import _in_process
 
     overrides = {"matryoshka_dimensions": [128, 384]}
     enc = VllmEncoder(dimensions=128, hf_overrides=overrides, show_progress_bar=False)
     raw = VllmEncoder(normalize=False, hf_overrides=overrides, show_progress_bar=False)
     try:
-        assert enc.llm is raw.llm
+        assert enc.llm is raw.llm and _in_process(raw.llm) and _in_process(vllm_encoder.llm)
         small = enc.encode_texts(TEXTS)
         full = raw.encode_texts(TEXTS)
         assert enc.mteb_model_meta.embed_dim == 128
@@ -154,6 +155,8 @@ def test_matryoshka_dimensions_when_declared():
         raw.close()
     assert small.shape == (3, 128)
     np.testing.assert_allclose(small, unit(full[:, :128]), atol=1e-5)
+    # That was a second in-process engine next to the session's; closing it left the session's working.
+    assert vllm_encoder.encode_texts(TEXTS[:1]).shape == (1, 384)
 
 
 def test_truncation_counted_with_one_warning_per_call(vllm_encoder):

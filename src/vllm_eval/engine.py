@@ -11,6 +11,7 @@ exception") with a non-zero exit code.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import difflib
 import gc
 import json
@@ -382,9 +383,39 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
         return llm
 
 
-def _shutdown(llm) -> None:
+def _in_process(llm) -> bool:
+    """Whether ``llm``'s engine core runs in this process (vLLM's ``InprocClient``)."""
+    return type(getattr(llm.llm_engine, "engine_core", None)).__name__ == "InprocClient"
+
+
+@contextmanager
+def _distributed_state_kept() -> Iterator[None]:
+    """Inside the block, vLLM's engine-core shutdown leaves this process's distributed state alone.
+
+    An in-process engine core tears down the process's model-parallel groups when it shuts down
+    (``EngineCore.shutdown`` → ``cleanup_dist_env_and_memory``); another in-process engine of this
+    process still uses them and would fail its next step ("pipeline model parallel group is not
+    initialized"). Memory is still collected.
+    """
+    from vllm.v1.engine import core
+
+    original = getattr(core, "cleanup_dist_env_and_memory", None)
+    if original is None:  # another vLLM layout: nothing to keep
+        yield
+        return
+    core.cleanup_dist_env_and_memory = lambda *args, **kwargs: gc.collect()
     try:
-        llm.llm_engine.engine_core.shutdown()
+        yield
+    finally:
+        core.cleanup_dist_env_and_memory = original
+
+
+def _shutdown(llm) -> None:
+    """Shut ``llm`` down (already out of the engine table); other in-process engines keep working."""
+    keep = _in_process(llm) and any(_in_process(entry.llm) for entry in _ENGINES.values())
+    try:
+        with _distributed_state_kept() if keep else contextlib.nullcontext():
+            llm.llm_engine.engine_core.shutdown()
     except Exception as exc:  # shutdown must never mask the caller's own error
         logger.warning("vLLM engine shutdown raised %s: %s", type(exc).__name__, exc)
 
