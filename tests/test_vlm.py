@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from vllm_eval.generator import VllmGenerator
 from vllm_eval.generator.base import to_pil
 from vllm_eval.tasks.generative import get_generative_task, run_multiple_choice
 
 
 @pytest.fixture(scope="module")
 def vlm(tmp_path_factory):
-    from vllm_eval.generator import VllmGenerator
     from vllm_eval.testing import build_tiny_idefics3
 
     path = build_tiny_idefics3(tmp_path_factory.mktemp("models") / "tiny-idefics3")
@@ -81,6 +81,15 @@ def test_loglikelihoods_with_images_match_transformers(vlm):
         vlm.shared_context_scoring = True
     rendered = [vlm.render(ctx, ims) for ctx, ims in zip(contexts, shown)]
     assert rendered[6].count("<image>") == 2 and rendered[0].index("<image>") < rendered[0].index(q)
+    # The images after the text: the same engine, another prompt layout.
+    with VllmGenerator(
+        vlm.model, dtype="float32", max_images_per_prompt=2, image_position="after", show_progress_bar=False
+    ) as after:
+        assert after.llm is vlm.llm
+        got = np.concatenate([got, after.loglikelihoods(contexts[4:], conts[4:], shown[4:])])
+        rendered += [after.render(ctx, ims) for ctx, ims in zip(contexts[4:], shown[4:])]
+    assert rendered[-1].index(contexts[-1]) < rendered[-1].index("<image>")
+    conts, shown = conts + conts[4:], shown + shown[4:]
     ref = _reference(vlm.model, rendered, conts, shown)
     delta = float(np.max(np.abs(got - ref)))
     print(f"loglikelihood with images |vLLM - transformers| max = {delta:.2e}")
