@@ -77,3 +77,8 @@ def test_suite_times_each_backend_in_its_own_process_and_compares_scores(tmp_pat
     assert all(r["seconds"] > 0 for r in records.values())
     assert (out / "vllm" / "summary.json").is_file() and (out / "st" / "mteb").is_dir()
     assert "seconds / vllm's" in result.stdout
+    # `vllm-eval report` on the suite's folder renders each backend's run
+    from vllm_eval.report import write_report
+
+    page = write_report([out], tmp_path / "report.html").read_text()
+    assert str(out / "vllm") in page and str(out / "st") in page

@@ -569,7 +569,9 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Render run directories (their summary.json, and compare.json when present) "
         "into one HTML file with no network assets: scores, telemetry, plots, parity, provenance.",
     )
-    rep.add_argument("runs", nargs="+", help="run directories (a run's or a comparison's --output-dir)")
+    rep.add_argument(
+        "runs", nargs="+", help="run directories (a run's or a comparison's --output-dir, or a bench --suite folder)"
+    )
     rep.add_argument("--output", "-o", default="report.html", help="HTML file to write (default report.html)")
     rep.add_argument("--title", default="vllm-eval report")
 

@@ -248,13 +248,26 @@ def render(runs: list[dict[str, Any]], title: str = "vllm-eval report") -> str:
     return "\n".join(parts)
 
 
+def _with_suite_runs(run_dirs: list[str | Path]) -> list[str | Path]:
+    """``run_dirs`` with each ``bench --suite`` directory (a ``suite.json``) replaced by its backends' runs."""
+    out: list[str | Path] = []
+    for d in run_dirs:
+        suite = Path(d) / "suite.json"
+        if suite.is_file() and not (Path(d) / "summary.json").is_file():
+            backends = [r["backend"] for r in json.loads(suite.read_text())["records"]]
+            out.extend(Path(d) / b for b in backends if (Path(d) / b / "summary.json").is_file())
+        else:
+            out.append(d)
+    return out
+
+
 def write_report(run_dirs: list[str | Path], output: str | Path, title: str = "vllm-eval report") -> Path:
     """Render ``run_dirs`` into one HTML file at ``output``; returns its path.
 
     Raises:
         UsageError: a directory without results, or an output path that cannot be written.
     """
-    runs = [load_run(d) for d in run_dirs]
+    runs = [load_run(d) for d in _with_suite_runs(run_dirs)]
     out = Path(output)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
