@@ -220,6 +220,20 @@ def _tiny_text_shape(tokenizer, **overrides: Any) -> dict[str, Any]:
     }
 
 
+def _tiny_vision_shape(image_size: int, **overrides: Any) -> dict[str, Any]:
+    """The vision-tower shape the tiny VLM builders share: ViT of 2 layers, width 64 (2 heads), MLP 128,
+    patches of 14 px on ``image_size`` px; ``overrides`` replace or add config fields."""
+    return {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "image_size": image_size,
+        "patch_size": 14,
+        **overrides,
+    }
+
+
 def build_tiny_llava(out_dir: str | Path, seed: int = 0, image_size: int = 28) -> Path:
     """Save a tiny randomly initialised ``LlavaForConditionalGeneration`` with its processor.
 
@@ -246,15 +260,7 @@ def build_tiny_llava(out_dir: str | Path, seed: int = 0, image_size: int = 28) -
     tokenizer = _tiny_tokenizer(("<image>",))
     image_token = tokenizer.convert_tokens_to_ids("<image>")
     torch.manual_seed(seed)
-    vision = CLIPVisionConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        image_size=image_size,
-        patch_size=14,
-        projection_dim=64,
-    )
+    vision = CLIPVisionConfig(**_tiny_vision_shape(image_size, projection_dim=64))
     text = Qwen2Config(**_tiny_text_shape(tokenizer, tie_word_embeddings=False))
     config = LlavaConfig(
         vision_config=vision,
@@ -312,14 +318,7 @@ def build_tiny_idefics3(out_dir: str | Path, seed: int = 0, image_size: int = 56
     torch.manual_seed(seed)
     scale = 2
     text = _tiny_text_shape(tokenizer, model_type="llama", tie_word_embeddings=False)
-    vision = dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        image_size=image_size,
-        patch_size=14,
-    )
+    vision = _tiny_vision_shape(image_size)
     config = Idefics3Config(
         vision_config=vision,
         text_config=text,
