@@ -107,3 +107,19 @@ def test_image_task_scored_by_loglikelihood(vlm, tmp_path):
     # each sample's scores come from its own image: six images, six different score vectors
     vectors = {tuple(round(v, 5) for v in s["output"]["loglikelihoods"].values()) for s in samples}
     assert len(vectors) == 6
+
+
+def test_image_loglikelihoods_are_cached_per_image(vlm, tmp_path):
+    from vllm_eval.cache import OutputCache
+
+    a, b = _digits(2)
+    q = "Which digit is shown?"
+    cache = OutputCache(tmp_path)
+    vlm.use_cache(cache)
+    try:
+        first = vlm.loglikelihoods([q, q], ["3", "7"], [[a], [a]])
+        again = vlm.loglikelihoods([q, q], ["7", "3"], [[a.copy()], [b]])  # equal pixels hit; another image misses
+        assert cache.stats.hits == 1 and cache.stats.misses == 3
+        assert again[0].tobytes() == first[1].tobytes() and again[1] != first[0]
+    finally:
+        vlm.use_cache(None)

@@ -182,9 +182,12 @@ class GeneratorBase(BackendBase, ABC):
         rendered = [self.render(ctx, ims) for ctx, ims in zip(contexts, shown)]
         self._record(zip(contexts, continuations, strict=True))
         inputs: list[list[Any]] = [["loglikelihood", r, c] for r, c in zip(rendered, continuations)]
-        if images is not None:  # text-only keys stay as they were
+        if images is not None and self.cache is not None:  # text-only keys stay as they were
+            digests: dict[int, list[str]] = {}  # the options of one question share its image list
             for key, ims in zip(inputs, shown):
-                key.append(self._sample_input("", ims)["images"])
+                if id(ims) not in digests:
+                    digests[id(ims)] = self._sample_input("", ims)["images"]
+                key.append(digests[id(ims)])
         keys, hits = self._cached(inputs)
         todo = [i for i in range(len(contexts)) if not keys or keys[i] not in hits]
         scores = np.zeros(len(contexts), dtype=np.float64)

@@ -205,7 +205,10 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
         pil: dict[int, Any] = {}  # one conversion per image object, shared by the options that show it
 
         def prompt(ids: Sequence[int], j: int) -> Any:
-            return self._token_prompt(ids, [pil.setdefault(id(im), to_pil(im)) for im in shown[j]])
+            for im in shown[j]:
+                if id(im) not in pil:
+                    pil[id(im)] = to_pil(im)
+            return self._token_prompt(ids, [pil[id(im)] for im in shown[j]])
 
         # The key holds the image objects' ids: the caller keeps them alive, and equal pixels in two
         # objects only cost a second request.
