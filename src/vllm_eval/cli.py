@@ -314,7 +314,13 @@ def _build_parser() -> argparse.ArgumentParser:
         help="your own multiple-choice file: .jsonl/.csv/.parquet with question, options, answer [, image]",
     )
     gen.add_argument("--answer-format", choices=["json", "xml", "boxed", "raw"], default="json")
-    gen.add_argument("--scoring", choices=["generate", "loglikelihood"], default="generate")
+    gen.add_argument(
+        "--scoring",
+        choices=["generate", "loglikelihood"],
+        default="generate",
+        help="generate: sample an answer and parse it; loglikelihood: the option whose tokens have the highest "
+        "summed log-probability after the prompt (its images included)",
+    )
     gen.add_argument(
         "--letters",
         action=argparse.BooleanOptionalAction,
