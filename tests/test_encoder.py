@@ -260,27 +260,21 @@ def test_bad_options_and_paths_fail_before_the_engine():
         VllmEncoder(dimensions=0)
 
 
-def test_engine_starts_in_process_with_numba_loaded():
-    import subprocess
+def test_engine_starts_in_process_with_numba_loaded(vllm_encoder):
     import sys
 
+    import numba
+
+    from vllm_eval import VllmEncoder
+    from vllm_eval.engine import _in_process, _modules_breaking_kernel_scan
+
     # numba loads llvmlite, whose library wrapper breaks vLLM's in-process kernel walk; it is left out
-    # of sys.modules while the engine starts, so the engine core still runs in this process. A child
-    # process keeps numba out of this session.
-    code = """
-import os, sys
-import numba
-from vllm_eval import VllmEncoder
-from vllm_eval.engine import _modules_breaking_kernel_scan
-lib = sys.modules["llvmlite.binding.ffi"]
-with VllmEncoder(show_progress_bar=False) as enc:
-    emb = enc.encode_texts(["a cat", "a dog"])
-    core = type(enc.llm.llm_engine.engine_core).__name__
-print(_modules_breaking_kernel_scan(), os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"], core, emb.shape,
-      sys.modules["llvmlite.binding.ffi"] is lib, numba.njit(lambda x: x + 1)(1))
-"""
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    last = out.stdout.strip().splitlines()[-1]
-    assert last == "['llvmlite.binding.ffi'] 0 InprocClient (2, 384) True 2", out.stdout[-2000:]
+    # of sys.modules while an engine starts, so a new engine's core still runs in this process.
+    lib = sys.modules["llvmlite.binding.ffi"]
+    assert _modules_breaking_kernel_scan() == ["llvmlite.binding.ffi"]
+    with VllmEncoder(max_model_len=128, show_progress_bar=False) as enc:
+        assert enc.llm is not vllm_encoder.llm and _in_process(enc.llm)
+        assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+        assert enc.encode_texts(["a cat", "a dog"]).shape == (2, 384)
+    assert sys.modules["llvmlite.binding.ffi"] is lib and numba.njit(lambda x: x + 1)(1) == 2
+    assert vllm_encoder.encode_texts(TEXTS[:1]).shape == (1, 384)

@@ -221,7 +221,7 @@ def run_multiple_choice(
 
     if scoring not in ("generate", "loglikelihood"):
         raise UsageError(f"scoring must be 'generate' or 'loglikelihood', got {scoring!r}")
-    if task.modality != "text" and not getattr(generator, "supports_images", True):
+    if task.modality != "text" and not generator.supports_images:
         raise UsageError(f"{type(generator).__name__} is text-only; {task.name} shows images")
     letters = task.letters if letters is None else letters
     items = task.load()[: limit if limit else None]
