@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -11,8 +13,13 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-# The CLI's default output cache lives in the user's home; tests get one of their own per session.
-os.environ.setdefault("VLLMEVAL_CACHE_DIR", tempfile.mkdtemp(prefix="vllm-eval-test-cache-"))
+# Everything a test session leaves outside pytest's tmp_path goes under one folder removed at exit:
+# the CLI's output cache (a user's lives in their home) and vLLM's ZMQ sockets (one file per engine
+# in /tmp otherwise, left there by engines that were killed).
+_SESSION_DIR = tempfile.mkdtemp(prefix="vllm-eval-test-")
+atexit.register(shutil.rmtree, _SESSION_DIR, ignore_errors=True)
+os.environ.setdefault("VLLMEVAL_CACHE_DIR", os.path.join(_SESSION_DIR, "cache"))
+os.environ.setdefault("VLLM_RPC_BASE_PATH", _SESSION_DIR)
 
 
 @pytest.fixture(scope="session")
