@@ -83,6 +83,38 @@ def test_vllm_token_vectors_match_transformers_and_retrieval_runs_in_mteb(colber
     assert full > 0.3 and half == pytest.approx(full, abs=0.01)
 
 
+def test_colbert_width_in_config_is_left_to_the_weights():
+    from vllm_eval.token_embedder.vllm import _colbert_width_overrides
+
+    assert _colbert_width_overrides({"architectures": ["HF_ColBERT"], "dim": 128}) == {"hf_overrides": {"dim": None}}
+    assert _colbert_width_overrides({"architectures": ["HF_ColBERT"]}) is None
+    assert _colbert_width_overrides({"architectures": ["ColBERTModernBertModel"], "dim": 128}) is None
+    assert _colbert_width_overrides({"architectures": ["BertModel"], "projection_dim": 8}) is None
+
+
+@pytest.mark.slow
+def test_colbert_config_naming_its_width_starts_and_gives_the_same_vectors(colbert, tmp_path):
+    import shutil
+
+    from vllm_eval.tasks.data import lee_documents
+    from vllm_eval.token_embedder.vllm import VllmTokenEmbedder
+
+    # colbert-ir/colbertv2.0-style configs may carry the width; vLLM 0.32's BERT ColBERT fails to start on it.
+    named = tmp_path / "with-dim"
+    shutil.copytree(colbert, named)
+    config = json.loads((named / "config.json").read_text())
+    (named / "config.json").write_text(json.dumps({**config, "dim": 48}))
+    texts = lee_documents()[:5]
+    with (
+        VllmTokenEmbedder(str(named), show_progress_bar=False) as a,
+        VllmTokenEmbedder(colbert, show_progress_bar=False) as b,
+    ):
+        assert a.engine_kwargs["hf_overrides"] == {"dim": None}
+        for x, y in zip(a.encode_texts(texts), b.encode_texts(texts)):
+            assert x.shape == y.shape and x.shape[1] == 48
+            np.testing.assert_allclose(x, y, atol=1e-6)
+
+
 @pytest.mark.slow
 def test_remote_pooling_token_embed_matches_in_process(colbert):
     from vllm_eval.http import HttpOptions

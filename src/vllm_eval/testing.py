@@ -531,8 +531,8 @@ def build_minilm_colbert(out_dir: str | Path, seed: int = 0, dim: int = 48) -> P
     out.mkdir(parents=True, exist_ok=True)
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = bert.config
-    # No ``dim`` in the config: vLLM reads the width from ``linear.weight`` (with ``dim`` set, vLLM
-    # 0.32's ColBERTModel builds the projection before nn.Module.__init__ and fails to start).
+    # No ``dim`` in the config: vLLM reads the width from ``linear.weight`` (a config that names it
+    # gets it cleared by VllmTokenEmbedder, see ``_colbert_width_overrides``).
     config.architectures = ["HF_ColBERT"]
     config.save_pretrained(out)
     AutoTokenizer.from_pretrained(packaged_model_path()).save_pretrained(out)

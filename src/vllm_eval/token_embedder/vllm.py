@@ -13,6 +13,23 @@ from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
 from .base import TokenEmbedderBase
 
+#: Config keys vLLM reads the ColBERT projection width from (``ColBERTMixin.get_colbert_dim_from_config``).
+_COLBERT_WIDTH_KEYS = ("colbert_dim", "dim", "projection_dim")
+
+
+def _colbert_width_overrides(config: dict[str, Any]) -> dict[str, Any] | None:
+    """``hf_overrides`` that clear the projection width of a BERT-backbone ColBERT config, else None.
+
+    vLLM 0.32's ``ColBERTModel`` (``HF_ColBERT``) builds its projection before
+    ``nn.Module.__init__`` when the config names a width, and fails to start ("cannot assign module
+    before Module.__init__() call"); with no width it takes it from the ``linear`` weight's shape,
+    which is the same number. The user's own ``hf_overrides`` win over these.
+    """
+    if not {"HF_ColBERT", "ColBERTModel"} & set(config.get("architectures") or ()):
+        return None
+    present = [k for k in _COLBERT_WIDTH_KEYS if config.get(k) is not None]
+    return {"hf_overrides": dict.fromkeys(present)} if present else None
+
 
 class VllmTokenEmbedder(EngineUser, TokenEmbedderBase):
     """Per-token vectors from ``LLM.encode(..., pooling_task="token_embed")`` (runner ``pooling``).
@@ -53,7 +70,11 @@ class VllmTokenEmbedder(EngineUser, TokenEmbedderBase):
         **engine_kwargs: Any,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
-        kwargs = merge_engine_kwargs(engine_kwargs, {"revision": revision} if revision is not None else None)
+        kwargs = merge_engine_kwargs(
+            _colbert_width_overrides(ref.config),
+            engine_kwargs,
+            {"revision": revision} if revision is not None else None,
+        )
         self.engine_kwargs = {"runner": "pooling", "trust_remote_code": trust_remote_code, **kwargs}
         self._start_engine(ref)
         with self.closed_on_error():
