@@ -118,6 +118,15 @@ CASES = [
         "--max-missing: must be a number >= 0",
     ),
     (["generate", "--model", MINILM, "--tasks", "Digits", "--top-p", "0"], "--top-p: must be a number in (0, 1]"),
+    (
+        ["generate", "--model", MINILM, "--tasks", "PangLeePolarity", "--chat-template-kwargs", "[1]"],
+        "--chat-template-kwargs: must be a JSON object",
+    ),
+    (
+        ["generate", "--model", MINILM, "--tasks", "PangLeePolarity", "--raw-prompts"]
+        + ["--chat-template-kwargs", '{"enable_thinking": false}'],
+        "chat_template_kwargs are chat template variables; raw prompts use no template",
+    ),
     (["bench", "--n-texts", "0"], "--n-texts: must be a positive integer"),
     (["bench", "--lengths", "fixed:2"], "lengths need 3 <= A <= B"),
     (["bench", "--lengths", "long"], "lengths must be 'fixed:N' or 'mixed:A-B'"),

@@ -224,3 +224,112 @@ def test_a_prompt_over_max_model_len_is_a_named_usage_error(generator):
         generator.loglikelihoods([long], ["yes"])
     with pytest.raises(UsageError, match="vLLM refused a prompt: .*2048"):
         generator.generate([(long, ())])
+
+
+# Reasoning-model templates on the tiny model's ChatML: Qwen3's switch (on unless enable_thinking is
+# false, which closes an empty reasoning block), and one that always opens the reasoning in the prompt.
+_TURNS = (
+    "{%- for m in messages %}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endfor %}"
+)
+_THINKING_OFF = "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+QWEN3_STYLE_TEMPLATE = (
+    _TURNS
+    + "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    + _THINKING_OFF
+    + "{%- endif %}{%- endif %}"
+)
+OPENS_THINKING_TEMPLATE = (
+    _TURNS
+    + "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    + _THINKING_OFF
+    + "{%- else %}{{- '<think>\\n' }}{%- endif %}{%- endif %}"
+)
+ALWAYS_THINKING_TEMPLATE = (
+    _TURNS + "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}"
+)
+
+
+def test_split_reasoning_reads_the_answer_after_the_reasoning():
+    from vllm_eval.tasks.multiple_choice import split_reasoning
+
+    out = '<think>\nA or B? {"answer": "A"} no.\n</think>\n\n{"answer": "B"}'
+    assert split_reasoning(out, "</think>") == ('A or B? {"answer": "A"} no.', '\n\n{"answer": "B"}')
+    assert extract_answer(split_reasoning(out, "</think>")[1], "json", OPTS) == 1
+    assert extract_answer(out, "json", OPTS) == 1  # last JSON wins anyway; the next case is the one that bites
+    cut = '<think>\nThe answer is {"answer": "A"}, but'
+    assert split_reasoning(cut, "</think>") == (cut, None)  # stopped inside: no answer, not "A"
+    assert split_reasoning("maybe A", "</think>", prompt="<|im_start|>assistant\n<think>\n") == ("maybe A", None)
+    assert split_reasoning('{"answer": "A"}', "</think>", prompt="assistant\n<think>\n\n</think>\n\n") == (
+        None,
+        '{"answer": "A"}',
+    )
+    assert split_reasoning("<think>x", None) == (None, "<think>x")
+    assert split_reasoning("x [END] B", "[END]") == ("x", " B")
+    assert split_reasoning("x B", "[END]", prompt="[START]") == (None, "x B")  # no tag to open: plain answer
+
+
+def test_chat_template_kwargs_reach_the_prompt_and_unfinished_reasoning_gives_no_answer(
+    generator, test_models, tmp_path
+):
+    from vllm_eval.generator import VllmGenerator
+    from vllm_eval.tasks.multiple_choice import split_reasoning
+
+    model, task = str(test_models["qwen3"]), get_generative_task("PangLeePolarity")
+    common = {"chat_template": OPENS_THINKING_TEMPLATE, "sampling": {"max_tokens": 12}, "show_progress_bar": False}
+    with (
+        VllmGenerator(model, think_end_token="</think>", **common) as on,
+        VllmGenerator(
+            model, think_end_token="</think>", chat_template_kwargs={"enable_thinking": False}, **common
+        ) as off,
+    ):
+        assert on.llm is generator.llm and off.llm is generator.llm  # template options are per request
+        assert on.identity() != off.identity()  # cached answers of one are not the other's
+        with pytest.raises(MissingAnswersError, match="4 stopped inside their reasoning .*max_tokens 12"):
+            run_multiple_choice(on, task, limit=4, max_missing=0, output_dir=tmp_path / "on")
+        rows = [json.loads(x) for x in (tmp_path / "on" / "samples.jsonl").read_text().splitlines()]
+        assert all(r["prompt"].endswith("<|im_start|>assistant\n<think>\n") for r in rows)
+        assert all(r["reasoning_finished"] is False and r["parsed"] is None for r in rows)
+        assert [r["reasoning"] for r in rows] == [r["output"] for r in rows]
+        saved = json.loads((tmp_path / "on" / "results.json").read_text())
+        assert saved["metrics"]["reasoning_unfinished"] == 4 and saved["config"]["think_end_token"] == "</think>"
+
+        res = run_multiple_choice(off, task, limit=4, max_missing=1.0, output_dir=tmp_path / "off")
+        assert all(s["prompt"].endswith("<think>\n\n</think>\n\n") for s in res["samples"])
+        assert res["metrics"]["reasoning_unfinished"] == 0
+        assert res["config"]["chat_template_kwargs"] == {"enable_thinking": False}
+        for s in res["samples"]:  # answered without reasoning: the whole output is the answer
+            assert s["reasoning"] is None and s["reasoning_finished"] is True
+            assert split_reasoning(s["output"], None)[1] == s["output"]
+        # The same prompt with the kwargs given to vLLM (LLM.chat) and rendered here.
+        (g,) = off.generate([("Hi", ())])
+        assert g.prompt == off.render("Hi") and g.prompt.endswith("</think>\n\n")
+
+
+def test_loglikelihood_scoring_turns_a_default_on_reasoning_switch_off(generator, test_models):
+    from vllm_eval.generator import VllmGenerator
+
+    model = str(test_models["qwen3"])
+    contexts, conts = ["Is 2 > 1?", "Is 2 > 1?", "Which is it?"], ["yes", "no", " positive"]
+    opts = {"sampling": {"max_tokens": 4}, "show_progress_bar": False}
+    with (
+        VllmGenerator(model, chat_template=QWEN3_STYLE_TEMPLATE, **opts) as qwen3,
+        VllmGenerator(
+            model, chat_template=QWEN3_STYLE_TEMPLATE, chat_template_kwargs={"enable_thinking": False}, **opts
+        ) as explicit,
+        VllmGenerator(
+            model, chat_template=QWEN3_STYLE_TEMPLATE, chat_template_kwargs={"enable_thinking": True}, **opts
+        ) as thinking,
+        VllmGenerator(
+            model, chat_template=OPENS_THINKING_TEMPLATE.replace("{%- else %}", "{%- endif %}{%- if 1 %}"), **opts
+        ) as always,
+    ):
+        # Generation keeps the model's default (reasoning on); scoring reads the option where an answer starts.
+        assert qwen3.render("Q").endswith("assistant\n")
+        assert qwen3.scoring_template_kwargs() == {"enable_thinking": False}
+        assert qwen3.render_for_scoring("Q").endswith("<think>\n\n</think>\n\n")
+        np.testing.assert_allclose(qwen3.loglikelihoods(contexts, conts), explicit.loglikelihoods(contexts, conts))
+        with pytest.raises(ValueError, match="with enable_thinking True .* starts reasoning there"):
+            thinking.loglikelihoods(contexts, conts)
+        with pytest.raises(ValueError, match="ends it with '<think>'"):
+            always.loglikelihoods(contexts, conts)
+    assert generator.scoring_template_kwargs() == {}  # a template with no switch is left alone

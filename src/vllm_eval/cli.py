@@ -337,6 +337,18 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--preset", default=None, help="model preset (see `vllm-eval models`)")
     gen.add_argument("--chat-template", default=None, help="chat template: a file, or the Jinja text itself")
+    gen.add_argument(
+        "--chat-template-kwargs",
+        type=json_object,
+        default=None,
+        help="JSON object of extra chat template variables, e.g. '{\"enable_thinking\": false}' (Qwen3)",
+    )
+    gen.add_argument(
+        "--think-end-token",
+        default=None,
+        help="reasoning models: the text that ends the reasoning; the answer is read after it "
+        "(default: the preset's, e.g. </think> for Qwen3; '' for none)",
+    )
     gen.add_argument("--system-prompt", default=None)
     gen.add_argument("--raw-prompts", action="store_true", help="no chat template: send the text as is")
     gen.add_argument("--image-position", choices=["before", "after"], default=None)
@@ -1225,8 +1237,12 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         system_prompt=args.system_prompt,
         raw_prompts=args.raw_prompts,
         sampling=sampling,
+        chat_template_kwargs=args.chat_template_kwargs,
+        think_end_token=args.think_end_token,
         show_progress_bar=not args.no_progress,
     )
+    if args.think_end_token == "" and cls.engine_options is not None:
+        kwargs["think_end_token"] = None  # '' turns a preset's off; only in-process vLLM applies presets
     http = None
     if remote:
         http = _http_options(args, batch_size=1)
@@ -1264,9 +1280,10 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
                 continue
             m = results["metrics"]
             fmt = f", {args.answer_format}" if args.scoring == "generate" else ""
+            cut = f" (reasoning unfinished {int(m['reasoning_unfinished'])})" if m.get("reasoning_unfinished") else ""
             print(
                 f"{task.name} ({args.scoring}{fmt}): accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  "
-                f"missing {int(m['missing'])}/{int(m['n_samples'])}  {results['seconds']:.1f} s"
+                f"missing {int(m['missing'])}/{int(m['n_samples'])}{cut}  {results['seconds']:.1f} s"
             )
             print(f"results: {out}/results.json, {out}/samples.jsonl")
     _report_cache(cache)

@@ -83,6 +83,10 @@ class ModelPreset:
         prompts: static prompts for embedding models (see :mod:`vllm_eval.prompts`).
         instruction_template: embedding-model instruction template.
         chat_template: chat template override for generative models.
+        chat_template_kwargs: extra variables for the chat template (vLLM's ``chat_template_kwargs``,
+            e.g. ``{"enable_thinking": False}``).
+        think_end_token: for reasoning models, the text that ends the reasoning; the answer is read
+            after it (lm-evaluation-harness's ``think_end_token``).
         system_prompt: default system prompt for generative models.
         image_position: ``"before"`` or ``"after"`` the text, for multimodal models.
         description: one line for listings.
@@ -97,6 +101,8 @@ class ModelPreset:
     prompts: dict[str, str] | None = None
     instruction_template: str | None = None
     chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    think_end_token: str | None = None
     system_prompt: str | None = None
     image_position: Literal["before", "after"] = "before"
     description: str = ""
@@ -271,7 +277,8 @@ def _qwen3() -> ModelPreset:
         kind="language",
         model="Qwen/Qwen3-0.6B",
         patterns=("qwen/qwen3-[0-9]*",),
-        description="Qwen3 chat models (ChatML template with a system role)",
+        think_end_token="</think>",
+        description="Qwen3 chat models (ChatML template with a system role); answers read after </think>",
     )
 
 

@@ -93,12 +93,19 @@ class GeneratorBase(BackendBase, ABC):
         raw_prompts: send the text as is, without a chat template (and so without a system turn).
         image_position: ``"before"`` or ``"after"`` the text in the user turn.
         sampling: ``SamplingParams`` overrides of :data:`DEFAULT_SAMPLING` (validated here).
+        chat_template_kwargs: extra variables for the chat template (vLLM's ``LLM.chat`` and
+            ``/v1/chat/completions`` name), e.g. ``{"enable_thinking": False}`` for Qwen3.
+        think_end_token: for reasoning models, the text that closes the reasoning; tasks read the
+            answer after its last occurrence (:func:`~vllm_eval.tasks.multiple_choice.split_reasoning`).
+            Only parsing changes: the raw output is generated and cached as before.
         chunk_size: samples handed to the backend per step.
         show_progress_bar: show a progress bar over the samples.
 
     Raises:
-        UsageError: a bad ``image_position`` or ``chunk_size``, or sampling values vLLM rejects.
-        OptionError: an unknown sampling option.
+        UsageError: a bad ``image_position`` or ``chunk_size``, sampling values vLLM rejects, or
+            ``chat_template_kwargs`` with raw prompts (no template to take them).
+        OptionError: an unknown sampling option; ``chat_template_kwargs`` that is not a dict with
+            str keys, or a ``think_end_token`` that is not a non-empty str.
     """
 
     kind: ClassVar[str] = "generator"
@@ -117,12 +124,24 @@ class GeneratorBase(BackendBase, ABC):
         raw_prompts: bool = False,
         image_position: Literal["before", "after"] = "before",
         sampling: dict[str, Any] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        think_end_token: str | None = None,
         chunk_size: int = 256,
         show_progress_bar: bool = True,
         model_ref: Any = None,
     ) -> None:
         if image_position not in ("before", "after"):
             raise UsageError(f"image_position must be 'before' or 'after', got {image_position!r}")
+        if chat_template_kwargs is not None and (
+            not isinstance(chat_template_kwargs, dict) or not all(isinstance(k, str) for k in chat_template_kwargs)
+        ):
+            raise OptionError(
+                f"chat_template_kwargs must be a dict of template variable names, got {chat_template_kwargs!r}"
+            )
+        if chat_template_kwargs and raw_prompts:
+            raise UsageError("chat_template_kwargs are chat template variables; raw prompts use no template")
+        if think_end_token is not None and not (isinstance(think_end_token, str) and think_end_token):
+            raise OptionError(f"think_end_token must be a non-empty str, got {think_end_token!r}")
         super().__init__(model=model, chunk_size=chunk_size, show_progress_bar=show_progress_bar, model_ref=model_ref)
         self.system_prompt = system_prompt
         self.raw_prompts = raw_prompts
@@ -131,14 +150,17 @@ class GeneratorBase(BackendBase, ABC):
         self.image_position = image_position
         self.sampling = sampling_params(sampling)
         self.sampling_overrides = dict(sampling or {})
+        self.chat_template_kwargs: dict[str, Any] = dict(chat_template_kwargs or {})
+        self.think_end_token = think_end_token
 
     @abstractmethod
     def image_part(self, image: Any) -> dict[str, Any]:
         """One image as a chat content part (in-process: ``image_pil``; remote: a data URL)."""
 
     @abstractmethod
-    def render(self, text: str, images: Sequence[Any] = ()) -> str:
-        """The prompt of a sample as recorded in the samples file (images as placeholders or a note)."""
+    def render(self, text: str, images: Sequence[Any] = (), **template_kwargs: Any) -> str:
+        """The prompt of a sample as recorded in the samples file (images as placeholders or a note);
+        ``template_kwargs`` override :attr:`chat_template_kwargs` where the template is applied here."""
 
     @abstractmethod
     def _generate_chunk(self, chunk: list[tuple[str, Sequence[Any]]], offset: int) -> list[Generation]:
@@ -175,11 +197,13 @@ class GeneratorBase(BackendBase, ABC):
 
         Raises:
             UsageError: the backend cannot score log-likelihoods (:attr:`supports_loglikelihood`)
-                or show images (:attr:`supports_images`), an empty continuation, or mismatched lengths.
+                or show images (:attr:`supports_images`), an empty continuation, mismatched lengths,
+                or a chat template that starts the model's reasoning where the option would be read
+                (see :meth:`LocalChatTemplate.scoring_template_kwargs`).
         """
         images = self._check_loglikelihood_inputs(contexts, continuations, images)
         shown: Sequence[Sequence[Any]] = images if images is not None else [()] * len(contexts)
-        rendered = [self.render(ctx, ims) for ctx, ims in zip(contexts, shown)]
+        rendered = [self.render_for_scoring(ctx, ims) for ctx, ims in zip(contexts, shown)]
         self._record(zip(contexts, continuations, strict=True))
         inputs: list[list[Any]] = [["loglikelihood", r, c] for r, c in zip(rendered, continuations)]
         if images is not None and self.cache is not None:  # text-only keys stay as they were
@@ -239,6 +263,16 @@ class GeneratorBase(BackendBase, ABC):
             raise UsageError(f"{type(self).__name__} is text-only; its log-likelihoods cannot show images")
         return images
 
+    def scoring_template_kwargs(self) -> dict[str, Any]:
+        """Chat template variables for log-likelihood contexts: :attr:`chat_template_kwargs`, plus what
+        keeps the model from starting to reason where the option is read. Backends that render
+        prompts here implement the check (:class:`LocalChatTemplate`)."""
+        return dict(self.chat_template_kwargs)
+
+    def render_for_scoring(self, text: str, images: Sequence[Any] = ()) -> str:
+        """The context as log-likelihood scoring renders it (:meth:`scoring_template_kwargs`)."""
+        return self.render(text, images, **self.scoring_template_kwargs())
+
     def messages(self, text: str, images: Sequence[Any] = (), *, placeholders: bool = False) -> list[dict[str, Any]]:
         """The chat messages for one sample: system prompt (or merged), images, text.
 
@@ -268,7 +302,7 @@ class GeneratorBase(BackendBase, ABC):
         """The base identity plus sampling, system prompt (and whether it is a turn of its own),
         raw prompts and image position: what turns a sample into tokens and tokens into an answer."""
         sampling = {k: getattr(self.sampling, k, None) for k in ("temperature", "top_p", "top_k", "max_tokens", "seed")}
-        return {
+        out = {
             **super().identity(),
             "sampling": {**sampling, **self.sampling_overrides},
             "system_prompt": self.system_prompt,
@@ -276,6 +310,9 @@ class GeneratorBase(BackendBase, ABC):
             "raw_prompts": self.raw_prompts,
             "image_position": self.image_position,
         }
+        if self.chat_template_kwargs:  # absent when unused, so earlier runs' cached answers still match
+            out["chat_template_kwargs"] = self.chat_template_kwargs
+        return out
 
     def deterministic(self) -> bool:
         """Whether a sample's answer is fixed (greedy, or a fixed seed), so it may be cached."""
@@ -328,17 +365,20 @@ class GeneratorBase(BackendBase, ABC):
 
 class LocalChatTemplate:
     """Prompt rendering for backends that hold the model's tokenizer (in-process vLLM, transformers):
-    the tokenizer's chat template or an override, and the check that the template exists and
-    whether it takes a system turn (Gemma's raises "System role not supported": the system
-    prompt then joins the user turn). Used with :class:`GeneratorBase`; needs ``tokenizer``,
-    ``chat_template``, ``raw_prompts``, ``system_prompt`` and ``system_role``."""
+    the tokenizer's chat template or an override (with ``chat_template_kwargs``), and the check that
+    the template exists and whether it takes a system turn (Gemma's raises "System role not
+    supported": the system prompt then joins the user turn). Used with :class:`GeneratorBase`; needs
+    ``tokenizer``, ``chat_template``, ``chat_template_kwargs``, ``raw_prompts``, ``system_prompt``,
+    ``system_role`` and ``think_end_token``."""
 
     tokenizer: Any
     chat_template: str | None
+    chat_template_kwargs: dict[str, Any]
     model: str
     raw_prompts: bool
     system_prompt: str | None
     system_role: bool
+    think_end_token: str | None
 
     def _template(self) -> str | None:
         return self.chat_template or getattr(self.tokenizer, "chat_template", None)
@@ -359,19 +399,75 @@ class LocalChatTemplate:
                     chat_template=self.chat_template,
                     tokenize=False,
                     add_generation_prompt=True,
+                    **self.chat_template_kwargs,
                 )
             except Exception as exc:  # jinja raise_exception("System role not supported") and kin
                 logger.info("chat template rejects a system turn (%s); merging it into the user turn", exc)
                 self.system_role = False
 
-    def render(self, text: str, images: Sequence[Any] = ()) -> str:
+    def render(self, text: str, images: Sequence[Any] = (), **template_kwargs: Any) -> str:
         """The text prompt the model sees (chat template applied), one image placeholder per image
         (raw prompts carry their own)."""
         if self.raw_prompts:
             return text
+        messages = self.messages(text, images, placeholders=True)  # type: ignore[attr-defined]
+        return self._apply_template(messages, **template_kwargs)
+
+    def _apply_template(self, messages: list[dict[str, Any]], **overrides: Any) -> str:
         return self.tokenizer.apply_chat_template(
-            self.messages(text, images, placeholders=True),  # type: ignore[attr-defined]
+            messages,
             chat_template=self.chat_template,
             tokenize=False,
             add_generation_prompt=True,
+            **{**self.chat_template_kwargs, **overrides},
         )
+
+    def scoring_template_kwargs(self) -> dict[str, Any]:
+        """Chat template variables for log-likelihood contexts, worked out once.
+
+        Log-likelihood scoring reads the option right after the prompt, so the prompt must not hand
+        over to the model's reasoning. A template whose ``enable_thinking`` switch is on by default
+        (rendering differs with it off, as Qwen3's) gets ``enable_thinking=False`` for scoring
+        (logged), unless the caller set ``enable_thinking`` itself.
+
+        Raises:
+            UsageError: ``enable_thinking`` set on by the caller, or a prompt that still ends with the
+                reasoning's opening tag (templates that always think, as DeepSeek-R1's).
+        """
+        cached = getattr(self, "_scoring_template_kwargs", None)
+        if cached is not None:
+            return dict(cached)
+        kwargs = dict(self.chat_template_kwargs)
+        if not self.raw_prompts:
+            probe = [{"role": "user", "content": "?"}]
+            prompt = self._apply_template(probe)
+            off = self._apply_template(probe, enable_thinking=False)
+            if prompt != off:
+                if "enable_thinking" in kwargs:
+                    raise UsageError(
+                        "log-likelihood scoring reads the option right after the prompt; with enable_thinking "
+                        f"{kwargs['enable_thinking']!r} {self.model!r} starts reasoning there: score by generation"
+                    )
+                logger.warning(
+                    "log-likelihood scoring: %s's chat template starts reasoning by default; contexts are "
+                    "rendered with enable_thinking=False so the option is read where the answer begins",
+                    self.model,
+                )
+                kwargs["enable_thinking"] = False
+                prompt = off
+            opening = reasoning_opening(self.think_end_token)
+            if opening and prompt.rstrip().endswith(opening):
+                raise UsageError(
+                    f"log-likelihood scoring reads the option right after the prompt, but {self.model!r}'s chat "
+                    f"template ends it with {opening!r} (the model's reasoning starts there); score by "
+                    "generation, or give --raw-prompts / another --chat-template"
+                )
+        self._scoring_template_kwargs = kwargs
+        return dict(kwargs)
+
+
+def reasoning_opening(think_end_token: str | None) -> str | None:
+    """The tag that opens a reasoning block closed by ``think_end_token``: ``"<think>"`` for
+    ``"</think>"`` (and when none is set), None for a closing text that is not an XML-style tag."""
+    token = think_end_token or "</think>"
+    return "<" + token[2:] if token.startswith("</") and len(token) > 3 else None

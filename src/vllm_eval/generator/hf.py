@@ -29,8 +29,9 @@ class TransformersGenerator(LocalChatTemplate, GeneratorBase):
         device: torch device (``"cpu"``, ``"cuda"``); None: CUDA when available, else CPU.
         dtype: ``float32`` (default, the parity reference), ``float16`` or ``bfloat16``.
         batch_size: sequences per forward pass.
-        chat_template, system_prompt, raw_prompts, sampling, chunk_size, show_progress_bar,
-            trust_remote_code: as for :class:`~vllm_eval.generator.vllm.VllmGenerator`.
+        chat_template, chat_template_kwargs, think_end_token, system_prompt, raw_prompts, sampling,
+            chunk_size, show_progress_bar, trust_remote_code: as for
+            :class:`~vllm_eval.generator.vllm.VllmGenerator`.
 
     Raises:
         UsageError: an unknown dtype; no chat template and neither ``chat_template`` nor ``raw_prompts``.
@@ -50,6 +51,8 @@ class TransformersGenerator(LocalChatTemplate, GeneratorBase):
         dtype: str = "float32",
         batch_size: int = 8,
         chat_template: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        think_end_token: str | None = None,
         system_prompt: str | None = None,
         raw_prompts: bool = False,
         sampling: dict[str, Any] | None = None,
@@ -66,6 +69,8 @@ class TransformersGenerator(LocalChatTemplate, GeneratorBase):
             system_prompt=system_prompt,
             raw_prompts=raw_prompts,
             sampling=sampling,
+            chat_template_kwargs=chat_template_kwargs,
+            think_end_token=think_end_token,
             chunk_size=chunk_size,
             show_progress_bar=show_progress_bar,
         )

@@ -36,8 +36,9 @@ class RemoteGenerator(RemoteBackend, GeneratorBase):
     Args:
         http: the endpoints and transport settings (one sample per request).
         model: served model name; None asks the first live endpoint's ``/v1/models``.
-        system_prompt, raw_prompts, image_position, sampling, chunk_size, show_progress_bar: as for
-            :class:`~vllm_eval.generator.vllm.VllmGenerator`.
+        system_prompt, raw_prompts, image_position, sampling, chat_template_kwargs, think_end_token,
+            chunk_size, show_progress_bar: as for :class:`~vllm_eval.generator.vllm.VllmGenerator`
+            (``chat_template_kwargs`` travel in each chat request, for the server's template).
 
     Raises:
         EndpointError: no endpoint answers, a server refuses a sample (named), or a reply is malformed.
@@ -53,6 +54,8 @@ class RemoteGenerator(RemoteBackend, GeneratorBase):
         raw_prompts: bool = False,
         image_position: Literal["before", "after"] = "before",
         sampling: dict[str, Any] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        think_end_token: str | None = None,
         chunk_size: int = 256,
         show_progress_bar: bool = True,
     ) -> None:
@@ -64,6 +67,8 @@ class RemoteGenerator(RemoteBackend, GeneratorBase):
             raw_prompts=raw_prompts,
             image_position=image_position,
             sampling=sampling,
+            chat_template_kwargs=chat_template_kwargs,
+            think_end_token=think_end_token,
             chunk_size=chunk_size,
             show_progress_bar=show_progress_bar,
         )
@@ -78,9 +83,10 @@ class RemoteGenerator(RemoteBackend, GeneratorBase):
         """One image as an ``image_url`` part holding a PNG data URL."""
         return {"type": "image_url", "image_url": {"url": image_data_url(image)}}
 
-    def render(self, text: str, images: Sequence[Any] = ()) -> str:
+    def render(self, text: str, images: Sequence[Any] = (), **template_kwargs: Any) -> str:
         """The prompt as recorded: the text itself for raw prompts, else the chat messages as JSON
-        (the server applies its chat template; images as ``{"type": "image"}`` parts)."""
+        (the server applies its chat template, with :attr:`chat_template_kwargs`; images as
+        ``{"type": "image"}`` parts)."""
         if self.raw_prompts:
             return text
         return json.dumps(self.messages(text, images, placeholders=True), ensure_ascii=False)
@@ -95,6 +101,8 @@ class RemoteGenerator(RemoteBackend, GeneratorBase):
             prompt = text
         else:
             body = {"model": self.model, "messages": self.messages(text, images), **self.request_sampling}
+            if self.chat_template_kwargs:
+                body["chat_template_kwargs"] = self.chat_template_kwargs
             try:
                 answer, usage = self.http.request(
                     "POST", "/v1/chat/completions", body, parse=lambda r: _choice(r, "message")

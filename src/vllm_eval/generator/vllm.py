@@ -34,6 +34,10 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
         preset: a registered language/multimodal preset name or :class:`ModelPreset`; when None a
             preset whose pattern matches ``model`` is used.
         chat_template: Jinja chat template overriding the tokenizer's.
+        chat_template_kwargs: extra chat template variables (``LLM.chat``'s ``chat_template_kwargs``),
+            over the preset's.
+        think_end_token: the text closing a reasoning model's reasoning (default: the preset's; ``""``
+            turns a preset's off).
         system_prompt: system message; merged into the first user turn when the template has no
             system role (Gemma's raises "System role not supported").
         raw_prompts: send the text as is, without a chat template.
@@ -65,6 +69,8 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
         *,
         preset: str | ModelPreset | None = None,
         chat_template: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        think_end_token: str | None = None,
         system_prompt: str | None = None,
         raw_prompts: bool = False,
         image_position: Literal["before", "after"] | None = None,
@@ -85,6 +91,9 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             raw_prompts=raw_prompts,
             image_position=image_position or (p.image_position if p else "before"),
             sampling=sampling,
+            chat_template_kwargs=_over(p.chat_template_kwargs if p and not raw_prompts else None, chat_template_kwargs),
+            think_end_token=(think_end_token if think_end_token is not None else (p.think_end_token if p else None))
+            or None,
             chunk_size=chunk_size,
             show_progress_bar=show_progress_bar,
         )
@@ -150,6 +159,7 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                 self.sampling,
                 use_tqdm=False,
                 chat_template=self.chat_template,
+                chat_template_kwargs=self.chat_template_kwargs or None,
                 add_generation_prompt=True,
             )
 
@@ -252,3 +262,12 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                 first = len(ids) - (len(token_ids[j]) - starts[j])
                 scores[j] = sum(out.prompt_logprobs[t][ids[t]].logprob for t in range(first, len(ids)))
         return scores
+
+
+def _over(preset: dict[str, Any] | None, user: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The user's chat template variables over the preset's, key by key (None when neither sets any).
+
+    A user's non-dict is passed through for :class:`GeneratorBase` to refuse by name."""
+    if user is not None and not isinstance(user, dict):
+        return user
+    return {**(preset or {}), **(user or {})} or None

@@ -32,6 +32,7 @@ from .multiple_choice import (
     build_prompt,
     extract_answer,
     mc_metrics,
+    split_reasoning,
 )
 
 
@@ -204,7 +205,9 @@ def run_multiple_choice(
         scoring: ``generate`` (sample, parse) or ``loglikelihood`` (argmax over options of
             the summed log-probability of the option's tokens, images shown as in generation).
         letters: name options by letter (default: the task's choice).
-        reasoning: ask for brief reasoning before the answer.
+        reasoning: ask for brief reasoning before the answer (in the prompt; a reasoning model's
+            own reasoning is split off by the generator's ``think_end_token``, and counted in
+            ``metrics["reasoning_unfinished"]`` when the model never closed it).
         limit: evaluate the first ``limit`` samples only.
         max_missing: budget of unparsable answers: a fraction of the samples when ≤ 1, a count
             when > 1. Exceeding it raises after the results are written.
@@ -224,52 +227,20 @@ def run_multiple_choice(
     if task.modality != "text" and not generator.supports_images:
         raise UsageError(f"{type(generator).__name__} is text-only; {task.name} shows images")
     letters = task.letters if letters is None else letters
+    think = generator.think_end_token
     items = task.load()[: limit if limit else None]
     budget = _budget(max_missing, len(items))
     start = time.perf_counter()
-    samples = []
+    unfinished = 0
     if scoring == "generate":
-        prompts = [build_prompt(it, answer_format, letters=letters, reasoning=reasoning) for it in items]
-        gens = generator.generate(((p, it.images) for p, it in zip(prompts, items)), total=len(items))
-        preds = [extract_answer(g.output, answer_format, it.options, letters=letters) for g, it in zip(gens, items)]
-        for it, g, p in zip(items, gens, preds):
-            samples.append(
-                {
-                    "id": it.id,
-                    "prompt": g.prompt,
-                    "output": g.output,
-                    "parsed": None if p is None else it.options[p],
-                    "target": it.options[it.target],
-                    "correct": p == it.target,
-                }
-            )
+        preds, samples = _by_generation(generator, items, answer_format, letters, reasoning)
+        unfinished = sum(s.get("reasoning_finished") is False for s in samples)
     else:
-        contexts, conts, owners, shown = [], [], [], []
-        for k, it in enumerate(items):
-            ctx = build_prompt(it, "raw", letters=letters)
-            for i, opt in enumerate(it.options):
-                contexts.append(ctx)
-                conts.append(LETTERS[i] if letters else opt)
-                owners.append(k)
-                shown.append(it.images)  # the same objects for every option: one request per question
-        scores = generator.loglikelihoods(contexts, conts, shown if any(shown) else None)
-        per_item: list[list[float]] = [[] for _ in items]
-        for k, s in zip(owners, scores):
-            per_item[k].append(float(s))
-        preds = [int(np.argmax(s)) for s in per_item]
-        for it, s, p in zip(items, per_item, preds):
-            samples.append(
-                {
-                    "id": it.id,
-                    "prompt": generator.render(build_prompt(it, "raw", letters=letters), it.images),
-                    "output": {"loglikelihoods": dict(zip(it.options, s))},
-                    "parsed": it.options[p],
-                    "target": it.options[it.target],
-                    "correct": p == it.target,
-                }
-            )
+        preds, samples = _by_loglikelihood(generator, items, letters)
     n_options = max(len(it.options) for it in items) if items else 0
     metrics = mc_metrics([it.target for it in items], preds, n_options)
+    if think and scoring == "generate":
+        metrics["reasoning_unfinished"] = float(unfinished)
     results = {
         "task": task.name,
         "metrics": metrics,
@@ -278,6 +249,11 @@ def run_multiple_choice(
             "scoring": scoring,
             "letters": letters,
             "reasoning": reasoning,
+            "think_end_token": think,
+            "chat_template_kwargs": (
+                generator.scoring_template_kwargs() if scoring == "loglikelihood" else generator.chat_template_kwargs
+            )
+            or None,
             "limit": limit,
             "max_missing": max_missing,
             "missing_budget": budget,
@@ -294,12 +270,75 @@ def run_multiple_choice(
     missing = int(metrics["missing"])
     if missing > budget:
         where = f"; results and samples are in {output_dir}" if output_dir else ""
+        cut = (
+            f"; {unfinished} stopped inside their reasoning (no {think!r} within max_tokens "
+            f"{generator.sampling.max_tokens}: raise --max-tokens)"
+            if unfinished
+            else ""
+        )
         raise MissingAnswersError(
             f"{missing} of {len(items)} outputs had no parsable {answer_format} answer, over the "
-            f"budget of {budget} (max_missing={max_missing}){where}"
+            f"budget of {budget} (max_missing={max_missing}){cut}{where}"
         )
     results["samples"] = samples
     return results
+
+
+def _by_generation(
+    generator: Any, items: list[MCItem], answer_format: AnswerFormat, letters: bool, reasoning: bool
+) -> tuple[list[int | None], list[dict[str, Any]]]:
+    """Generate, split off reasoning, parse: (predicted option or None per item, sample records)."""
+    think = generator.think_end_token
+    prompts = [build_prompt(it, answer_format, letters=letters, reasoning=reasoning) for it in items]
+    gens = generator.generate(((p, it.images) for p, it in zip(prompts, items)), total=len(items))
+    preds, samples = [], []
+    for it, g in zip(items, gens):
+        thought, answer = split_reasoning(g.output, think, g.prompt)
+        p = None if answer is None else extract_answer(answer, answer_format, it.options, letters=letters)
+        sample = {
+            "id": it.id,
+            "prompt": g.prompt,
+            "output": g.output,
+            "parsed": None if p is None else it.options[p],
+            "target": it.options[it.target],
+            "correct": p == it.target,
+        }
+        if think:
+            sample.update(reasoning=thought, reasoning_finished=answer is not None)
+        preds.append(p)
+        samples.append(sample)
+    return preds, samples
+
+
+def _by_loglikelihood(
+    generator: Any, items: list[MCItem], letters: bool
+) -> tuple[list[int | None], list[dict[str, Any]]]:
+    """Score every option by log-likelihood: (argmax option per item, sample records)."""
+    contexts, conts, owners, shown = [], [], [], []
+    for k, it in enumerate(items):
+        ctx = build_prompt(it, "raw", letters=letters)
+        for i, opt in enumerate(it.options):
+            contexts.append(ctx)
+            conts.append(LETTERS[i] if letters else opt)
+            owners.append(k)
+            shown.append(it.images)  # the same objects for every option: one request per question
+    scores = generator.loglikelihoods(contexts, conts, shown if any(shown) else None)
+    per_item: list[list[float]] = [[] for _ in items]
+    for k, s in zip(owners, scores):
+        per_item[k].append(float(s))
+    preds: list[int | None] = [int(np.argmax(s)) for s in per_item]
+    samples = [
+        {
+            "id": it.id,
+            "prompt": generator.render_for_scoring(build_prompt(it, "raw", letters=letters), it.images),
+            "output": {"loglikelihoods": dict(zip(it.options, s))},
+            "parsed": it.options[p],
+            "target": it.options[it.target],
+            "correct": p == it.target,
+        }
+        for it, s, p in zip(items, per_item, preds)
+    ]
+    return preds, samples
 
 
 def _sampling_dict(generator: Any) -> dict[str, Any]:

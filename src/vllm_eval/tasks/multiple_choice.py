@@ -12,6 +12,9 @@ A choice is named by its letter (``A``, ``(b)``, ``C.``) when ``letters`` is on,
 matching is case-insensitive and ignores surrounding punctuation and whitespace. An output with no
 recognisable choice is *missing*: it is counted, wrong for accuracy and F1, and the run fails
 when the count exceeds the missing budget.
+
+Reasoning models (``think_end_token``, e.g. ``</think>``): the answer is read after the reasoning
+(:func:`split_reasoning`); a model that stops before closing its reasoning gives no answer.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import MissingAnswersError, UsageError
+from ..generator.base import reasoning_opening
 
 __all__ = [
     "ANSWER_FORMATS",
@@ -32,6 +36,7 @@ __all__ = [
     "extract_answer",
     "match_option",
     "mc_metrics",
+    "split_reasoning",
 ]
 
 AnswerFormat = Literal["json", "xml", "boxed", "raw"]
@@ -137,6 +142,33 @@ def _last_json_answer(output: str) -> Any:
                 if str(key).strip().casefold() == "answer":
                     return value
     return None
+
+
+def split_reasoning(output: str, think_end_token: str | None, prompt: str = "") -> tuple[str | None, str | None]:
+    """``(reasoning, answer text)`` of one output of a reasoning model.
+
+    - No ``think_end_token``: ``(None, output)``.
+    - The token occurs: the text before its last occurrence (less the opening tag) is the reasoning,
+      the text after it the answer (lm-evaluation-harness's ``think_end_token`` split).
+    - It does not, but the reasoning was opened (the output starts with the opening tag, ``<think>``
+      for ``</think>``, or the rendered ``prompt`` ends with it): ``(output, None)``, no answer. The
+      model stopped while reasoning (at ``max_tokens``, usually), and a choice named in its reasoning
+      is not its answer (scoring it as one is lm-evaluation-harness issue #3382).
+    - Otherwise the model answered without reasoning: ``(None, output)``.
+    """
+    if not think_end_token:
+        return None, output
+    if think_end_token in output:
+        reasoning, _, answer = output.rpartition(think_end_token)
+        opening = reasoning_opening(think_end_token)
+        reasoning = reasoning.strip()
+        if opening and reasoning.startswith(opening):
+            reasoning = reasoning[len(opening) :].strip()
+        return reasoning, answer
+    opening = reasoning_opening(think_end_token)
+    if opening and (output.lstrip().startswith(opening) or prompt.rstrip().endswith(opening)):
+        return output, None
+    return None, output
 
 
 def extract_answer(
