@@ -268,3 +268,39 @@ def test_remote_generator_matches_in_process(cli_in_process, test_models, genera
     assert code == 0, err[-2000:]
     rows = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(r["target"] for r in rows)
+
+
+class _ReasoningStub(JsonStubHandler):
+    """/v1/chat/completions as vLLM serves it with a reasoning parser: the reasoning in ``reasoning``
+    (``reasoning_content`` when asked), ``content`` None while the reasoning is unfinished."""
+
+    def do_GET(self):
+        self.send_json(200, {"data": [{"id": "stub/thinker", "max_model_len": 128}]})
+
+    def do_POST(self):
+        body = self.read_json()
+        self.server.bodies.append(body)
+        text = body["messages"][-1]["content"]
+        key = "reasoning_content" if "OLD" in text else "reasoning"
+        content = None if "CUT" in text else '\n\n{"answer": "B"}'
+        message = {"role": "assistant", key: '\nA? {"answer": "A"} no.\n', "content": content}
+        self.send_json(200, {"choices": [{"message": message}], "usage": {}})
+
+
+def test_remote_reasoning_is_kept_and_an_unfinished_one_gives_no_answer():
+    from vllm_eval.tasks.multiple_choice import extract_answer, split_reasoning
+
+    with stub_server(_ReasoningStub, bodies=[]) as srv:
+        with RemoteGenerator(
+            _http(_url(srv)),
+            chat_template_kwargs={"enable_thinking": True},
+            think_end_token="</think>",
+            show_progress_bar=False,
+        ) as rg:
+            done, old, cut = rg.generate([("Q", ()), ("Q OLD", ()), ("Q CUT", ())])
+        assert all(b["chat_template_kwargs"] == {"enable_thinking": True} for b in srv.bodies)
+    # Joined back as the model wrote it (what the in-process backend returns for the same model).
+    assert done.output == old.output == '<think>\nA? {"answer": "A"} no.\n</think>\n\n{"answer": "B"}'
+    thought, answer = split_reasoning(done.output, "</think>")
+    assert thought == 'A? {"answer": "A"} no.' and extract_answer(answer, "json", ["A", "B"]) == 1
+    assert cut.output == '<think>\nA? {"answer": "A"} no.\n' and split_reasoning(cut.output, "</think>")[1] is None

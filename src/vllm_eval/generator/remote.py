@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from ..errors import EndpointError, UsageError
 from ..http import HttpOptions, RemoteBackend, RequestRefused, expect
-from .base import DEFAULT_SAMPLING, Generation, GeneratorBase, to_pil
+from .base import DEFAULT_SAMPLING, Generation, GeneratorBase, reasoning_opening, to_pil
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class RemoteGenerator(RemoteBackend, GeneratorBase):
                 body["chat_template_kwargs"] = self.chat_template_kwargs
             try:
                 answer, usage = self.http.request(
-                    "POST", "/v1/chat/completions", body, parse=lambda r: _choice(r, "message")
+                    "POST", "/v1/chat/completions", body, parse=lambda r: _choice(r, "message", self.think_end_token)
                 )
             except RequestRefused as exc:
                 if not (self.system_prompt and self.system_role and "system" in exc.message.lower()):
@@ -135,8 +135,14 @@ class RemoteGenerator(RemoteBackend, GeneratorBase):
         return self.http.map(one, list(range(len(chunk))))
 
 
-def _choice(body: Any, kind: str) -> tuple[str, dict[str, Any]]:
-    """The first choice's text (``kind="text"``) or message content (``"message"``), and the usage dict."""
+def _choice(body: Any, kind: str, think_end_token: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The first choice's text (``kind="text"``) or message (``"message"``), and the usage dict.
+
+    A server started with a reasoning parser returns the reasoning apart (``reasoning``, vLLM
+    before 0.11 ``reasoning_content``) and ``content`` None while the reasoning is unfinished; the
+    two are joined back the way the model wrote them (``<think>`` reasoning ``</think>`` content, with
+    ``think_end_token``'s tags), so samples keep the reasoning and the answer is read as in-process.
+    """
     choices = body.get("choices") if isinstance(body, dict) else None
     expect(isinstance(choices, list) and choices and isinstance(choices[0], dict), "no 'choices'")
     if kind == "text":
@@ -144,7 +150,13 @@ def _choice(body: Any, kind: str) -> tuple[str, dict[str, Any]]:
     else:
         message = choices[0].get("message")
         expect(isinstance(message, dict), "a choice without 'message'")
-        answer = message.get("content") or ""
+        content = message.get("content")
+        reasoning = message.get("reasoning") or message.get("reasoning_content")
+        if isinstance(reasoning, str) and reasoning:
+            end = think_end_token or "</think>"
+            answer = (reasoning_opening(end) or "") + reasoning + ("" if content is None else end + str(content))
+        else:
+            answer = content or ""
     expect(isinstance(answer, str), f"a choice without {kind} text")
     usage = body.get("usage") or {}
     expect(isinstance(usage, dict), "'usage' is not an object")
