@@ -96,6 +96,10 @@ CASES = [
     (["rerank", "--reranker", MINILM, "--tasks", "WordSim353"], "needs retrieval tasks; WordSim353 is STS"),
     (["generate", "--model", MINILM], "--tasks is required"),
     (["generate", "--model", MINILM, "--tasks", "Nope"], "unknown generative task 'Nope'"),
+    (
+        ["generate", "--model", MINILM, "--tasks", "PangLeePolarity,mmlu"],
+        "MMLU needs dataset cais/mmlu, which is not in the local Hugging Face cache, and the hub is offline",
+    ),
     (["generate", "--tasks", "PangLeePolarity"], "--model is required"),
     # JSON options
     (["run", "--prompts", "{bad"], "--prompts: is not valid JSON"),

@@ -333,3 +333,46 @@ def test_loglikelihood_scoring_turns_a_default_on_reasoning_switch_off(generator
         with pytest.raises(ValueError, match="ends it with '<think>'"):
             always.loglikelihoods(contexts, conts)
     assert generator.scoring_template_kwargs() == {}  # a template with no switch is left alone
+
+
+def test_hub_benchmarks_read_their_published_layout(generator, tmp_path):
+    """MMLU's and ARC's row layouts (as on the hub: cais/mmlu, allenai/ai2_arc) through ``datasets``
+    from a local copy, then scored end to end; offline without the data, they are refused by name."""
+    import datasets
+
+    from vllm_eval.tasks.generative import GenerativeTask, HubSource, arc_items, mmlu_items
+
+    mmlu = datasets.Dataset.from_dict(
+        {
+            "question": ["2 + 2 = ?", "Capital of France?"],
+            "subject": ["elementary_mathematics", "geography"],
+            "choices": [["3", "4", "5", "22"], ["Rome", "Madrid", "Paris", "Berlin"]],
+            "answer": [1, 2],
+        },
+        features=datasets.Features(
+            {
+                "question": datasets.Value("string"),
+                "subject": datasets.Value("string"),
+                "choices": datasets.Sequence(datasets.Value("string")),
+                "answer": datasets.ClassLabel(names=["A", "B", "C", "D"]),
+            }
+        ),
+    )
+    (tmp_path / "mmlu").mkdir()
+    mmlu.to_parquet(tmp_path / "mmlu" / "test-00000-of-00001.parquet")
+    items = mmlu_items(HubSource(str(tmp_path / "mmlu"), None, "test").rows("MMLU"))
+    assert [it.target for it in items] == [1, 2] and items[1].options[2] == "Paris"
+    assert items[0].question == "The following is a multiple choice question about elementary mathematics.\n\n2 + 2 = ?"
+    letters = {"text": ["a", "b", "c"], "label": ["A", "B", "C"]}
+    digits = {"text": ["w", "x", "y", "z"], "label": ["1", "2", "3", "4"]}
+    arc = arc_items(
+        [
+            {"id": "Mercury_1", "question": "Q1", "choices": letters, "answerKey": "C"},
+            {"id": "NYSEDREGENTS_2", "question": "Q2", "choices": digits, "answerKey": "2"},
+        ]
+    )
+    assert [(it.id, it.target, len(it.options)) for it in arc] == [("Mercury_1", 2, 3), ("NYSEDREGENTS_2", 1, 4)]
+    task = GenerativeTask("MMLU-local", "two rows", "local", "text", True, lambda: items + arc)
+    res = run_multiple_choice(generator, task, scoring="loglikelihood")
+    assert res["metrics"]["n_samples"] == 4 and res["metrics"]["missing"] == 0
+    assert set(res["samples"][1]["output"]["loglikelihoods"]) == {"Rome", "Madrid", "Paris", "Berlin"}

@@ -307,7 +307,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="vllm (in-process), hf (the transformers reference, text only) or remote (vllm serve "
         "/v1/chat/completions)",
     )
-    _add_tasks(gen, None, "generative tasks: PangLeePolarity, Digits (or --data)", aliases=("--task",))
+    _add_tasks(
+        gen,
+        None,
+        "generative tasks: PangLeePolarity, Digits (offline); MMLU, ARC-Challenge, ARC-Easy (hub); or --data",
+        aliases=("--task",),
+    )
     gen.add_argument(
         "--data",
         default=None,
@@ -1211,7 +1216,9 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
             raise UsageError("give --data FILE or --tasks, not both")
         tasks = [load_multiple_choice_file(args.data)]
     elif args.tasks is None:
-        raise UsageError("--tasks is required: PangLeePolarity and/or Digits (see `vllm-eval tasks`), or --data FILE")
+        raise UsageError(
+            "--tasks is required: PangLeePolarity, Digits, MMLU, ARC-Challenge ... (`vllm-eval tasks`), or --data FILE"
+        )
     else:
         tasks = [get_generative_task(name) for name in _split_names(args.tasks)]
     remote = is_remote("generator", args.backend)
@@ -1591,7 +1598,13 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         table.add_row(r["name"], r["kind"], r["type"], r["main_score"])
     Console().print(table)
     print("mteb tasks and benchmarks: `vllm-eval tasks --benchmark NAME`, `vllm-eval run --tasks NAME ...`.")
-    print("generative tasks: `vllm-eval generate`.")
+    from .tasks.generative import HUB_GENERATIVE_TASKS
+
+    print(
+        "generative tasks: `vllm-eval generate`; from the hub (network or its cache): "
+        + ", ".join(HUB_GENERATIVE_TASKS)
+        + "."
+    )
     return 0
 
 
