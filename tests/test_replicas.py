@@ -151,3 +151,36 @@ def test_replica_that_cannot_start_is_named():
 def test_cli_refuses_replicas_where_they_do_not_apply(argv, match):
     proc = run_cli(*argv, timeout=120)
     assert proc.returncode == 2 and match in proc.stderr, proc.stderr[-1500:]
+
+
+@pytest.mark.slow
+def test_two_generator_replicas_match_one_engine(generator, test_models):
+    from vllm_eval.errors import UsageError
+    from vllm_eval.generator import VllmGenerator
+
+    # chunk_size 2 per replica: ten samples make three steps of two jobs each.
+    with VllmGenerator(
+        str(test_models["qwen3"]),
+        data_parallel_size=2,
+        sampling={"max_tokens": 12},
+        chunk_size=2,
+        show_progress_bar=False,
+    ) as dp:
+        assert dp.llm is None and len(dp.pool) == 2 and dp.chunk_size == 4
+        assert dp.identity() == generator.identity()  # same outputs, so one cache serves both
+        samples = [(f"Question {i}: what is {i} times {i + 1}?", ()) for i in range(10)]
+        got, ref = dp.generate(samples), generator.generate(samples)
+        assert [(g.prompt, g.output, g.prompt_tokens, g.output_tokens) for g in got] == [
+            (g.prompt, g.output, g.prompt_tokens, g.output_tokens) for g in ref
+        ]
+        assert len({g.output for g in got}) > 1 and all(n > 0 for n in dp.pool.jobs_done.values())
+        # Both log-likelihood paths: one-token options of one context together, the others via prompt_logprobs.
+        contexts, conts = ["Is 2 > 1?", "Is 2 > 1?", "Which is it?", "Say it."], ["yes", "no", " positive", "x y"]
+        np.testing.assert_allclose(
+            dp.loglikelihoods(contexts, conts), generator.loglikelihoods(contexts, conts), atol=1e-5
+        )
+        # vLLM's refusal inside a replica is the same one-line error as in-process.
+        with pytest.raises(UsageError, match="vLLM refused a prompt"):
+            dp.generate([("word " * 5000, ())])
+        with pytest.raises(UsageError, match="vLLM refused a prompt"):
+            generator.generate([("word " * 5000, ())])

@@ -372,6 +372,7 @@ def _build_parser() -> argparse.ArgumentParser:
     samp.add_argument("--max-tokens", type=positive_int, default=None, help="default 256")
     samp.add_argument("--sampling-seed", dest="sampling_seed", type=integer, default=None)
     _add_remote_flags(gen, "/v1/chat/completions")
+    _add_scale_flags(gen)
     _add_engine_flags(gen)
 
     cls = sub.add_parser(
@@ -841,7 +842,7 @@ def _check_backend_options(args: argparse.Namespace, engine: dict[str, Any]) -> 
 def _check_engine(engine: dict[str, Any], command: str) -> None:
     from .engine import check_engine_kwargs, check_engine_values
 
-    if command in ("rerank", "generate") and "data_parallel_size" in engine:
+    if command == "rerank" and "data_parallel_size" in engine:
         raise UsageError(
             f"`vllm-eval {command}` runs one in-process engine; to spread it over GPUs start one "
             "`vllm serve` per GPU and pass them with --backend remote --endpoint URL ..."
@@ -1260,6 +1261,7 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
             chat_template=chat_template,
             image_position=args.image_position,
             max_images_per_prompt=1 if any(t.modality == "image" for t in tasks) else None,
+            **{k: v for k in ("data_parallel_size", "replicas_per_gpu") if (v := getattr(args, k)) is not None},
             **engine,
         )
     else:

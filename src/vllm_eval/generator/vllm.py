@@ -6,6 +6,10 @@ model's chat template (or an override) through ``LLM.chat``. Log-likelihood scor
 appended to the rendered context and their log-probabilities read from ``prompt_logprobs``;
 nothing is generated or parsed. One-token options of one context are scored in one request
 (``logprob_token_ids`` at the first generated position), so the context is computed once.
+
+With ``data_parallel_size`` / ``replicas_per_gpu``, every engine call (``LLM.chat``,
+``LLM.generate``) is split over engine replicas (:mod:`vllm_eval.replicas`) and the outputs joined in
+order; prompts are rendered, tokenized and parsed here, once, as with one engine.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from ..engine import EngineUser, merge_engine_kwargs, raise_on_request_errors, r
 from ..errors import UsageError
 from ..modelinfo import ModelRef
 from ..presets import ModelPreset, resolve_preset
+from ..replicas import ReplicaPool, plan_replicas
 from .base import Generation, GeneratorBase, LocalChatTemplate, to_pil
 
 #: vLLM's bound on ``SamplingParams.logprob_token_ids`` (``MAX_LOGPROB_TOKEN_IDS``, 128 in 0.26 and 0.32).
@@ -45,6 +50,10 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             preset's, else before).
         max_images_per_prompt: images one prompt may carry (vLLM's ``limit_mm_per_prompt``);
             set it from the data (tasks do). None means a text-only engine.
+        data_parallel_size: engine replicas over the machine's GPUs (each with
+            ``tensor_parallel_size`` GPUs; on the CPU build, over disjoint core sets); each chunk of
+            samples is split over them. See :mod:`vllm_eval.replicas`.
+        replicas_per_gpu: engines sharing each GPU (group), for models too small to keep one busy.
         sampling: ``SamplingParams`` overrides of :data:`~vllm_eval.generator.base.DEFAULT_SAMPLING`.
         chunk_size: conversations handed to the engine per call.
         show_progress_bar: progress bar over the samples.
@@ -57,6 +66,7 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             ``raw_prompts`` was given; a bad ``image_position``; an unknown preset.
         OptionError: unknown engine or sampling options.
         EngineError: vLLM failed to start.
+        ReplicaError: a replica failed to start (its reason in the message).
     """
 
     supports_loglikelihood: ClassVar[bool] = True
@@ -79,6 +89,8 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
         chunk_size: int = 256,
         show_progress_bar: bool = True,
         trust_remote_code: bool = False,
+        data_parallel_size: int = 1,
+        replicas_per_gpu: int = 1,
         **engine_kwargs: Any,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
@@ -104,9 +116,25 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             {"limit_mm_per_prompt": {"image": int(max_images_per_prompt)}} if max_images_per_prompt else None,
         )
         self.engine_kwargs = {"runner": "generate", "trust_remote_code": trust_remote_code, **kwargs}
-        self._start_engine(ref)
+        self.pool: ReplicaPool | None = None
         with self.closed_on_error():
-            self.tokenizer = self.llm.get_tokenizer()
+            if data_parallel_size * replicas_per_gpu > 1:
+                placements = plan_replicas(
+                    data_parallel_size,
+                    replicas_per_gpu,
+                    tensor_parallel_size=self.engine_kwargs.get("tensor_parallel_size") or 1,
+                    engine_kwargs=self.engine_kwargs,
+                    model=ref.path,
+                )
+                self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=engine_info)
+                self._engine_start_s = self.pool.start_seconds
+                self.chunk_size *= len(self.pool)  # each replica still gets chunk_size samples per step
+                info = self.pool.info
+            else:
+                info = engine_info(self._start_engine(ref))
+            self.tokenizer = info["tokenizer"]
+            self.dtype, self.quantization = info["dtype"], info["quantization"]
+            self._max_model_len, self._multimodal = info["max_model_len"], info["is_multimodal"]
             self._check_template()
 
     def identity(self) -> dict[str, Any]:
@@ -136,9 +164,49 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             )
         return results
 
+    def close(self) -> None:
+        """Release the engine, or stop the replicas. Idempotent."""
+        pool, self.pool = getattr(self, "pool", None), None
+        if pool is not None:
+            pool.close()
+        super().close()
+
+    def _call(self, method: str, prompts: list[Any], params: Any, what: str, **kwargs: Any) -> list[Any]:
+        """``LLM.<method>(prompts, params, use_tqdm=False, **kwargs)`` on the engine, or split in order over
+        the replicas (``params`` a list aligned with ``prompts``, or one for all).
+
+        Raises:
+            UsageError: vLLM refused a request before it ran (``what`` names it).
+            ReplicaError: a replica failed on the job.
+        """
+        if self.pool is None:
+            with refusals_as_usage_errors(what):
+                return getattr(self.llm, method)(prompts, params, use_tqdm=False, **kwargs)
+        size = -(-len(prompts) // len(self.pool))
+        futures = [
+            self.pool.submit(
+                call_job,
+                (
+                    method,
+                    prompts[i : i + size],
+                    params[i : i + size] if isinstance(params, list) else params,
+                    what,
+                    kwargs,
+                ),
+            )
+            for i in range(0, len(prompts), size)
+        ]
+        outputs: list[Any] = []
+        for future in futures:
+            refused, value = future.result()
+            if refused:
+                raise UsageError(value)
+            outputs.extend(value)
+        return outputs
+
     def _check_images(self, images: Sequence[Sequence[Any]]) -> None:
         """Raises UsageError when images are sent to a model vLLM loaded as text-only."""
-        if any(images) and not self.llm.model_config.is_multimodal_model:
+        if any(images) and not self._multimodal:
             raise UsageError(f"model {self.model!r} takes no images (vLLM loads it as a text-only model)")
 
     def _run(self, chunk: list[tuple[str, Sequence[Any]]]):
@@ -150,22 +218,21 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                 if images:
                     prompt["multi_modal_data"] = {"image": [to_pil(im) for im in images]}
                 prompts.append(prompt)
-            with refusals_as_usage_errors("a prompt"):
-                return self.llm.generate(prompts, self.sampling, use_tqdm=False)
+            return self._call("generate", prompts, self.sampling, "a prompt")
         conversations = [self.messages(text, images) for text, images in chunk]
-        with refusals_as_usage_errors("a prompt"):
-            return self.llm.chat(
-                conversations,
-                self.sampling,
-                use_tqdm=False,
-                chat_template=self.chat_template,
-                chat_template_kwargs=self.chat_template_kwargs or None,
-                add_generation_prompt=True,
-            )
+        return self._call(
+            "chat",
+            conversations,
+            self.sampling,
+            "a prompt",
+            chat_template=self.chat_template,
+            chat_template_kwargs=self.chat_template_kwargs or None,
+            add_generation_prompt=True,
+        )
 
     def _check_lengths(self, token_ids: list[list[int]], names: list[str]) -> None:
         """Raises UsageError naming the first sequence with no position left for the generated token."""
-        limit = int(self.llm.model_config.max_model_len)
+        limit = self._max_model_len
         for ids, name in zip(token_ids, names, strict=True):
             if len(ids) >= limit:
                 raise UsageError(
@@ -243,10 +310,7 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                 )
                 for ctx in contexts
             ]
-            with refusals_as_usage_errors("a context"):
-                outputs = self.llm.generate(
-                    [prompt(ctx[0], groups[ctx][0]) for ctx in contexts], params, use_tqdm=False
-                )
+            outputs = self._call("generate", [prompt(ctx[0], groups[ctx][0]) for ctx in contexts], params, "a context")
             raise_on_request_errors(outputs, lambda k: names[groups[contexts[k]][0]])
             for ctx, out in zip(contexts, outputs, strict=True):
                 first = out.outputs[0].logprobs[0]
@@ -254,14 +318,37 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                     scores[j] = first[token_ids[j][-1]].logprob
         if rest:
             params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, seed=seed)
-            with refusals_as_usage_errors("a context"):
-                outputs = self.llm.generate([prompt(token_ids[j], j) for j in rest], params, use_tqdm=False)
+            outputs = self._call("generate", [prompt(token_ids[j], j) for j in rest], params, "a context")
             raise_on_request_errors(outputs, lambda k: names[rest[k]])
             for j, out in zip(rest, outputs, strict=True):
                 ids = list(out.prompt_token_ids)  # with images: the placeholders expanded
                 first = len(ids) - (len(token_ids[j]) - starts[j])
                 scores[j] = sum(out.prompt_logprobs[t][ids[t]].logprob for t in range(first, len(ids)))
         return scores
+
+
+def engine_info(llm: Any) -> dict[str, Any]:
+    """What a generator needs from an engine: its tokenizer, limits and what changes outputs
+    (picklable: a replica sends it to the parent)."""
+    config = llm.model_config
+    return {
+        "tokenizer": llm.get_tokenizer(),
+        "max_model_len": int(config.max_model_len),
+        "is_multimodal": bool(config.is_multimodal_model),
+        "dtype": str(config.dtype),
+        "quantization": config.quantization,
+    }
+
+
+def call_job(llm: Any, payload: tuple[str, list[Any], Any, str, dict[str, Any]]) -> tuple[bool, Any]:
+    """One engine call on a replica: ``(method, prompts, params, what, kwargs)`` -> ``(False, outputs)``,
+    or ``(True, message)`` when vLLM refused a request before it ran (the parent raises it as a UsageError)."""
+    method, prompts, params, what, kwargs = payload
+    try:
+        with refusals_as_usage_errors(what):
+            return False, getattr(llm, method)(prompts, params, use_tqdm=False, **kwargs)
+    except UsageError as exc:
+        return True, str(exc)
 
 
 def _over(preset: dict[str, Any] | None, user: dict[str, Any] | None) -> dict[str, Any] | None:
