@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -471,10 +471,39 @@ class Resource:
 
 
 class EngineUser(Resource):
-    """Base of the wrappers that hold one shared engine in ``self.llm`` (encoder, reranker, generator)."""
+    """Base of the wrappers that hold one shared engine in ``self.llm`` (encoder, reranker, generator),
+    or engine replicas in ``self.pool`` (:class:`~vllm_eval.replicas.ReplicaPool`)."""
 
     llm: Any = None
+    pool: Any = None
     engine_kwargs: dict[str, Any]
+
+    def _start_engines(
+        self, ref: Any, setup: Callable[[Any], dict[str, Any]], data_parallel_size: int = 1, replicas_per_gpu: int = 1
+    ) -> dict[str, Any]:
+        """One shared engine in this process (:meth:`_start_engine`), or ``data_parallel_size`` ×
+        ``replicas_per_gpu`` > 1 replicas in ``self.pool``; returns ``setup(llm)`` of the engine (of the
+        first replica: ``setup`` must be a picklable module-level function returning picklable values).
+
+        Raises:
+            UsageError: a replica layout the machine cannot hold.
+            ReplicaError: a replica failed to start.
+            EngineError: the in-process engine failed to start.
+        """
+        if data_parallel_size * replicas_per_gpu <= 1:
+            return setup(self._start_engine(ref))
+        from .replicas import ReplicaPool, plan_replicas
+
+        placements = plan_replicas(
+            data_parallel_size,
+            replicas_per_gpu,
+            tensor_parallel_size=self.engine_kwargs.get("tensor_parallel_size") or 1,
+            engine_kwargs=self.engine_kwargs,
+            model=ref.path,
+        )
+        self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=setup)
+        self._engine_start_s = self.pool.start_seconds
+        return self.pool.info
 
     def _start_engine(self, ref: Any) -> Any:
         """Acquire the shared engine for ``ref`` with ``self.engine_kwargs`` into ``self.llm``, and record
@@ -496,7 +525,11 @@ class EngineUser(Resource):
         }
 
     def close(self) -> None:
-        """Release this wrapper's engine (shut down when no other wrapper shares it). Idempotent."""
+        """Stop the replicas, or release this wrapper's engine (shut down when no other wrapper shares
+        it). Idempotent."""
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.close()
         llm, self.llm = self.llm, None
         if llm is not None:
             release_engine(llm)

@@ -18,7 +18,6 @@ from ..engine import EngineUser, first_request_error, merge_engine_kwargs
 from ..errors import EngineError, UsageError
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import InstructionTemplate, resolve_prompting
-from ..replicas import ReplicaPool, plan_replicas
 from ..streaming import BatchTokenizer
 from .base import EncoderBase
 
@@ -118,24 +117,12 @@ class VllmEncoder(EngineUser, EncoderBase):
                 {"revision": revision} if revision is not None else None,
             ),
         }
-        self.pool: ReplicaPool | None = None
         with self.closed_on_error():
-            if data_parallel_size * replicas_per_gpu > 1:
-                placements = plan_replicas(
-                    data_parallel_size,
-                    replicas_per_gpu,
-                    tensor_parallel_size=self.engine_kwargs.get("tensor_parallel_size") or 1,
-                    engine_kwargs=self.engine_kwargs,
-                    model=ref.path,
-                )
-                self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=engine_info)
-                self._engine_start_s = self.pool.start_seconds
+            info = self._start_engines(ref, engine_info, data_parallel_size, replicas_per_gpu)
+            if self.pool is not None:
                 # Chunks are split over the replicas: each still gets chunk_size texts per job.
                 chunk_size *= len(self.pool)
                 self.max_in_flight = 2
-                info = self.pool.info
-            else:
-                info = engine_info(self._start_engine(ref))
             self._check_dimensions(ref.path, info)
             max_length = info["max_model_len"]
             meta = build_model_meta(
@@ -231,13 +218,6 @@ class VllmEncoder(EngineUser, EncoderBase):
         for f in parts:
             f.add_done_callback(done)
         return combined
-
-    def close(self) -> None:
-        """Release the engine, or stop the replicas. Idempotent."""
-        pool, self.pool = getattr(self, "pool", None), None
-        if pool is not None:
-            pool.close()
-        super().close()
 
 
 def engine_info(llm: Any) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from ..engine import EngineUser, merge_engine_kwargs, raise_on_request_errors, r
 from ..errors import UsageError
 from ..modelinfo import ModelRef
 from ..presets import ModelPreset, resolve_preset
-from ..replicas import ReplicaPool, plan_replicas
 from .base import Generation, GeneratorBase, LocalChatTemplate, to_pil
 
 #: vLLM's bound on ``SamplingParams.logprob_token_ids`` (``MAX_LOGPROB_TOKEN_IDS``, 128 in 0.26 and 0.32).
@@ -116,22 +115,10 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             {"limit_mm_per_prompt": {"image": int(max_images_per_prompt)}} if max_images_per_prompt else None,
         )
         self.engine_kwargs = {"runner": "generate", "trust_remote_code": trust_remote_code, **kwargs}
-        self.pool: ReplicaPool | None = None
         with self.closed_on_error():
-            if data_parallel_size * replicas_per_gpu > 1:
-                placements = plan_replicas(
-                    data_parallel_size,
-                    replicas_per_gpu,
-                    tensor_parallel_size=self.engine_kwargs.get("tensor_parallel_size") or 1,
-                    engine_kwargs=self.engine_kwargs,
-                    model=ref.path,
-                )
-                self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=engine_info)
-                self._engine_start_s = self.pool.start_seconds
+            info = self._start_engines(ref, engine_info, data_parallel_size, replicas_per_gpu)
+            if self.pool is not None:
                 self.chunk_size *= len(self.pool)  # each replica still gets chunk_size samples per step
-                info = self.pool.info
-            else:
-                info = engine_info(self._start_engine(ref))
             self.tokenizer = info["tokenizer"]
             self.dtype, self.quantization = info["dtype"], info["quantization"]
             self._max_model_len, self._multimodal = info["max_model_len"], info["is_multimodal"]
@@ -163,13 +150,6 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                 )
             )
         return results
-
-    def close(self) -> None:
-        """Release the engine, or stop the replicas. Idempotent."""
-        pool, self.pool = getattr(self, "pool", None), None
-        if pool is not None:
-            pool.close()
-        super().close()
 
     def _call(self, method: str, prompts: list[Any], params: Any, what: str, **kwargs: Any) -> list[Any]:
         """``LLM.<method>(prompts, params, use_tqdm=False, **kwargs)`` on the engine, or split in order over

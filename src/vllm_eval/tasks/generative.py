@@ -174,43 +174,27 @@ def arc_items(rows: Any) -> list[MCItem]:
     return items
 
 
+def _hub_task(
+    name: str, source: HubSource, items: Callable[[Any], list[MCItem]], description: str
+) -> tuple[GenerativeTask, HubSource]:
+    task = GenerativeTask(
+        name=name,
+        description=description,
+        reference=f"https://huggingface.co/datasets/{source.path}",
+        modality="text",
+        letters=True,
+        load=lambda: items(source.rows(name)),
+    )
+    return task, source
+
+
 #: Multiple-choice benchmarks read from the hub (or its local cache) when asked for by name.
 HUB_GENERATIVE_TASKS: dict[str, tuple[GenerativeTask, HubSource]] = {
-    task.name: (task, source)
-    for task, source in (
-        (
-            GenerativeTask(
-                name="MMLU",
-                description="MMLU (Hendrycks et al. 2021): 14,042 four-option questions over 57 subjects, test split",
-                reference="https://huggingface.co/datasets/cais/mmlu",
-                modality="text",
-                letters=True,
-                load=lambda: mmlu_items(MMLU.rows("MMLU")),
-            ),
-            MMLU,
-        ),
-        (
-            GenerativeTask(
-                name="ARC-Challenge",
-                description="AI2 Reasoning Challenge, Challenge set (Clark et al. 2018): 1,172 science questions, test",
-                reference="https://huggingface.co/datasets/allenai/ai2_arc",
-                modality="text",
-                letters=True,
-                load=lambda: arc_items(ARC_CHALLENGE.rows("ARC-Challenge")),
-            ),
-            ARC_CHALLENGE,
-        ),
-        (
-            GenerativeTask(
-                name="ARC-Easy",
-                description="AI2 Reasoning Challenge, Easy set (Clark et al. 2018): 2,376 science questions, test",
-                reference="https://huggingface.co/datasets/allenai/ai2_arc",
-                modality="text",
-                letters=True,
-                load=lambda: arc_items(ARC_EASY.rows("ARC-Easy")),
-            ),
-            ARC_EASY,
-        ),
+    name: _hub_task(name, source, items, description)
+    for name, source, items, description in (
+        ("MMLU", MMLU, mmlu_items, "MMLU (Hendrycks et al. 2021): 14,042 four-option questions over 57 subjects, test"),
+        ("ARC-Challenge", ARC_CHALLENGE, arc_items, "AI2 ARC Challenge set (Clark et al. 2018): 1,172 questions, test"),
+        ("ARC-Easy", ARC_EASY, arc_items, "AI2 ARC Easy set (Clark et al. 2018): 2,376 science questions, test"),
     )
 }
 
