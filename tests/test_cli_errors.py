@@ -151,7 +151,7 @@ CASES = [
     (["run", "--backend", "st", "--data-parallel-size", "2"], "need --backend vllm"),
     (["rerank", "--reranker", MINILM, "--api", "rerank"], "--api is for --backend remote"),
     (["rerank", "--reranker", MINILM, "--backend", "st", "--preset", "qwen3-reranker"], "--preset needs --backend"),
-    (["rerank", "--reranker", MINILM, "--data-parallel-size", "2"], "start one `vllm serve` per GPU"),
+    (["rerank", "--backend", "st", "--reranker", MINILM, "--data-parallel-size", "2"], "need --backend vllm"),
     (
         ["generate", "--backend", "hf", "--model", MINILM, "--tasks", "Digits", "--scoring", "loglikelihood"],
         "--backend hf is text-only; Digits shows images",

@@ -144,7 +144,10 @@ def test_replica_that_cannot_start_is_named():
     "argv, match",
     [
         (["run", "--backend", "st", "--data-parallel-size", "2"], "need --backend vllm"),
-        (["rerank", "--reranker", "x", "--data-parallel-size", "2"], "start one `vllm serve` per GPU"),
+        (
+            ["generate", "--backend", "hf", "--model", "x", "--tasks", "Digits", "--data-parallel-size", "2"],
+            "need --backend vllm",
+        ),
         (["run", "--endpoint", "http://127.0.0.1:1"], "--endpoint is for --backend remote"),
     ],
 )
@@ -184,3 +187,18 @@ def test_two_generator_replicas_match_one_engine(generator, test_models):
             dp.generate([("word " * 5000, ())])
         with pytest.raises(UsageError, match="vLLM refused a prompt"):
             generator.generate([("word " * 5000, ())])
+
+
+@pytest.mark.slow
+def test_two_reranker_replicas_match_one_engine(vllm_cross):
+    from vllm_eval.reranker import VllmReranker
+    from vllm_eval.tasks.data import lee_documents
+
+    docs = list(lee_documents()[:30])
+    queries = [f"query {i % 7}: " + docs[(i * 3) % 30][:40] for i in range(30)]
+    with VllmReranker(str(vllm_cross.model), data_parallel_size=2, chunk_size=4, show_progress_bar=False) as dp:
+        assert dp.llm is None and len(dp.pool) == 2 and dp.chunk_size == 8
+        assert dp.identity() == vllm_cross.identity() and dp.mode == vllm_cross.mode == "cross-encoder"
+        got = dp.score_pairs(queries, docs)
+        np.testing.assert_allclose(got, vllm_cross.score_pairs(queries, docs), atol=1e-5)
+        assert len(set(np.round(got, 4))) > 10 and all(n > 0 for n in dp.pool.jobs_done.values())

@@ -289,6 +289,7 @@ def _build_parser() -> argparse.ArgumentParser:
     rr.add_argument(
         "--api", choices=["score", "rerank"], default=None, help="--backend remote: endpoint used (default score)"
     )
+    _add_scale_flags(rr)
     _add_engine_flags(rr)
 
     gen = sub.add_parser(
@@ -839,14 +840,9 @@ def _check_backend_options(args: argparse.Namespace, engine: dict[str, Any]) -> 
             )
 
 
-def _check_engine(engine: dict[str, Any], command: str) -> None:
+def _check_engine(engine: dict[str, Any]) -> None:
     from .engine import check_engine_kwargs, check_engine_values
 
-    if command == "rerank" and "data_parallel_size" in engine:
-        raise UsageError(
-            f"`vllm-eval {command}` runs one in-process engine; to spread it over GPUs start one "
-            "`vllm serve` per GPU and pass them with --backend remote --endpoint URL ..."
-        )
     check_engine_values(engine)
     check_engine_kwargs({k: v for k, v in engine.items() if k != "head_dtype"})
 
@@ -1145,6 +1141,7 @@ def cmd_rerank(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         kwargs.update(device=args.device, **engine)
     else:
         kwargs.update(preset=args.preset, **engine)
+        kwargs.update({k: v for k in ("data_parallel_size", "replicas_per_gpu") if (v := getattr(args, k)) is not None})
     show = not args.no_progress
     cache = _open_cache(args)
     first = load_first_stage(args.first_stage, show_progress_bar=show)
@@ -1796,7 +1793,7 @@ def _prepare(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     logs.configure(args.verbose, args.output_dir)
     runs_vllm = engine_backend_runs_vllm(args)
     if engine and (args.command in ("bench", "compare") or runs_vllm):
-        _check_engine(engine, args.command)
+        _check_engine(engine)
     if runs_vllm and not args.verbose and "use_tqdm_on_load" not in engine:
         engine["use_tqdm_on_load"] = False  # vLLM's weight-loading bar; the log has the timing
     return engine

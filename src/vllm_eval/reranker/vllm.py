@@ -1,5 +1,8 @@
 """``VllmReranker``: mteb's ``CrossEncoderProtocol`` over vLLM's score API (``LLM.score``).
 
+With ``data_parallel_size`` / ``replicas_per_gpu``, each chunk of pairs is split in order over
+engine replicas (:mod:`vllm_eval.replicas`); prompts and templates are applied here, once.
+
 Empty strings are valid input and get a score. One documented difference from
 sentence-transformers: for an empty *document* a cross-encoder in vLLM sees ``[CLS] q [SEP]``
 (HF's single-pair tokenization drops the empty segment), while sentence-transformers' batched
@@ -12,7 +15,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..engine import EngineUser, merge_engine_kwargs, raise_on_request_errors
+from ..engine import EngineUser, first_request_error, merge_engine_kwargs
+from ..errors import EngineError
 from ..modelinfo import ModelRef, build_model_meta
 from ..presets import ModelPreset, ScoreTemplate
 from ..prompts import resolve_prompting
@@ -36,12 +40,15 @@ class VllmReranker(EngineUser, RerankerBase):
         model_name: name recorded in results.
         device: part of mteb's signature; vLLM's build decides the device.
         trust_remote_code: run the model repository's own code (default False).
+        data_parallel_size, replicas_per_gpu: engine replicas, as for
+            :class:`~vllm_eval.encoder.vllm.VllmEncoder`; each chunk of pairs is split over them.
         **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len``, ``hf_overrides`` ...);
             merged over the preset's (``hf_overrides`` dicts are merged key by key).
 
     Raises:
         UsageError: no way to score pairs with this model (see :func:`reranker_mode`), an unknown preset.
-        ModelNotFoundError, OptionError, EngineError: as for :class:`~vllm_eval.encoder.vllm.VllmEncoder`.
+        ModelNotFoundError, OptionError, EngineError, ReplicaError: as for
+            :class:`~vllm_eval.encoder.vllm.VllmEncoder`.
     """
 
     engine_options: ClassVar[frozenset[str] | None] = None
@@ -60,6 +67,8 @@ class VllmReranker(EngineUser, RerankerBase):
         model_name: str | None = None,
         device: str | None = None,
         trust_remote_code: bool = False,
+        data_parallel_size: int = 1,
+        replicas_per_gpu: int = 1,
         **engine_kwargs: Any,
     ) -> None:
         del device  # mteb protocol signature; vLLM's build decides the device
@@ -89,18 +98,20 @@ class VllmReranker(EngineUser, RerankerBase):
         else:  # a hub id not in the local cache: vLLM decides, checked below
             mode, convert = ("template", "classify") if template else ("cross-encoder", "auto")
         self.engine_kwargs = {"runner": "pooling", "convert": convert, "trust_remote_code": trust_remote_code, **kwargs}
-        self._start_engine(ref)
         with self.closed_on_error():
+            info = self._start_engines(ref, engine_info, data_parallel_size, replicas_per_gpu)
+            if self.pool is not None:
+                chunk_size *= len(self.pool)  # each replica still gets chunk_size pairs per step
+            self.dtype, self.quantization = info["dtype"], info["quantization"]
             if not ref.config:
-                hf = self.llm.model_config.hf_config
                 mode = reranker_mode(
-                    getattr(hf, "architectures", None) or [],
+                    info["architectures"],
                     has_template=template is not None,
                     is_sentence_transformer=False,
-                    num_labels=getattr(hf, "num_labels", None),
+                    num_labels=info["num_labels"],
                     model=ref.path,
                 )
-            max_length = int(self.llm.model_config.max_model_len)
+            max_length = info["max_model_len"]
             meta = build_model_meta(
                 ref, revision=revision, model_name=model_name, max_model_len=max_length, cross_encoder=True
             )
@@ -112,7 +123,7 @@ class VllmReranker(EngineUser, RerankerBase):
                 mode=mode,
                 template=template,
                 max_length=max_length,
-                tokenizer=self.llm.get_tokenizer(),
+                tokenizer=info["tokenizer"],
                 chunk_size=chunk_size,
                 show_progress_bar=show_progress_bar,
             )
@@ -122,6 +133,47 @@ class VllmReranker(EngineUser, RerankerBase):
         return {**super().identity(), **self.engine_identity()}
 
     def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
-        outputs = self.llm.score(queries, documents, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1})
-        raise_on_request_errors(outputs, lambda i: f"pair {i} (query {queries[i]!r:.60})")
-        return np.asarray([o.outputs.score for o in outputs], dtype=np.float32)
+        if self.pool is None:
+            parts = [(0, score_job(self.llm, (queries, documents)))]
+        else:
+            size = -(-len(queries) // len(self.pool))
+            futures = [
+                (i, self.pool.submit(score_job, (queries[i : i + size], documents[i : i + size])))
+                for i in range(0, len(queries), size)
+            ]
+            parts = [(i, future.result()) for i, future in futures]
+        out = []
+        for start, (scores, failed) in parts:
+            if failed is not None:
+                raise EngineError(
+                    f"vLLM failed on pair {start + failed[0]} (query {queries[start + failed[0]]!r:.60}): {failed[1]}"
+                )
+            out.append(scores)
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+
+def engine_info(llm: Any) -> dict[str, Any]:
+    """What a reranker needs from an engine: tokenizer, limit, architecture and labels, dtype
+    (picklable: a replica sends it to the parent)."""
+    config = llm.model_config
+    hf = config.hf_config
+    return {
+        "tokenizer": llm.get_tokenizer(),
+        "max_model_len": int(config.max_model_len),
+        "architectures": list(getattr(hf, "architectures", None) or []),
+        "num_labels": getattr(hf, "num_labels", None),
+        "dtype": str(config.dtype),
+        "quantization": config.quantization,
+    }
+
+
+def score_job(llm: Any, payload: tuple[list[str], list[str]]) -> tuple[np.ndarray | None, tuple[int, str] | None]:
+    """Score one chunk of (query, document) pairs on ``llm``: float32 (n,), and None; or None and
+    ``(index, vLLM's reason)`` of the first pair vLLM failed on. The single code path of the
+    in-process engine and of every replica."""
+    queries, documents = payload
+    outputs = llm.score(queries, documents, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1})
+    failed = first_request_error(outputs)
+    if failed is not None:
+        return None, failed
+    return np.asarray([o.outputs.score for o in outputs], dtype=np.float32), None
