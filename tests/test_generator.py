@@ -283,6 +283,11 @@ def test_chat_template_kwargs_reach_the_prompt_and_unfinished_reasoning_gives_no
         ) as off,
     ):
         assert on.llm is generator.llm and off.llm is generator.llm  # template options are per request
+        with (
+            VllmGenerator(model, preset="qwen3", **common) as q,
+            VllmGenerator(model, preset="qwen3", think_end_token="", **common) as plain,
+        ):
+            assert q.think_end_token == "</think>" and plain.think_end_token is None  # '' turns the preset's off
         assert on.identity() != off.identity()  # cached answers of one are not the other's
         with pytest.raises(MissingAnswersError, match="4 stopped inside their reasoning .*max_tokens 12"):
             run_multiple_choice(on, task, limit=4, max_missing=0, output_dir=tmp_path / "on")

@@ -1246,8 +1246,6 @@ def cmd_generate(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         think_end_token=args.think_end_token,
         show_progress_bar=not args.no_progress,
     )
-    if args.think_end_token == "" and cls.engine_options is not None:
-        kwargs["think_end_token"] = None  # '' turns a preset's off; only in-process vLLM applies presets
     http = None
     if remote:
         http = _http_options(args, batch_size=1)

@@ -483,7 +483,8 @@ class EngineUser(Resource):
     ) -> dict[str, Any]:
         """One shared engine in this process (:meth:`_start_engine`), or ``data_parallel_size`` ×
         ``replicas_per_gpu`` > 1 replicas in ``self.pool``; returns ``setup(llm)`` of the engine (of the
-        first replica: ``setup`` must be a picklable module-level function returning picklable values).
+        first replica: ``setup`` must be a picklable module-level function returning picklable values,
+        ``dtype`` and ``quantization`` among them, which are kept here).
 
         Raises:
             UsageError: a replica layout the machine cannot hold.
@@ -491,7 +492,9 @@ class EngineUser(Resource):
             EngineError: the in-process engine failed to start.
         """
         if data_parallel_size * replicas_per_gpu <= 1:
-            return setup(self._start_engine(ref))
+            info = setup(self._start_engine(ref))
+            self.dtype, self.quantization = info["dtype"], info["quantization"]
+            return info
         from .replicas import ReplicaPool, plan_replicas
 
         placements = plan_replicas(
@@ -503,7 +506,9 @@ class EngineUser(Resource):
         )
         self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=setup)
         self._engine_start_s = self.pool.start_seconds
-        return self.pool.info
+        info = self.pool.info
+        self.dtype, self.quantization = info["dtype"], info["quantization"]
+        return info
 
     def _start_engine(self, ref: Any) -> Any:
         """Acquire the shared engine for ``ref`` with ``self.engine_kwargs`` into ``self.llm``, and record

@@ -422,6 +422,18 @@ class ReplicaPool:
             self._dispatch(job_id)
         return future
 
+    def submit_split(
+        self, fn: Callable[[Any, Any], Any], n: int, payload: Callable[[int, int], Any]
+    ) -> list[tuple[int, Future]]:
+        """Split ``n`` items, in order, into one part per replica and :meth:`submit` ``fn(llm, payload(lo, hi))``
+        for each part ``[lo, hi)``, so even one chunk keeps every replica busy.
+
+        Returns:
+            ``(lo, future)`` per part, in item order.
+        """
+        size = max(1, -(-n // len(self)))
+        return [(lo, self.submit(fn, payload(lo, min(lo + size, n)))) for lo in range(0, n, size)]
+
     def _dispatch(self, job_id: int) -> None:
         """Send a job to the least-loaded live replica (caller holds the lock)."""
         live = [i for i in self._outstanding if i not in self._dead]

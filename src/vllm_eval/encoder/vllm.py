@@ -134,7 +134,6 @@ class VllmEncoder(EngineUser, EncoderBase):
                 use_instructions=prompting.instruction_template is not None,
             )
             self._engine_facts = {k: v for k, v in info.items() if k != "tokenizer"}
-            self.dtype, self.quantization = info["dtype"], info["quantization"]
             super().__init__(
                 model=ref.path,
                 model_ref=ref,
@@ -193,10 +192,7 @@ class VllmEncoder(EngineUser, EncoderBase):
     def _submit_chunk(self, texts: list[str], ids: list[list[int]]) -> Future:
         if self.pool is None:
             return super()._submit_chunk(texts, ids)
-        # One job per replica, so even a single chunk keeps every replica busy.
-        size = -(-len(texts) // len(self.pool))
-        starts = list(range(0, len(texts), size))
-        parts = [self.pool.submit(embed_job, self._payload(texts[i : i + size], ids[i : i + size])) for i in starts]
+        parts = self.pool.submit_split(embed_job, len(texts), lambda lo, hi: self._payload(texts[lo:hi], ids[lo:hi]))
         combined: Future = Future()
         pending = [len(parts)]
         lock = threading.Lock()
@@ -207,15 +203,14 @@ class VllmEncoder(EngineUser, EncoderBase):
                 if pending[0]:
                     return
             try:
+                ends = [lo for lo, _ in parts[1:]] + [len(texts)]
                 combined.set_result(
-                    np.concatenate(
-                        [self._named(texts[i : i + size], f.result()) for i, f in zip(starts, parts, strict=True)]
-                    )
+                    np.concatenate([self._named(texts[lo:hi], f.result()) for (lo, f), hi in zip(parts, ends)])
                 )
             except BaseException as exc:
                 combined.set_exception(exc)
 
-        for f in parts:
+        for _, f in parts:
             f.add_done_callback(done)
         return combined
 

@@ -97,7 +97,7 @@ class GeneratorBase(BackendBase, ABC):
             ``/v1/chat/completions`` name), e.g. ``{"enable_thinking": False}`` for Qwen3.
         think_end_token: for reasoning models, the text that closes the reasoning; tasks read the
             answer after its last occurrence (:func:`~vllm_eval.tasks.multiple_choice.split_reasoning`).
-            Only parsing changes: the raw output is generated and cached as before.
+            Only parsing changes: the raw output is generated and cached as before. ``""``: none.
         chunk_size: samples handed to the backend per step.
         show_progress_bar: show a progress bar over the samples.
 
@@ -105,7 +105,7 @@ class GeneratorBase(BackendBase, ABC):
         UsageError: a bad ``image_position`` or ``chunk_size``, sampling values vLLM rejects, or
             ``chat_template_kwargs`` with raw prompts (no template to take them).
         OptionError: an unknown sampling option; ``chat_template_kwargs`` that is not a dict with
-            str keys, or a ``think_end_token`` that is not a non-empty str.
+            str keys, or a ``think_end_token`` that is not a str.
     """
 
     kind: ClassVar[str] = "generator"
@@ -140,8 +140,8 @@ class GeneratorBase(BackendBase, ABC):
             )
         if chat_template_kwargs and raw_prompts:
             raise UsageError("chat_template_kwargs are chat template variables; raw prompts use no template")
-        if think_end_token is not None and not (isinstance(think_end_token, str) and think_end_token):
-            raise OptionError(f"think_end_token must be a non-empty str, got {think_end_token!r}")
+        if think_end_token is not None and not isinstance(think_end_token, str):
+            raise OptionError(f"think_end_token must be a str, got {think_end_token!r}")
         super().__init__(model=model, chunk_size=chunk_size, show_progress_bar=show_progress_bar, model_ref=model_ref)
         self.system_prompt = system_prompt
         self.raw_prompts = raw_prompts
@@ -151,7 +151,7 @@ class GeneratorBase(BackendBase, ABC):
         self.sampling = sampling_params(sampling)
         self.sampling_overrides = dict(sampling or {})
         self.chat_template_kwargs: dict[str, Any] = dict(chat_template_kwargs or {})
-        self.think_end_token = think_end_token
+        self.think_end_token = think_end_token or None  # "" turns a preset's off
 
     @abstractmethod
     def image_part(self, image: Any) -> dict[str, Any]:

@@ -103,8 +103,7 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             image_position=image_position or (p.image_position if p else "before"),
             sampling=sampling,
             chat_template_kwargs=_over(p.chat_template_kwargs if p and not raw_prompts else None, chat_template_kwargs),
-            think_end_token=(think_end_token if think_end_token is not None else (p.think_end_token if p else None))
-            or None,
+            think_end_token=think_end_token if think_end_token is not None else (p.think_end_token if p else None),
             chunk_size=chunk_size,
             show_progress_bar=show_progress_bar,
         )
@@ -120,7 +119,6 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             if self.pool is not None:
                 self.chunk_size *= len(self.pool)  # each replica still gets chunk_size samples per step
             self.tokenizer = info["tokenizer"]
-            self.dtype, self.quantization = info["dtype"], info["quantization"]
             self._max_model_len, self._multimodal = info["max_model_len"], info["is_multimodal"]
             self._check_template()
 
@@ -162,22 +160,19 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
         if self.pool is None:
             with refusals_as_usage_errors(what):
                 return getattr(self.llm, method)(prompts, params, use_tqdm=False, **kwargs)
-        size = -(-len(prompts) // len(self.pool))
-        futures = [
-            self.pool.submit(
-                call_job,
-                (
-                    method,
-                    prompts[i : i + size],
-                    params[i : i + size] if isinstance(params, list) else params,
-                    what,
-                    kwargs,
-                ),
-            )
-            for i in range(0, len(prompts), size)
-        ]
+        parts = self.pool.submit_split(
+            call_job,
+            len(prompts),
+            lambda lo, hi: (
+                method,
+                prompts[lo:hi],
+                params[lo:hi] if isinstance(params, list) else params,
+                what,
+                kwargs,
+            ),
+        )
         outputs: list[Any] = []
-        for future in futures:
+        for _, future in parts:
             refused, value = future.result()
             if refused:
                 raise UsageError(value)

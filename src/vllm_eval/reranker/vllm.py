@@ -102,7 +102,6 @@ class VllmReranker(EngineUser, RerankerBase):
             info = self._start_engines(ref, engine_info, data_parallel_size, replicas_per_gpu)
             if self.pool is not None:
                 chunk_size *= len(self.pool)  # each replica still gets chunk_size pairs per step
-            self.dtype, self.quantization = info["dtype"], info["quantization"]
             if not ref.config:
                 mode = reranker_mode(
                     info["architectures"],
@@ -136,12 +135,8 @@ class VllmReranker(EngineUser, RerankerBase):
         if self.pool is None:
             parts = [(0, score_job(self.llm, (queries, documents)))]
         else:
-            size = -(-len(queries) // len(self.pool))
-            futures = [
-                (i, self.pool.submit(score_job, (queries[i : i + size], documents[i : i + size])))
-                for i in range(0, len(queries), size)
-            ]
-            parts = [(i, future.result()) for i, future in futures]
+            futures = self.pool.submit_split(score_job, len(queries), lambda lo, hi: (queries[lo:hi], documents[lo:hi]))
+            parts = [(lo, future.result()) for lo, future in futures]
         out = []
         for start, (scores, failed) in parts:
             if failed is not None:
