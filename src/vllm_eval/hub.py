@@ -50,6 +50,27 @@ def ensure_offline_if_unreachable() -> bool:
     return True
 
 
+def missing_dataset(path: str, needed_by: str, instead: str, revision: str | None = None) -> str | None:
+    """Why ``needed_by`` cannot have the hub dataset ``path`` here (the hub is offline and it is not in
+    the local cache), naming ``instead``, what to do otherwise; None when it can."""
+    if not hub_offline() or cached_dataset(path, revision):
+        return None
+    at = f" (revision {revision})" if revision else ""
+    return (
+        f"{needed_by} needs dataset {path}{at}, which is not in the local Hugging Face cache, and the hub is offline "
+        f"(HF_HUB_OFFLINE or no network); download it where there is network, or {instead}"
+    )
+
+
+def require_dataset(path: str, needed_by: str, instead: str, revision: str | None = None) -> None:
+    """Raises DataUnavailableError with :func:`missing_dataset`'s reason, if there is one."""
+    why = missing_dataset(path, needed_by, instead, revision)
+    if why:
+        from .errors import DataUnavailableError
+
+        raise DataUnavailableError(why)
+
+
 def cached_dataset(path: str, revision: str | None = None) -> bool:
     """True when the hub dataset ``path`` (at ``revision``) is in the local Hugging Face cache."""
     try:

@@ -115,7 +115,7 @@ def select_tasks(
 
 def unavailable(tasks: list[Any]) -> dict[str, str]:
     """Task name -> why its data cannot be had (the hub is offline and it is not cached); empty online."""
-    from ..hub import cached_dataset, hub_offline
+    from ..hub import hub_offline, missing_dataset
 
     if not hub_offline():
         return {}
@@ -126,12 +126,13 @@ def unavailable(tasks: list[Any]) -> dict[str, str]:
         dataset = meta.dataset or {}
         path, revision = dataset.get("path"), dataset.get("revision")
         local = meta.name in offline or getattr(task, "local_data", False)  # gensim files, or --data
-        if not local and path and not cached_dataset(path, revision):
-            out[meta.name] = (
-                f"task {meta.name} needs dataset {path} (revision {revision}), which is not in the local Hugging "
-                "Face cache, and the hub is offline (HF_HUB_OFFLINE or no network); download it where there is "
-                "network, or run the offline suite (`vllm-eval tasks`)"
-            )
+        why = (
+            None
+            if local or not path
+            else missing_dataset(path, f"task {meta.name}", "run the offline suite (`vllm-eval tasks`)", revision)
+        )
+        if why:
+            out[meta.name] = why
     return out
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import DataUnavailableError, UnknownNameError, UsageError
+from ..errors import UnknownNameError, UsageError
 from . import data
 from .multiple_choice import (
     LETTERS,
@@ -125,15 +125,10 @@ class HubSource:
 
     def check(self, task: str) -> None:
         """Raises DataUnavailableError, naming ``task`` and the dataset, when it cannot be loaded offline."""
-        from ..hub import cached_dataset, hub_offline
+        from ..hub import require_dataset
 
-        if Path(self.path).is_dir():  # a local copy in the same layout
-            return
-        if hub_offline() and not cached_dataset(self.path):
-            raise DataUnavailableError(
-                f"{task} needs dataset {self.path}, which is not in the local Hugging Face cache, and the hub is "
-                "offline; download it where there is network, or pass your own questions with --data FILE"
-            )
+        if not Path(self.path).is_dir():  # a local copy in the same layout needs no hub
+            require_dataset(self.path, task, "pass your own questions with --data FILE")
 
 
 MMLU = HubSource("cais/mmlu", "all", "test")

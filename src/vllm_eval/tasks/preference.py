@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataUnavailableError, UnknownNameError, UsageError
+from ..errors import UnknownNameError, UsageError
 
 #: RewardBench on the hub: dataset id and the split its leaderboard scores.
 REWARD_BENCH = ("allenai/reward-bench", "filtered")
@@ -66,14 +66,10 @@ def load_reward_bench() -> PreferencePairs:
     Raises:
         DataUnavailableError: the hub is offline and the dataset is not in the local cache.
     """
-    from ..hub import cached_dataset, hub_offline
+    from ..hub import require_dataset
 
     path, split = REWARD_BENCH
-    if hub_offline() and not cached_dataset(path):
-        raise DataUnavailableError(
-            f"RewardBench needs dataset {path}, which is not in the local Hugging Face cache, and the hub is "
-            "offline; download it where there is network, or pass your own pairs with --data FILE"
-        )
+    require_dataset(path, "RewardBench", "pass your own pairs with --data FILE")
     import datasets
 
     table = datasets.load_dataset(path, split=split)
