@@ -4,7 +4,7 @@
 # tokenizers travel (.devtok/, git-ignored), made here with:
 #   .venv/bin/python -c "from transformers import AutoTokenizer; from vllm_eval.modelinfo import packaged_model_path; \
 #     AutoTokenizer.from_pretrained(packaged_model_path()).save_pretrained('.devtok/bert'); \
-#     from vllm_eval.testing import _tiny_tokenizer; _tiny_tokenizer().save_pretrained('.devtok/qwen')"
+#     from vllm_eval.testing import tiny_tokenizer; tiny_tokenizer().save_pretrained('.devtok/qwen')"
 # Then, on the device (carry .devstage/bin and .devtok):
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_bench.sh $OUT PART [N_TEXTS]
 # PART: models | bert-fixed | bert-mixed | qwen3 | dp (the last needs 2 GPUs). Each part is its own

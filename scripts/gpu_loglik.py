@@ -19,11 +19,11 @@ def build(path: Path) -> Path:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from vllm_eval.testing import _tiny_tokenizer
+    from vllm_eval.testing import tiny_tokenizer
 
     if (path / "config.json").is_file():
         return path
-    tok = _tiny_tokenizer()
+    tok = tiny_tokenizer()
     torch.manual_seed(0)
     cfg = Qwen3Config(
         vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,

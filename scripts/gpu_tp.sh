@@ -9,8 +9,8 @@ models=${MODELS_DIR:-/root/models}
 python3 - <<PY
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
-from vllm_eval.testing import _tiny_tokenizer
-tok = _tiny_tokenizer()
+from vllm_eval.testing import tiny_tokenizer
+tok = tiny_tokenizer()
 torch.manual_seed(0)
 cfg = Qwen3Config(vocab_size=len(tok), hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                   num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,

@@ -41,9 +41,9 @@ def _choices(parser: argparse.ArgumentParser, command: str, dest: str) -> list[s
 
 
 def test_every_cli_choice_resolves_to_a_class_of_its_kind():
-    from vllm_eval.cli import _build_parser
+    from vllm_eval.cli import build_parser
 
-    parser = _build_parser()
+    parser = build_parser()
     commands = (
         ("run", ("encoder", "token_embedder")),  # --pooling-task embed / token_embed
         ("rerank", ("reranker",)),
@@ -88,10 +88,10 @@ def test_unknown_names_suggest_close_ones():
 
 def test_a_new_backend_is_one_table_line(monkeypatch):
     """A server type added by one line shows up as a CLI choice and loads through the table."""
-    from vllm_eval.cli import _build_parser
+    from vllm_eval.cli import build_parser
 
     monkeypatch.setitem(BACKENDS, ("encoder", "tei"), "vllm_eval.encoder.remote:RemoteEncoder")
-    assert "tei" in _choices(_build_parser(), "run", "backend")
+    assert "tei" in _choices(build_parser(), "run", "backend")
     assert backends.is_remote("encoder", "tei")
 
 

@@ -170,6 +170,24 @@ CASES = [
         ],
         "--backend remote cannot give",
     ),
+    # options reach a backend by what it accepts: its signature, or a declared capability
+    (
+        ["classify", "--model", MINILM, "--backend", "hf", "--labels", "a", "b"],
+        "--labels is for --backend remote (a served model), not hf",
+    ),
+    (
+        ["generate", "--backend", "remote", "--endpoint", "http://127.0.0.1:9", "--tasks", "PangLeePolarity"]
+        + ["--chat-template", "{{ messages }}"],
+        "--chat-template needs --backend vllm or hf, not remote",
+    ),
+    (
+        ["generate", "--backend", "hf", "--model", MINILM, "--tasks", "PangLeePolarity", "--image-position", "after"],
+        "--image-position needs --backend vllm or remote, not hf",
+    ),
+    (["reward", "--model", MINILM, "--backend", "hf", "--data-parallel-size", "2"], "need --backend vllm"),
+    (["token-classify", "--model", MINILM, "--data", "x.conll", "--tokenizer", "t"], "--tokenizer is for --backend"),
+    (["compare", "--kind", "embedding"], "invalid choice: 'embedding'"),
+    (["models", "--kind", "language"], "invalid choice: 'language'"),
     # presets
     (["run", "--preset", "qwen3-reranker"], "preset 'qwen3-reranker' is for rerankers, not encoders"),
     (["run", "--preset", "e6"], "unknown model preset 'e6' (did you mean 'e5'?)"),

@@ -22,10 +22,10 @@ from vllm_eval import cli, errors
     ],
 )
 def test_each_error_is_one_line_with_its_exit_code(cli_in_process, monkeypatch, error, code):
-    def fail(args):
+    def fail(args, ctx):
         raise error("first line\n  second line of vLLM's reason")
 
-    monkeypatch.setitem(cli._LISTING_COMMANDS, "tasks", fail)
+    monkeypatch.setattr(cli.COMMANDS["tasks"], "execute", fail)
     got, err = cli_in_process("tasks")
     assert got == code
     assert err == "vllm-eval: error: first line second line of vLLM's reason\n"
@@ -33,10 +33,10 @@ def test_each_error_is_one_line_with_its_exit_code(cli_in_process, monkeypatch, 
 
 
 def test_a_bug_keeps_its_traceback(cli_in_process, monkeypatch):
-    def bug(args):
+    def bug(args, ctx):
         raise TypeError("an internal bug")
 
-    monkeypatch.setitem(cli._LISTING_COMMANDS, "tasks", bug)
+    monkeypatch.setattr(cli.COMMANDS["tasks"], "execute", bug)
     with pytest.raises(TypeError, match="an internal bug"):
         cli_in_process("tasks")
 

@@ -87,6 +87,17 @@ def test_vllm_token_probabilities_match_transformers_and_the_cli_scores_a_file(t
         assert res["metrics"]["n_sentences"] == 2 and 0.0 <= res["metrics"]["f1"] <= 1.0
         lines = (tmp_path / "o" / "samples.jsonl").read_text().splitlines()
         assert len(lines) == 2 and len(json.loads(lines[0])["predicted"]) == 7
+        # compare --kind token_classifier: entity F1 and per-word probabilities against transformers.
+        code, err = cli_in_process(
+            "compare", "--kind", "token_classifier", "--model", path, "--data", str(f),
+            "--output-dir", str(tmp_path / "cmp"), "--no-progress",
+        )  # fmt: skip
+        assert code == 0, err
+        report = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+        agree = report["agreement"]["vllm default"]
+        print(f"compare token_classifier: {agree}")
+        assert report["reference"] == "hf default" and {r["task"] for r in report["rows"]} == {"mini"}
+        assert agree["n"] == 10 and agree["max_abs_diff"] <= 1e-4  # the 10 words of the 2 sentences
         f.write_text("John B-PERSON\n")
         code, err = cli_in_process(
             "token-classify", "--model", path, "--data", str(f), "--output-dir", str(tmp_path / "p")

@@ -76,6 +76,17 @@ def test_vllm_token_vectors_match_transformers_and_retrieval_runs_in_mteb(colber
             "--no-cache",
         )  # fmt: skip
         assert code == 0, err
+        # compare --kind token_embedder: nDCG@10 and per-token vectors against transformers.
+        code, err = cli_in_process(
+            "compare", "--kind", "token_embedder", "--model", colbert, "--sample", "16",
+            "--output-dir", str(tmp_path / "cmp"), "--no-progress", "--no-cache",
+        )  # fmt: skip
+        assert code == 0, err
+        report = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+        agree = report["agreement"]["vllm default"]
+        print(f"compare token_embedder: {agree}")
+        assert report["reference"] == "hf default" and {r["task"] for r in report["rows"]} == {"LeeKnownItemRetrieval"}
+        assert agree["n"] > 16 and agree["min_cosine"] > 0.9999  # one row per token of the 16 sampled texts
     rows = {r["task"]: r for r in json.loads((out / "summary.json").read_text())["scores"]}
     assert list(rows) == ["LeeKnownItemRetrieval"]
     half = rows["LeeKnownItemRetrieval"]["main_score"]

@@ -21,9 +21,13 @@ import inspect
 from typing import Any
 
 from .errors import OptionError, UnknownNameError, UsageError
+from .kinds import KINDS as _KINDS
 
-#: Kinds of model, each with one base class (in the package of the same name).
-KINDS = ("encoder", "reranker", "generator", "classifier", "token_classifier", "token_embedder")
+#: Kinds of model, each with one base class (in the package of the same name); see :mod:`vllm_eval.kinds`.
+KINDS = tuple(_KINDS)
+
+#: The backend a command runs when ``--backend`` is not given.
+DEFAULT_BACKEND = "vllm"
 
 BACKENDS: dict[tuple[str, str], str] = {
     ("encoder", "vllm"): "vllm_eval.encoder.vllm:VllmEncoder",
@@ -45,6 +49,20 @@ BACKENDS: dict[tuple[str, str], str] = {
     ("token_embedder", "hf"): "vllm_eval.token_embedder.hf:TransformersTokenEmbedder",
     ("token_embedder", "remote"): "vllm_eval.token_embedder.remote:RemoteTokenEmbedder",
 }
+
+
+#: One line per backend name for ``--help`` (a backend without one is listed by name).
+BACKEND_NOTES: dict[str, str] = {
+    "vllm": "in-process vLLM engine(s)",
+    "st": "sentence-transformers (the reference)",
+    "hf": "transformers (the reference)",
+    "remote": "running `vllm serve` instances (--endpoint)",
+}
+
+
+def describe_backends(names: list[str]) -> str:
+    """``--backend`` help: each name with its note."""
+    return "; ".join(f"{n}: {BACKEND_NOTES[n]}" if n in BACKEND_NOTES else n for n in names)
 
 
 def backend_names(kind: str) -> list[str]:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from .cache import NUMERIC_PACKAGES, OutputCache, identity_digest, input_key, weights_fingerprint
@@ -180,6 +180,38 @@ class BackendBase(Resource):
         self.counters.cache_hits += len(hits)
         self.counters.cache_misses += len(keys) - len(hits)
         return keys, hits
+
+    def _merge_cached(
+        self,
+        keys: list[bytes],
+        hits: dict[bytes, Any],
+        n: int,
+        compute: Callable[[list[int]], Any],
+        *,
+        store: Callable[[Any], Any] | None = None,
+        load: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """The outputs of ``n`` inputs, in order: the cache's for ``hits`` (``load(stored)``), the rest from
+        ``compute(missing positions)`` (a sequence aligned with them), stored (``store(output)``) in one
+        transaction. The one place where cached and computed outputs meet, for every kind.
+
+        ``keys`` and ``hits`` come from :meth:`_cached` (both empty without a cache: all is computed).
+        When nothing was a hit, what ``compute`` returned comes back as is (an array stays an array);
+        otherwise a list.
+        """
+        miss = [i for i in range(n) if not keys or keys[i] not in hits]
+        fresh = compute(miss) if miss else []
+        if keys and miss:
+            self.cache.put_many((keys[i], store(v) if store else v) for i, v in zip(miss, fresh, strict=True))
+        if len(miss) == n:
+            return fresh
+        out: list[Any] = [None] * n
+        for i, key in enumerate(keys):
+            if key in hits:
+                out[i] = load(hits[key]) if load else hits[key]
+        for i, v in zip(miss, fresh, strict=True):
+            out[i] = v
+        return out
 
 
 class PoolingBackendBase(BackendBase):

@@ -107,7 +107,10 @@ def make_texts(tokenizer: Any, n: int, lengths: str, seed: int = 0) -> tuple[lis
         raise UsageError(f"tokenizer has only {len(words)} single-token words; cannot build texts")
     n_special = len(tokenizer("a")["input_ids"]) - len(tokenizer("a", add_special_tokens=False)["input_ids"])
     targets = rng.integers(lo, hi + 1, size=n)
-    texts = [" ".join(rng.choice(words, size=max(int(t) - n_special, 1))) for t in targets]
+    # One array for every draw: choice() on a list converts the whole vocabulary on each call (77 of 97 s
+    # for 20,000 texts). The draws, and so the texts, are the same.
+    vocab = np.asarray(words)
+    texts = [" ".join(rng.choice(vocab, size=max(int(t) - n_special, 1))) for t in targets]
     counts = [len(x) for x in tokenizer(texts)["input_ids"]]
     return texts, counts
 
@@ -263,7 +266,6 @@ def run_bench(
     from transformers import AutoTokenizer
 
     from .modelinfo import ModelRef
-    from .results import package_versions
 
     model = ModelRef.resolve(model).path
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -290,58 +292,79 @@ def run_bench(
             try:
                 b.encode(texts_by_len[lengths[0]][0][:warmup])
                 for spec in lengths:
-                    texts, counts = texts_by_len[spec]
                     for bs in batch_sizes:
-                        seconds, lat = _time_calls(b.encode, texts, bs, f"{b.label} {dtype} {spec} bs{bs}")
-                        records.append(
-                            BenchRecord(
-                                backend=b.label,
-                                dtype=dtype,
-                                lengths=spec,
-                                batch_size=bs,
-                                n_texts=len(texts),
-                                n_tokens=int(sum(counts)),
-                                seconds=round(seconds, 3),
-                                texts_per_s=round(len(texts) / seconds, 1),
-                                tokens_per_s=round(sum(counts) / seconds, 1),
-                                latency_p50_s=round(float(np.percentile(lat, 50)), 4),
-                                latency_p95_s=round(float(np.percentile(lat, 95)), 4),
-                                calls=len(lat),
-                                start_s=start_s,
-                                replica_ready_s=ready,
-                            )
-                        )
-                        print(
-                            f"{b.label:10s} {dtype:9s} {spec:14s} bs={bs:<6d} {records[-1].tokens_per_s:>10.0f} tok/s "
-                            f"{records[-1].texts_per_s:>8.1f} texts/s  p50 {records[-1].latency_p50_s:.3f} s"
-                        )
+                        records.append(_measure(b, dtype, spec, texts_by_len[spec], bs, start_s, ready))
             finally:
                 b.close()
     if output_dir:
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "model": model,
-            "versions": package_versions(),
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "processor": platform.processor(),
-            "n_texts": n_texts,
-            "engine_kwargs": engine_kwargs or {},
-            "replicas": [x for x in layouts if x],
-            "endpoints": (remote or {}).get("endpoints"),
-            "st_batch_size": st_batch_size,
-            "records": [asdict(r) for r in records],
-        }
-        try:
-            import torch
-
-            payload["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-        except Exception:  # device naming is informational only
-            payload["device"] = "unknown"
-        (out / "bench.json").write_text(json.dumps(payload, indent=2) + "\n")
-        plot(records, out)
+        _save(records, Path(output_dir), model, n_texts, engine_kwargs, layouts, remote, st_batch_size)
     return records
+
+
+def _measure(
+    b: Any, dtype: str, spec: str, texts_counts: tuple[list[str], list[int]], bs: int, start_s: float, ready: list
+) -> BenchRecord:
+    """Time ``b.encode`` over the texts of one lengths spec in calls of ``bs`` texts; print the line."""
+    texts, counts = texts_counts
+    seconds, lat = _time_calls(b.encode, texts, bs, f"{b.label} {dtype} {spec} bs{bs}")
+    r = BenchRecord(
+        backend=b.label,
+        dtype=dtype,
+        lengths=spec,
+        batch_size=bs,
+        n_texts=len(texts),
+        n_tokens=int(sum(counts)),
+        seconds=round(seconds, 3),
+        texts_per_s=round(len(texts) / seconds, 1),
+        tokens_per_s=round(sum(counts) / seconds, 1),
+        latency_p50_s=round(float(np.percentile(lat, 50)), 4),
+        latency_p95_s=round(float(np.percentile(lat, 95)), 4),
+        calls=len(lat),
+        start_s=start_s,
+        replica_ready_s=ready,
+    )
+    print(
+        f"{b.label:10s} {dtype:9s} {spec:14s} bs={bs:<6d} {r.tokens_per_s:>10.0f} tok/s "
+        f"{r.texts_per_s:>8.1f} texts/s  p50 {r.latency_p50_s:.3f} s"
+    )
+    return r
+
+
+def _save(
+    records: list[BenchRecord],
+    out: Path,
+    model: str,
+    n_texts: int,
+    engine_kwargs: dict[str, Any] | None,
+    layouts: list[Any],
+    remote: dict[str, Any] | None,
+    st_batch_size: int,
+) -> None:
+    """``bench.json`` (records, versions, machine, settings) and the plots, in ``out``."""
+    from .results import package_versions
+
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "model": model,
+        "versions": package_versions(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "n_texts": n_texts,
+        "engine_kwargs": engine_kwargs or {},
+        "replicas": [x for x in layouts if x],
+        "endpoints": (remote or {}).get("endpoints"),
+        "st_batch_size": st_batch_size,
+        "records": [asdict(r) for r in records],
+    }
+    try:
+        import torch
+
+        payload["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    except Exception:  # device naming is informational only
+        payload["device"] = "unknown"
+    (out / "bench.json").write_text(json.dumps(payload, indent=2) + "\n")
+    plot(records, out)
 
 
 def plot(records: Sequence[BenchRecord], out_dir: str | Path) -> list[Path]:

@@ -107,13 +107,11 @@ def configurations(
     return out
 
 
-#: The reference configuration of each kind when ``--reference`` is not given.
-DEFAULT_REFERENCE = {
-    "encoder": "st:float32",
-    "reranker": "st:float32",
-    "generator": "hf:float32",
-    "classifier": "hf:float32",
-}
+def default_reference(kind: str) -> str:
+    """``BACKEND:DTYPE`` of ``kind``'s reference (:mod:`vllm_eval.kinds`), used when ``--reference`` is not given."""
+    from .kinds import get_kind
+
+    return get_kind(kind).reference
 
 
 @dataclass
@@ -139,6 +137,7 @@ def run_configuration(
     sample_size: int,
     backend_kwargs: dict[str, Any],
     show_progress_bar: bool,
+    engine_kwargs: dict[str, Any] | None = None,
     sample: list[Any] | None = None,
     first_stage: str = "bm25s",
     top_k: int = 100,
@@ -149,12 +148,14 @@ def run_configuration(
 
     Encoders run the mteb tasks; rerankers rerank the top ``top_k`` of ``first_stage`` per query;
     generators score the multiple-choice tasks by log-likelihood (first ``limit`` questions).
-    Keyword arguments a reference backend does not take (engine options, presets) are left out.
+    ``engine_kwargs`` (vLLM ``EngineArgs``) go to the configurations that run a vLLM engine; keyword
+    arguments a reference backend does not take (presets ...) are left out.
     """
     from .backends import backend_class, load_backend
 
-    kwargs = {**backend_kwargs, **config.kwargs(), "show_progress_bar": show_progress_bar}
     cls = backend_class(kind, config.backend)
+    engine = engine_kwargs if cls.engine_options is None else None
+    kwargs = {**backend_kwargs, **(engine or {}), **config.kwargs(), "show_progress_bar": show_progress_bar}
     if cls.engine_options is not None:  # not a vLLM engine: keep what its signature names
         accepted = set(inspect.signature(cls).parameters)
         kwargs = {k: v for k, v in kwargs.items() if k in accepted}
@@ -206,6 +207,22 @@ def _run_generator(
     return scores
 
 
+def _run_token_classifier(
+    tagger: Any, tasks: list[Any], output_dir: Path, _show: bool, _first: Any, _top_k: Any, limit: int | None
+) -> dict[str, float]:
+    from .tasks.ner import run_token_classification
+
+    folder = "-".join(str(v) for v in tagger.experiment().values())
+    return {
+        task.name: float(
+            run_token_classification(tagger, task, limit=limit, output_dir=output_dir / folder / task.name)["metrics"][
+                "f1"
+            ]
+        )
+        for task in tasks
+    }
+
+
 def _run_classifier(
     classifier: Any, tasks: list[Any], output_dir: Path, _show: bool, _first: Any, _top_k: Any, limit: int | None
 ) -> dict[str, float]:
@@ -227,17 +244,28 @@ _RUNNERS = {
     "reranker": _run_reranker,
     "generator": _run_generator,
     "classifier": _run_classifier,
+    "token_classifier": _run_token_classifier,
+    "token_embedder": _run_encoder,
 }
 
 
-def _sample_outputs(kind: str, backend: Any, inputs: list[Any]) -> np.ndarray:
-    if kind == "encoder":
-        return backend.encode_texts(inputs, show_progress_bar=False)
+def _sample_outputs(kind: str, backend: Any, inputs: list[Any]) -> np.ndarray | None:
+    if kind in ("encoder", "token_embedder"):
+        return _stacked(backend.encode_texts(inputs, show_progress_bar=False))
+    if kind == "token_classifier":
+        return _stacked(backend.word_probs(inputs, show_progress_bar=False))
     if kind == "reranker":
         return backend.score_pairs([q for q, _ in inputs], [d for _, d in inputs], show_progress_bar=False)
     if kind == "classifier":
         return backend.classify(inputs, show_progress_bar=False)
     return backend.loglikelihoods([c for c, _ in inputs], [x for _, x in inputs])
+
+
+def _stacked(outputs: Any) -> np.ndarray:
+    """One row per vector: ragged outputs (one array per input: token vectors, word probabilities) joined."""
+    if isinstance(outputs, np.ndarray):
+        return outputs
+    return np.concatenate([np.asarray(o, dtype=np.float32) for o in outputs]) if len(outputs) else np.zeros((0, 0))
 
 
 def agreement(reference: np.ndarray | None, other: np.ndarray | None, cosine: bool = True) -> dict[str, float] | None:
@@ -248,8 +276,8 @@ def agreement(reference: np.ndarray | None, other: np.ndarray | None, cosine: bo
     class probabilities (2-D, ``cosine=False``): ``max_abs_diff`` and ``median_abs_diff`` per input
     (the largest |Δ| of its row). Plus ``n``, the sample size. None when either is missing.
     """
-    if reference is None or other is None or not len(reference):
-        return None
+    if reference is None or other is None or not len(reference) or len(reference) != len(other):
+        return None  # ragged outputs of different lengths (another tokenization) have no row-wise agreement
     if reference.ndim == 1 or not cosine:
         diff = np.abs(np.asarray(reference, dtype=np.float64) - np.asarray(other, dtype=np.float64))
         diff = diff.reshape(len(diff), -1).max(axis=1)
@@ -290,7 +318,7 @@ def compare_results(
     results: list[ConfigResult], reference: ConfigResult, fp32: float, sixteen_bit: float, kind: str = "encoder"
 ) -> Comparison:
     """Score differences to the reference, pass/fail against tolerances, and sample agreement
-    (cosine for an encoder's embeddings, |Δ| for every other kind's outputs)."""
+    (cosine for vectors: embeddings, token vectors; |Δ| for every other kind's outputs)."""
     rows = []
     for res in results:
         tol = res.config.tolerance(fp32, sixteen_bit)
@@ -307,7 +335,10 @@ def compare_results(
                     "passed": res is reference or (delta is not None and delta <= tol),
                 }
             )
-    agree = {res.config.label: agreement(reference.outputs, res.outputs, kind == "encoder") for res in results}
+    from .kinds import get_kind
+
+    cosine = get_kind(kind).cosine
+    agree = {res.config.label: agreement(reference.outputs, res.outputs, cosine) for res in results}
     return Comparison(reference.config.label, rows, agree)
 
 

@@ -39,26 +39,6 @@ class _Chunk:
             return list(range(len(self.fresh)))
         return [i for i, k in enumerate(self.keys) if k not in self.hits]
 
-    def assemble(self, computed: Any, cache: Any, ragged: bool = False) -> Any:
-        """Rows of ``fresh`` in order, from the cache and the backend; new rows are stored (one transaction).
-
-        ``computed`` is an array (one row per missing text) or, ``ragged``, a list of arrays.
-        """
-        if not self.keys:
-            return computed
-        miss = self.missing()
-        if computed is not None and miss:
-            cache.put_many((self.keys[i], computed[j]) for j, i in enumerate(miss))
-        if not self.hits:
-            return computed
-        rows: list[np.ndarray] = [None] * len(self.fresh)  # type: ignore[list-item]
-        for j, i in enumerate(miss):
-            rows[i] = computed[j]
-        for i, key in enumerate(self.keys):
-            if rows[i] is None:
-                rows[i] = self.hits[key]
-        return rows if ragged else np.stack(rows)
-
 
 class TextPoolingBase(PoolingBackendBase):
     """One float32 row per text, computed once per distinct text and streamed in chunks (see module doc)."""
@@ -127,7 +107,8 @@ class TextPoolingBase(PoolingBackendBase):
                 chunk, future = inflight.popleft()
                 if chunk.fresh:
                     computed = future.result() if future is not None else None
-                    parts.append(chunk.assemble(computed, self.cache, self.ragged))
+                    rows = self._merge_cached(chunk.keys, chunk.hits, len(chunk.fresh), lambda _, c=computed: c)
+                    parts.append(rows if self.ragged or isinstance(rows, np.ndarray) else np.stack(rows))
                 advance(chunk.n_texts)
 
         start = time.perf_counter()

@@ -25,13 +25,6 @@ from typing import Any, Literal
 from .errors import UnknownNameError, UsageError
 
 PresetKind = Literal["embedding", "reranker", "language", "multimodal"]
-#: The backend kind (see :mod:`vllm_eval.backends`) that applies presets of each preset kind.
-BACKEND_KIND: dict[str, str] = {
-    "embedding": "encoder",
-    "reranker": "reranker",
-    "language": "generator",
-    "multimodal": "generator",
-}
 
 
 @dataclass(frozen=True)
@@ -110,7 +103,9 @@ class ModelPreset:
     @property
     def backend_kind(self) -> str:
         """``encoder``, ``reranker`` or ``generator``: the backends that apply this preset."""
-        return BACKEND_KIND[self.kind]
+        from .kinds import kind_of_preset
+
+        return kind_of_preset(self.kind)
 
     def settings(self) -> dict[str, Any]:
         """What the preset sets, by field name (fields left at their defaults are left out)."""

@@ -213,37 +213,65 @@ class GeneratorBase(BackendBase, ABC):
                     digests[id(ims)] = self._sample_input("", ims)["images"]
                 key.append(digests[id(ims)])
         keys, hits = self._cached(inputs)
-        todo = [i for i in range(len(contexts)) if not keys or keys[i] not in hits]
-        scores = np.zeros(len(contexts), dtype=np.float64)
-        for i, key in enumerate(keys):
-            if key in hits:
-                scores[i] = hits[key][0]
+        n = len(contexts)
+        scores = np.zeros(n, dtype=np.float64)
         started, tokens_before = time.perf_counter(), self.counters.compute_tokens
-        self.counters.inputs += len(contexts)
-        self.counters.distinct += len(contexts)
-        with input_bar("loglikelihood", len(contexts), "options", enabled=self.show_progress_bar) as advance:
-            advance(len(contexts) - len(todo))
-            for chunk in chunked(todo, self.chunk_size):
-                token_ids, starts = [], []
-                for i in chunk:
-                    ctx_ids = list(self.tokenizer(rendered[i], add_special_tokens=False)["input_ids"])
-                    cont_ids = list(self.tokenizer(continuations[i], add_special_tokens=False)["input_ids"])
-                    if not cont_ids:
-                        raise UsageError(f"continuation {continuations[i]!r} has no tokens")
-                    if not ctx_ids:  # the first token has no prediction to read
-                        raise UsageError(f"context {contexts[i]!r:.60} renders to no tokens")
-                    token_ids.append(ctx_ids + cont_ids)
-                    starts.append(len(ctx_ids))
-                    self.counters.compute_tokens += len(ctx_ids) + len(cont_ids)
-                names = [f"context {contexts[i]!r:.60}" for i in chunk]
-                chunk_images = None if images is None else [shown[i] for i in chunk]
-                scores[chunk] = self._continuation_logprobs(token_ids, starts, names, chunk_images)
-                if keys:
-                    self.cache.put_many((keys[i], scores[i : i + 1]) for i in chunk)
-                advance(len(chunk))
+        self.counters.inputs += n
+        self.counters.distinct += n
+
+        def score(positions: list[int]) -> np.ndarray:
+            return self._score_options(positions, rendered, contexts, continuations, None if images is None else shown)
+
+        with input_bar("loglikelihood", n, "options", enabled=self.show_progress_bar) as advance:
+            for lo in range(0, n, self.chunk_size):
+                hi = min(lo + self.chunk_size, n)
+                scores[lo:hi] = self._merge_cached(
+                    keys[lo:hi],
+                    hits,
+                    hi - lo,
+                    lambda miss, lo=lo: score([lo + j for j in miss]),
+                    store=lambda v: np.asarray([v], dtype=np.float64),
+                    load=lambda stored: stored[0],
+                )
+                advance(hi - lo)
         self.counters.compute_seconds += time.perf_counter() - started
         self.counters.tokens += self.counters.compute_tokens - tokens_before
         return scores
+
+    def _score_options(
+        self,
+        positions: list[int],
+        rendered: list[str],
+        contexts: Sequence[str],
+        continuations: Sequence[str],
+        shown: Sequence[Sequence[Any]] | None,
+    ) -> np.ndarray:
+        """Log-likelihoods (float64, nats) of the options at ``positions``: context tokens plus continuation
+        tokens through :meth:`_continuation_logprobs`, counted as computed.
+
+        Raises:
+            UsageError: an empty continuation, or a context that renders to no tokens.
+        """
+        token_ids, starts = [], []
+        for i in positions:
+            ctx_ids = list(self.tokenizer(rendered[i], add_special_tokens=False)["input_ids"])
+            cont_ids = list(self.tokenizer(continuations[i], add_special_tokens=False)["input_ids"])
+            if not cont_ids:
+                raise UsageError(f"continuation {continuations[i]!r} has no tokens")
+            if not ctx_ids:  # the first token has no prediction to read
+                raise UsageError(f"context {contexts[i]!r:.60} renders to no tokens")
+            token_ids.append(ctx_ids + cont_ids)
+            starts.append(len(ctx_ids))
+            self.counters.compute_tokens += len(ctx_ids) + len(cont_ids)
+        names = [f"context {contexts[i]!r:.60}" for i in positions]
+        chunk_images = None if shown is None else [shown[i] for i in positions]
+        return np.asarray(self._continuation_logprobs(token_ids, starts, names, chunk_images), dtype=np.float64)
+
+    def _generate_counted(self, chunk: list[tuple[str, Sequence[Any]]], offset: int) -> list[Generation]:
+        """:meth:`_generate_chunk`, its prompt and output tokens counted as computed."""
+        fresh = self._generate_chunk(chunk, offset)
+        self.counters.compute_tokens += sum(g.prompt_tokens + g.output_tokens for g in fresh)
+        return fresh
 
     def _check_loglikelihood_inputs(
         self, contexts: Sequence[str], continuations: Sequence[str], images: Sequence[Sequence[Any]] | None
@@ -346,18 +374,18 @@ class GeneratorBase(BackendBase, ABC):
                 else:
                     keys, hits = [], {}
                     self.counters.cache_misses += len(chunk)
-                miss = [i for i in range(len(chunk)) if not keys or keys[i] not in hits]
-                done: dict[int, Generation] = {i: Generation(**hits[k]) for i, k in enumerate(keys) if k in hits}
-                if miss:
-                    fresh = self._generate_chunk([chunk[i] for i in miss], len(results) + miss[0])
-                    if keys:
-                        self.cache.put_many((keys[i], asdict(g)) for i, g in zip(miss, fresh))
-                    done.update(zip(miss, fresh))
-                    self.counters.compute_tokens += sum(g.prompt_tokens + g.output_tokens for g in fresh)
-                results.extend(done[i] for i in range(len(chunk)))
+                done = self._merge_cached(
+                    keys,
+                    hits,
+                    len(chunk),
+                    lambda miss, chunk=chunk: self._generate_counted([chunk[i] for i in miss], len(results) + miss[0]),
+                    store=asdict,
+                    load=lambda stored: Generation(**stored),
+                )
+                results.extend(done)
                 self.counters.inputs += len(chunk)
                 self.counters.distinct += len(chunk)
-                self.counters.tokens += sum(done[i].prompt_tokens + done[i].output_tokens for i in range(len(chunk)))
+                self.counters.tokens += sum(g.prompt_tokens + g.output_tokens for g in done)
                 advance(len(chunk))
         self.counters.compute_seconds += time.perf_counter() - start
         return results

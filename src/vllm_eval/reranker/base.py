@@ -231,18 +231,15 @@ class RerankerBase(PoolingBackendBase, ABC):
 
     def _score_cached(self, qs: list[str], ds: list[str], keys: list[bytes], hits: dict[bytes, Any]) -> np.ndarray:
         """Scores of one chunk: the cache's, and the backend's for the rest (then stored)."""
-        if not keys:
-            return self._score_chunk(qs, ds)
-        miss = [i for i, k in enumerate(keys) if k not in hits]
-        scores = np.empty(len(qs), dtype=np.float32)
-        if miss:
-            computed = self._score_chunk([qs[i] for i in miss], [ds[i] for i in miss])
-            self.cache.put_many((keys[i], computed[j : j + 1]) for j, i in enumerate(miss))
-            scores[miss] = computed
-        for i, key in enumerate(keys):
-            if key in hits:
-                scores[i] = hits[key][0]
-        return scores
+        scores = self._merge_cached(
+            keys,
+            hits,
+            len(qs),
+            lambda miss: self._score_chunk([qs[i] for i in miss], [ds[i] for i in miss]),
+            store=lambda score: np.asarray([score], dtype=np.float32),
+            load=lambda stored: stored[0],
+        )
+        return np.asarray(scores, dtype=np.float32)
 
     def _lengths(self, texts: list[str], pairs: list[str] | None = None) -> list[int]:
         """Token counts, capped at ``max_length + 1`` (enough to tell "too long" without tokenizing

@@ -105,17 +105,16 @@ class TokenClassifierBase(PoolingBackendBase, ABC):
                 ids = [list(x) for x in enc["input_ids"]]
                 self._record(chunk)
                 keys, hits = self._cached(ids)
-                todo = [i for i in range(len(ids)) if not keys or keys[i] not in hits]
-                fresh = dict(zip(todo, self._token_probs([ids[i] for i in todo]) if todo else []))
-                if keys:
-                    self.cache.put_many((keys[i], fresh[i]) for i in todo)
                 c = self.counters
                 c.inputs += len(chunk)
                 c.distinct += len(chunk)
                 c.tokens += sum(map(len, ids))
-                c.compute_tokens += sum(len(ids[i]) for i in todo)
+                c.compute_tokens += sum(len(x) for x, k in zip(ids, keys or [None] * len(ids)) if k not in hits)
+                merged = self._merge_cached(
+                    keys, hits, len(ids), lambda miss, ids=ids: self._token_probs([ids[i] for i in miss])
+                )
                 for j, words in enumerate(chunk):
-                    probs = fresh[j] if j in fresh else hits[keys[j]]
+                    probs = merged[j]
                     rows = np.zeros((len(words), len(self.labels)), dtype=np.float32)
                     rows[:, outside] = 1.0
                     seen: set[int] = set()

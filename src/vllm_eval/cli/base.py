@@ -1,0 +1,92 @@
+"""The ``Command`` base every subcommand derives from, and what a model command is handed.
+
+A subcommand is one module under :mod:`vllm_eval.cli.commands` holding its arguments and its handler
+side by side, plus one entry in that package's ``COMMANDS`` list (the shape of vLLM's
+``vllm/entrypoints/cli/`` ``CLISubcommand`` and lm-evaluation-harness's ``lm_eval/_cli/``).
+
+For a command that loads a model, :func:`vllm_eval.cli.main` runs the shared checks first (offline
+mode, engine options, the backend spec, endpoints, the output directory, logging), then
+:meth:`Command.execute` with a :class:`Context`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..errors import UsageError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (a :class:`UsageError`), not a usage dump."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+@dataclass
+class Context:
+    """What a model command gets after the shared checks.
+
+    Attributes:
+        engine: the vLLM engine options the user set (``EngineArgs`` names), checked.
+        spec: the resolved backend of a one-backend command (None for ``bench`` / ``compare``).
+        started: ``time.time()`` when the command started (results count their total from here).
+    """
+
+    engine: dict[str, Any]
+    spec: Any = None
+    started: float = 0.0
+
+
+class Command:
+    """One ``vllm-eval`` subcommand.
+
+    Class attributes:
+        name: the subcommand (``run``, ``token-classify`` ...).
+        help: one line for ``vllm-eval --help``.
+        description: the subcommand's ``--help`` text.
+        kind: the kind of model it runs (:mod:`vllm_eval.kinds`), None for listing commands.
+        loads_model: False for commands that load no model (listings, reports): no shared checks,
+            and unlisted ``--name value`` options are refused.
+        backend_options: argparse destinations that reach the backend's constructor when given (routed
+            by :func:`vllm_eval.cli.spec.resolve_spec`).
+        http_batch_size: inputs per request for a remote backend (None: the transport's default).
+        several_backends: the command runs several backends (``--backends``); options are checked
+            against the set and engine options go to its engine backends.
+        peers: capabilities of names outside the backend table a several-backend command runs.
+    """
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+    description: ClassVar[str] = ""
+    kind: ClassVar[str | None] = None
+    loads_model: ClassVar[bool] = True
+    backend_options: ClassVar[tuple[str, ...]] = ()
+    http_batch_size: ClassVar[int | None] = None
+    several_backends: ClassVar[bool] = False
+    peers: ClassVar[dict[str, str]] = {}
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add the subcommand's arguments to its parser."""
+
+    def kind_of(self, args: argparse.Namespace) -> str:
+        """The kind of model this invocation runs (``run`` decides from the model; ``compare`` from ``--kind``)."""
+        assert self.kind is not None, f"{self.name} runs no model"
+        return self.kind
+
+    def backends_of(self, args: argparse.Namespace) -> list[str]:
+        """The backends this invocation runs (one, ``--backend``, unless the command compares several)."""
+        return [args.backend]
+
+    def options_of(self, args: argparse.Namespace) -> dict[str, Any]:
+        """The backend options the user set (``backend_options`` read from ``args``)."""
+        return {dest: getattr(args, dest, None) for dest in self.backend_options}
+
+    def check(self, args: argparse.Namespace, ctx: Context) -> None:
+        """Command-specific checks after the shared ones, before anything loads (raise UsageError)."""
+
+    def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
+        """Run the command; return the exit code."""
+        raise NotImplementedError

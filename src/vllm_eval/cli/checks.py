@@ -1,0 +1,128 @@
+"""Checks that run before any model, engine or task loads: paths, templates, repeated flags, the model."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from ..errors import UsageError
+
+
+def check_repeats(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """An option given twice is an error, not "the last one wins" (``--endpoint`` may repeat).
+
+    Raises:
+        UsageError: the first option given twice.
+    """
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    command = next((t for t in argv if t in sub.choices), None)
+    if command is None:
+        return
+    actions = {opt: a for a in sub.choices[command]._actions for opt in a.option_strings}  # noqa: SLF001
+    seen: dict[str, str] = {}
+    for tok in argv:
+        if tok == "--":
+            break
+        action = actions.get(tok.split("=", 1)[0])
+        if action is None or isinstance(action, argparse._AppendAction):  # noqa: SLF001
+            continue
+        if action.dest in seen:
+            raise UsageError(f"{tok.split('=', 1)[0]} is given more than once")
+        seen[action.dest] = tok
+
+
+def check_engine(engine: dict[str, Any]) -> None:
+    """vLLM engine options: known names and sane values (``head_dtype`` is ours).
+
+    Raises:
+        OptionError: an unknown name (close names suggested) or a bad value.
+    """
+    from ..engine_args import check_engine_kwargs, check_engine_values
+
+    check_engine_values(engine)
+    check_engine_kwargs({k: v for k, v in engine.items() if k != "head_dtype"})
+
+
+def prepare_output_dir(path: str | None, flag: str = "--output-dir") -> str | None:
+    """Create the output directory now, so a bad one fails before any model loads; its absolute path.
+
+    Raises:
+        UsageError: it is a file, lies under a file, or cannot be created or written.
+    """
+    if path is None:
+        return None
+    if not path.strip():
+        raise UsageError(f"{flag} is empty")
+    target = os.path.abspath(os.path.expanduser(path))
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise UsageError(f"{flag} {path!r} is a file, not a directory")
+    try:
+        os.makedirs(target, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path!r} cannot be created: {exc.strerror or exc}") from None
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path!r} is not writable")
+    return target
+
+
+def task_output_dirs(output_dir: str | None, command: str, tasks: list[Any]) -> list[str]:
+    """Where each task of a command that writes results.json goes, created now: ``--output-dir`` itself
+    for one task, ``<--output-dir>/<task>`` for several; default ``results/<command>/<task>``."""
+    if output_dir and len(tasks) == 1:
+        paths = [output_dir]
+    else:
+        paths = [os.path.join(output_dir or os.path.join("results", command), t.name) for t in tasks]
+    return [prepare_output_dir(p) for p in paths]
+
+
+def chat_template(value: str | None) -> str | None:
+    """``--chat-template``: Jinja text (it contains ``{{`` or ``{%``) or a file that must exist; the text.
+
+    Raises:
+        UsageError: neither a file nor a template.
+    """
+    if value is None or "{{" in value or "{%" in value:
+        return value
+    if not os.path.isfile(value):
+        raise UsageError(f"--chat-template {value!r} is neither a file nor a Jinja template (no '{{{{' or '{{%')")
+    with open(value, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def resolve_model(model: str | None, remote: bool, what: str = "--model", revision: str | None = None) -> Any:
+    """The model resolved once (a ``ModelRef``, handed to the backend), or ``model`` itself for a server.
+
+    Raises:
+        ModelNotFoundError: a local model that does not exist.
+        DataUnavailableError: a hub id not cached while offline.
+        UsageError: no model given where one is needed (``what`` names the option).
+    """
+    from ..modelinfo import ModelRef
+
+    if remote:
+        return model
+    if model is None and what != "--model":
+        raise UsageError(f"{what} MODEL is required (for --backend remote it is the served name, optional)")
+    return ModelRef.resolve(model, revision)
+
+
+def require_model(model: str | None, remote: bool) -> None:
+    """Raises UsageError when a local backend is given no ``--model`` (a server's is optional)."""
+    if not remote and not model:
+        raise UsageError("--model is required (for --backend remote it is the served name, optional)")
+
+
+def open_cache(args: argparse.Namespace) -> Any:
+    """The output cache of this command (None with ``--no-cache``).
+
+    Raises:
+        UsageError: both ``--cache-dir`` and ``--no-cache``.
+    """
+    from ..cache import OutputCache, default_cache_dir
+
+    if args.no_cache:
+        if args.cache_dir:
+            raise UsageError("give --cache-dir or --no-cache, not both")
+        return None
+    return OutputCache(args.cache_dir or default_cache_dir())

@@ -1,0 +1,82 @@
+"""``vllm-eval reward``: a reward model on preference pairs (RewardBench's pairwise accuracy)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..base import Command, Context
+from ..checks import chat_template, open_cache, resolve_model, task_output_dirs
+from ..options import (
+    add_backend,
+    add_cache_flags,
+    add_common,
+    add_engine_flags,
+    add_scale_flags,
+    add_tasks,
+    positive_int,
+)
+from ..tables import report_cache
+from .classify import command_tasks
+
+
+class RewardCommand(Command):
+    name = "reward"
+    help = "evaluate a reward model on preference pairs (prompt, chosen, rejected)"
+    description = (
+        "Score each pair's chosen and rejected response (rendered as a user and an assistant turn "
+        "through the model's chat template) with a reward model: *ForSequenceClassification with one label through "
+        "vLLM's classify task, or a per-token reward head (e.g. Qwen2ForRewardModel) through token_classify, read at "
+        "the last token. Reports RewardBench's pairwise accuracy (chosen > rejected; ties lose), per subset, and the "
+        "reward margins. Writes results.json and samples.jsonl."
+    )
+    kind = "classifier"
+    backend_options = ("device", "data_parallel_size", "replicas_per_gpu")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        from ...backends import backend_names
+        from ..spec import capability
+
+        parser.add_argument("--model", required=True, help="model directory or hub id")
+        # The chat template is rendered here, so a served model cannot take the pairs.
+        served = tuple(n for n in backend_names(self.kind) if capability(self.kind, n) == "remote")
+        add_backend(parser, (self.kind,), exclude=served)
+        add_tasks(parser, "RewardBench (allenai/reward-bench, needs the hub or its cache), unless --data is given")
+        parser.add_argument(
+            "--data", default=None, help="your own pairs: .jsonl, .csv or .parquet with prompt, chosen, rejected"
+        )
+        parser.add_argument("--limit", type=positive_int, default=None, help="first N pairs only")
+        parser.add_argument("--chat-template", default=None, help="chat template: a file, or the Jinja text itself")
+        add_common(parser, "default: results/reward/<task>")
+        add_cache_flags(parser)
+        add_scale_flags(parser)
+        add_engine_flags(parser)
+
+    def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
+        from ...tasks.preference import run_reward
+
+        template = chat_template(args.chat_template)
+        tasks = command_tasks(self.name, args.tasks, args.data)
+        model = resolve_model(args.model, False)
+        outputs = task_output_dirs(args.output_dir, self.name, tasks)
+        # The raw score, on the chat-rendered text as is (the template carries the special tokens).
+        internal = {
+            "show_progress_bar": not args.no_progress,
+            "use_activation": False,
+            "add_special_tokens": False,
+            "labels": ["reward"],
+        }
+        cache = open_cache(args)
+        with ctx.spec.load(model, **internal) as scorer:
+            scorer.use_cache(cache)
+            for task, out in zip(tasks, outputs, strict=True):
+                res = run_reward(scorer, task, limit=args.limit, output_dir=out, chat_template=template)
+                m = res["metrics"]
+                print(
+                    f"{task.name} ({scorer.name}, {args.backend}): accuracy {m['accuracy']:.4f}  "
+                    f"margin mean {m['margin_mean']:.4f}  ties {m['ties']}  n {m['n_pairs']}  {res['seconds']:.1f} s"
+                )
+                for name, sub in (m.get("per_subset") or {}).items():
+                    print(f"  {name}: accuracy {sub['accuracy']:.4f}  n {sub['n_pairs']}")
+                print(f"results: {out}/results.json, {out}/samples.jsonl")
+        report_cache(cache)
+        return 0

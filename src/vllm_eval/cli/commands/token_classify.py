@@ -1,0 +1,83 @@
+"""``vllm-eval token-classify``: a token classifier (e.g. NER) on tagged sentences."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..base import Command, Context
+from ..checks import open_cache, require_model, resolve_model, task_output_dirs
+from ..options import (
+    add_backend,
+    add_cache_flags,
+    add_common,
+    add_engine_flags,
+    add_remote_flags,
+    add_scale_flags,
+    positive_int,
+)
+from ..tables import report_cache
+
+
+class TokenClassifyCommand(Command):
+    name = "token-classify"
+    help = "evaluate a token classifier (*ForTokenClassification, e.g. NER) on tagged sentences"
+    description = (
+        "Tag the words of your sentences (--data FILE: CoNLL, or .jsonl/.csv/.parquet with tokens and tags) "
+        "with vLLM's token_classify task (each word takes its first sub-token's label) and report seqeval's "
+        "entity-level precision/recall/F1 (conlleval and strict IOB2) and token accuracy. Writes results.json and "
+        "samples.jsonl."
+    )
+    kind = "token_classifier"
+    backend_options = (
+        "tokenizer",
+        "device",
+        "data_parallel_size",
+        "replicas_per_gpu",
+        "endpoint",
+        "api_key",
+        "max_concurrency",
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--model", default=None, help="model directory or hub id (served: the served name, default: the server's)"
+        )
+        add_backend(parser, (self.kind,))
+        parser.add_argument(
+            "--tokenizer",
+            default=None,
+            help="served models: directory or hub id with the model's tokenizer and labels (default: the served name)",
+        )
+        parser.add_argument(
+            "--data", required=True, help="CoNLL file (.conll/.txt) or .jsonl/.csv/.parquet with tokens, tags"
+        )
+        parser.add_argument("--limit", type=positive_int, default=None, help="first N sentences only")
+        add_common(parser, "default: results/token-classify/<data file name>")
+        add_cache_flags(parser)
+        add_remote_flags(parser, "/pooling")
+        add_scale_flags(parser)
+        add_engine_flags(parser)
+
+    def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
+        from ...tasks.ner import run_token_classification
+        from ...tasks.registry import load_file
+
+        spec = ctx.spec
+        require_model(args.model, spec.remote)
+        task = load_file(self.name, args.data)
+        model = resolve_model(args.model, spec.remote)
+        [out] = task_output_dirs(args.output_dir, self.name, [task])
+        cache = open_cache(args)
+        with spec.load(model, show_progress_bar=not args.no_progress) as tagger:
+            tagger.use_cache(cache)
+            res = run_token_classification(tagger, task, limit=args.limit, output_dir=out)
+        m = res["metrics"]
+        print(
+            f"{task.name} ({tagger.name}, {args.backend}): entity F1 {m['f1']:.4f} "
+            f"(strict IOB2 {m['f1_strict_iob2']:.4f})  "
+            f"precision {m['precision']:.4f}  recall {m['recall']:.4f}  token accuracy {m['token_accuracy']:.4f}  "
+            f"n {m['n_sentences']}  {res['seconds']:.1f} s"
+        )
+        print(f"results: {out}/results.json, {out}/samples.jsonl")
+        report_cache(cache)
+        return 0

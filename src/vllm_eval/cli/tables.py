@@ -1,0 +1,86 @@
+"""What the commands print: the result table, the cache line, short values."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def print_table(rows: list[Any], title: str) -> None:
+    """One rich table of :class:`~vllm_eval.results.TaskRow` rows (stage, rate, parity and status
+    columns only when some row has them)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    staged = any(r.stage for r in rows)
+    marked = any(r.status != "computed" for r in rows)
+    table = Table(title=title)
+    table.add_column("task")
+    if staged:
+        table.add_column("stage")
+    for col in ("type", "main score"):
+        table.add_column(col)
+    table.add_column("value", justify="right")
+    table.add_column("seconds", justify="right")
+    rated = any(getattr(r, "tokens_per_s", None) for r in rows)
+    if rated:
+        table.add_column("tok/s", justify="right")
+    checked = any(getattr(r, "parity_n", 0) for r in rows)
+    if checked:
+        table.add_column("parity min cos", justify="right")
+    if marked:
+        table.add_column("status", overflow="fold")
+    for r in rows:
+        value = "-" if r.status.startswith("failed") else f"{r.main_score:.4f}"
+        cells = [r.task, *([r.stage] if staged else []), r.task_type, r.main_score_name, value, f"{r.seconds:.1f}"]
+        if rated:
+            cells.append(f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else "-")
+        if checked:
+            cells.append(f"{r.parity_min_cosine:.8f} ({r.parity_n})" if r.parity_n else "-")
+        table.add_row(*cells, *([r.status] if marked else []))
+    Console(width=max(100, Console().width)).print(table)
+
+
+def print_rows(rows: list[dict[str, Any]], columns: list[str], title: str, width: int = 100) -> None:
+    """A rich table of dict rows, one column per key in ``columns`` (lists joined, None as ``-``)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(*(_cell(r.get(c)) for c in columns))
+    Console(width=max(width, Console().width)).print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value[:6]))
+    return str(value)
+
+
+def report_cache(cache: Any) -> None:
+    """Close ``cache`` and print its hits, misses and size (nothing for None)."""
+    if cache is not None:
+        cache.close()
+        st = cache.stats
+        print(
+            f"cache: {st.hits} hits, {st.misses} computed and stored"
+            + (f", {st.damaged} damaged entries recomputed" if st.damaged else "")
+            + f"; {cache.size_bytes() / 2**20:.1f} MiB in {cache.directory}"
+        )
+
+
+def short(value: Any) -> str:
+    """A value as at most 160 characters of JSON (dataclasses as dicts, strings quoted)."""
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        value = asdict(value)
+    text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 160 else text[:157] + "..."

@@ -1,0 +1,72 @@
+"""Small models built locally for tests and offline demos (no cross-encoder or LLM ships offline).
+
+They are real Hugging Face checkpoints that vLLM, transformers and sentence-transformers load,
+with seeded random weights where no trained weights exist: good for plumbing and parity checks,
+meaningless for quality. Build them once into a directory and reuse it.
+
+* :func:`build_minilm_cross_encoder` — ``BertForSequenceClassification`` (one label): the packaged
+  all-MiniLM-L6-v2 encoder plus a seeded classifier head.
+* :func:`build_tiny_qwen3` — a randomly initialised 2-layer ``Qwen3ForCausalLM`` with a byte-level
+  BPE tokenizer trained on gensim's Lee background corpus, ``yes``/``no`` as single tokens and a
+  Qwen-style chat template (for the Qwen3-Reranker recipe and for generation tests).
+* :func:`build_tiny_reward_model` — a tiny reward model: ``Qwen3ForSequenceClassification`` with one
+  label, or ``Qwen2ForRewardModel`` (per-token scores, the last token's is the reward).
+* :func:`build_minilm_colbert` — ``HF_ColBERT`` (MiniLM plus a seeded projection): per-token vectors
+  for late-interaction (MaxSim) retrieval.
+* :func:`build_tiny_llava` — a randomly initialised ``LlavaForConditionalGeneration`` (tiny CLIP
+  vision tower, 2-layer Qwen2 text model) with a LLaVA processor, for vision-language tests.
+
+:func:`serve_model` runs a real ``vllm serve`` of such a model on loopback (tests, the remote bench).
+"""
+
+from .harness import (
+    JsonStubHandler,
+    cli_command,
+    offline_env,
+    row_cosines,
+    run_cli,
+    score_deltas,
+    serve_model,
+    stub_server,
+    text_loader,
+    url_of,
+)
+from .shapes import CHATML_TEMPLATE, tiny_tokenizer
+from .text_models import (
+    NER_LABELS,
+    build_minilm_classifier,
+    build_minilm_colbert,
+    build_minilm_cross_encoder,
+    build_minilm_token_classifier,
+    build_random_embedding_model,
+    build_tiny_qwen3,
+    build_tiny_reward_model,
+)
+from .vision_models import QWEN2_VL_TEMPLATE, build_tiny_idefics3, build_tiny_llava, build_tiny_qwen2_vl
+
+__all__ = [
+    "CHATML_TEMPLATE",
+    "NER_LABELS",
+    "QWEN2_VL_TEMPLATE",
+    "JsonStubHandler",
+    "build_minilm_classifier",
+    "build_minilm_colbert",
+    "build_minilm_cross_encoder",
+    "build_minilm_token_classifier",
+    "build_random_embedding_model",
+    "build_tiny_idefics3",
+    "build_tiny_llava",
+    "build_tiny_qwen2_vl",
+    "build_tiny_qwen3",
+    "build_tiny_reward_model",
+    "cli_command",
+    "offline_env",
+    "row_cosines",
+    "run_cli",
+    "score_deltas",
+    "serve_model",
+    "stub_server",
+    "text_loader",
+    "tiny_tokenizer",
+    "url_of",
+]

@@ -1,0 +1,180 @@
+"""Tiny vision-language models for tests: LLaVA, Idefics3, Qwen2-VL (random weights)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .shapes import CHATML_TEMPLATE, tiny_text_shape, tiny_tokenizer, tiny_vision_shape
+
+
+def build_tiny_llava(out_dir: str | Path, seed: int = 0, image_size: int = 28) -> Path:
+    """Save a tiny randomly initialised ``LlavaForConditionalGeneration`` with its processor.
+
+    Vision: CLIP, patch 14 on ``image_size`` px (4 patches for 28 px), hidden 64, 2 layers.
+    Text: Qwen2, hidden 128, 4 heads of 32, 2 layers; ``<image>`` is the image placeholder, the
+    ChatML template renders image parts as ``<image>``. Weights from ``torch.manual_seed(seed)``.
+
+    Returns:
+        The model directory.
+    """
+    import torch
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        Qwen2Config,
+    )
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = tiny_tokenizer(("<image>",))
+    image_token = tokenizer.convert_tokens_to_ids("<image>")
+    torch.manual_seed(seed)
+    vision = CLIPVisionConfig(**tiny_vision_shape(image_size, projection_dim=64))
+    text = Qwen2Config(**tiny_text_shape(tokenizer, tie_word_embeddings=False))
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=image_token,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        projector_hidden_act="gelu",
+        image_seq_length=(image_size // 14) ** 2,
+    )
+    model = LlavaForConditionalGeneration(config).to(torch.float32)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    image_processor = CLIPImageProcessor(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        chat_template=CHATML_TEMPLATE,
+        image_token="<image>",
+        num_additional_image_tokens=1,
+    )
+    processor.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def build_tiny_idefics3(out_dir: str | Path, seed: int = 0, image_size: int = 56) -> Path:
+    """Save a tiny randomly initialised ``Idefics3ForConditionalGeneration`` (SmolVLM's architecture)
+    with its processor.
+
+    Vision: SigLIP-style, patch 14 on ``image_size`` px (16 patches for 56 px), hidden 64, 2 layers;
+    the connector's pixel shuffle (scale 2) leaves 4 image tokens per image. No image splitting: one
+    global tile per image. Text: Llama, hidden 128, 4 heads of 32, 2 layers. The ChatML template
+    renders an image part as ``<image>``, which the processor (transformers, or vLLM's) expands to
+    ``<fake_token_around_image><global-img><image>×4<fake_token_around_image>``. Weights from
+    ``torch.manual_seed(seed)``, float32. Idefics3's image processor runs on PIL without torchvision,
+    so vLLM's CPU build runs this model. A plumbing model: its answers mean nothing.
+
+    Returns:
+        The model directory.
+    """
+    import torch
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = tiny_tokenizer(("<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"))
+    torch.manual_seed(seed)
+    scale = 2
+    text = tiny_text_shape(tokenizer, model_type="llama", tie_word_embeddings=False)
+    vision = tiny_vision_shape(image_size)
+    config = Idefics3Config(
+        vision_config=vision,
+        text_config=text,
+        scale_factor=scale,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Idefics3ForConditionalGeneration(config).to(torch.float32)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    image_processor = Idefics3ImageProcessorPil(
+        do_image_splitting=False,
+        size={"longest_edge": image_size},
+        max_image_size={"longest_edge": image_size},
+    )
+    processor = Idefics3Processor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_len=(image_size // 14) ** 2 // scale**2,
+        chat_template=CHATML_TEMPLATE,
+    )
+    processor.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+#: The Qwen2-VL chat template of :func:`build_tiny_qwen2_vl`: :data:`CHATML_TEMPLATE` with an image part
+#: as ``<|vision_start|><|image_pad|><|vision_end|>`` (the processor expands the pad to the image's tokens).
+QWEN2_VL_TEMPLATE = CHATML_TEMPLATE.replace("{{- '<image>' }}", "{{- '<|vision_start|><|image_pad|><|vision_end|>' }}")
+
+
+def build_tiny_qwen2_vl(out_dir: str | Path, seed: int = 0) -> Path:
+    """Save a tiny randomly initialised ``Qwen2VLForConditionalGeneration`` with its processor.
+
+    Shapes: vision tower of 2 blocks (width 64, patch 14, 2x2 merge), text model as
+    :func:`build_tiny_qwen3` (hidden 128, 2 layers, multimodal RoPE sections 4/6/6), vocab ≈ 1,000
+    plus the vision tokens; fp32, weights from ``torch.manual_seed(seed)``. Images are resized to at
+    most 112x112 pixels (16 image tokens). Built where it runs: vLLM's CUDA build loads it with the
+    transformers that saved it. A plumbing model: its answers mean nothing.
+
+    Returns:
+        The model directory.
+    """
+    import torch
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    vision_tokens = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+    tokenizer = tiny_tokenizer(extra_tokens=vision_tokens)
+    tokenizer.chat_template = QWEN2_VL_TEMPLATE
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in vision_tokens}
+    torch.manual_seed(seed)
+    eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    rope = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]}
+    config = Qwen2VLConfig(
+        text_config=tiny_text_shape(
+            tokenizer,
+            max_position_embeddings=4096,
+            rope_parameters=rope,
+            rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]},
+            tie_word_embeddings=False,
+        ),
+        vision_config=dict(
+            depth=2, embed_dim=64, hidden_size=128, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2
+        ),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        eos_token_id=eos,
+        pad_token_id=pad,
+        tie_word_embeddings=False,
+    )
+    model = Qwen2VLForConditionalGeneration(config).to(torch.float32)
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
+    model.save_pretrained(out, safe_serialization=True)
+    # The tokenizer (with the template) and the image processor; AutoProcessor assembles Qwen2VLProcessor
+    # from them (building it here would need torchvision for its video processor).
+    Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=112 * 112).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
