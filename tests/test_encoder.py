@@ -266,12 +266,13 @@ def test_engine_starts_in_process_with_numba_loaded(vllm_encoder):
     import numba
 
     from vllm_eval import VllmEncoder
-    from vllm_eval.engine import _in_process, _modules_breaking_kernel_scan
+    from vllm_eval.engine import _in_process
+    from vllm_eval.procenv import modules_breaking_kernel_scan
 
     # numba loads llvmlite, whose library wrapper breaks vLLM's in-process kernel walk; it is left out
     # of sys.modules while an engine starts, so a new engine's core still runs in this process.
     lib = sys.modules["llvmlite.binding.ffi"]
-    assert _modules_breaking_kernel_scan() == ["llvmlite.binding.ffi"]
+    assert modules_breaking_kernel_scan() == ["llvmlite.binding.ffi"]
     with VllmEncoder(max_model_len=128, show_progress_bar=False) as enc:
         assert enc.llm is not vllm_encoder.llm and _in_process(enc.llm)
         assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"

@@ -43,7 +43,7 @@ def test_score_template_validation():
 
 
 def test_preset_engine_options_merge_with_the_users():
-    from vllm_eval.engine import merge_engine_kwargs
+    from vllm_eval.engine_args import merge_engine_kwargs
 
     preset = get_preset("qwen3-reranker").engine_kwargs
     merged = merge_engine_kwargs(preset, {"hf_overrides": {"head_dtype": "float32"}, "dtype": "bfloat16"})

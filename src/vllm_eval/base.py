@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from .cache import NUMERIC_PACKAGES, OutputCache, identity_digest, input_key, weights_fingerprint
-from .engine import Resource
 from .errors import UsageError
 from .telemetry import Counters, package_versions
 
@@ -67,6 +67,28 @@ def model_token_limit(config: Any, tokenizer: Any, max_model_len: int | None) ->
     return int(max_model_len or getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length)
 
 
+class Resource:
+    """Context-manager base: ``with X(...) as x:`` calls ``x.close()`` on exit."""
+
+    def close(self) -> None:
+        """Release what the object holds. Idempotent."""
+
+    @contextmanager
+    def closed_on_error(self) -> Iterator[None]:
+        """Around the part of a constructor that acquires things: on any error, release them and re-raise."""
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 class BackendBase(Resource):
     """What every backend of every kind has: the model it runs, its chunking and progress, its capabilities.
 
@@ -87,6 +109,18 @@ class BackendBase(Resource):
     kind: ClassVar[str] = ""
     #: The output cache this backend reads and fills (None: none); see :meth:`use_cache`.
     cache: OutputCache | None = None
+    #: Engines that compute one chunk at once (engine replicas: :class:`~vllm_eval.vllm_backend.VllmBackend`).
+    parallel_jobs: int = 1
+
+    @property
+    def chunk_size(self) -> int:
+        """Inputs handed to the backend per step: the chunk size given, times :attr:`parallel_jobs` (a chunk
+        is split over replicas, and each should still get a whole one)."""
+        return self._chunk_size * self.parallel_jobs
+
+    @chunk_size.setter
+    def chunk_size(self, value: int) -> None:
+        self._chunk_size = value
 
     def __init__(self, *, model: str, chunk_size: int, show_progress_bar: bool = True, model_ref: Any = None) -> None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
@@ -96,8 +130,8 @@ class BackendBase(Resource):
         self.chunk_size = chunk_size
         self.show_progress_bar = show_progress_bar
         self._identity_key: bytes | None = None
-        #: What this object has done so far (see :mod:`vllm_eval.telemetry`); a subclass that started
-        #: an engine before calling this sets ``_engine_start_s``.
+        #: What this object has done so far (see :mod:`vllm_eval.telemetry`); an engine started before
+        #: this runs left its start time in ``_engine_start_s``, one started after writes it here.
         self.counters = Counters(engine_start_seconds=getattr(self, "_engine_start_s", 0.0))
 
     def identity(self) -> dict[str, Any]:

@@ -204,8 +204,9 @@ def mteb_vllm_wrapper(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> 
     float32, eager, a fixed KV reserve), but none of the process-wide settings our engines make."""
     from mteb.models.vllm_wrapper import VllmEncoderWrapper
 
-    from .engine import default_engine_kwargs, without_our_env
+    from .engine_args import default_engine_kwargs
     from .modelinfo import build_model_meta, resolve_model
+    from .procenv import without_our_env
 
     path = resolve_model(model)
     # mteb's wrapper loads ModelMeta.name with vLLM, so the name must be the local path.

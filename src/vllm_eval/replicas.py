@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ReplicaError, UsageError
+from .errors import ReplicaError, UsageError, VllmEvalError
 
 __all__ = ["ReplicaError", "ReplicaPool", "plan_replicas"]
 
@@ -126,7 +126,7 @@ def pooling_kv_cache_bytes(model: str, engine_kwargs: dict[str, Any], replica_by
     replica's share of the GPU) to leave room for weights and activations; vLLM schedules fewer
     tokens per step when the cap binds. Encoder-only models (BERT) allocate no KV cache at all.
     """
-    from .engine import GPU_POOLING_MAX_NUM_BATCHED_TOKENS, GPU_POOLING_MAX_NUM_SEQS
+    from .engine_args import GPU_POOLING_MAX_NUM_BATCHED_TOKENS, GPU_POOLING_MAX_NUM_SEQS
 
     tokens = int(engine_kwargs.get("max_num_batched_tokens") or GPU_POOLING_MAX_NUM_BATCHED_TOKENS)
     tokens += 16 * int(engine_kwargs.get("max_num_seqs") or GPU_POOLING_MAX_NUM_SEQS)
@@ -180,7 +180,7 @@ def plan_replicas(
     Raises:
         UsageError: sizes below 1, more GPUs asked for than are visible, or fewer cores than replicas.
     """
-    from .engine import on_cpu
+    from .engine_args import on_cpu
 
     engine_kwargs = dict(engine_kwargs or {})
     for name, value in (
@@ -279,7 +279,10 @@ def _worker(
                 results.put(("done", job_id, fn(llm, payload), index))
             except BaseException as exc:  # a bad job must not take the replica down
                 logger.debug("job %s failed:\n%s", job_id, traceback.format_exc())
-                results.put(("error", job_id, f"replica {index}: {type(exc).__name__}: {exc}", index))
+                # Our own errors go back as themselves (they pickle), so a refusal stays a UsageError and
+                # a failed request keeps its index; anything else is named with the replica.
+                own = isinstance(exc, VllmEvalError)
+                results.put(("error", job_id, exc if own else f"replica {index}: {type(exc).__name__}: {exc}", index))
     finally:
         _release(llm)
         # The engine is shut down and our messages are flushed; skip interpreter finalization, where
@@ -466,7 +469,7 @@ class ReplicaPool:
             if kind == "done":
                 job[0].set_result(value)
             else:
-                job[0].set_exception(ReplicaError(value))
+                job[0].set_exception(value if isinstance(value, BaseException) else ReplicaError(value))
 
     def _reap(self) -> None:
         """Mark replicas that died; move their outstanding jobs to the live ones."""

@@ -360,7 +360,7 @@ def provenance(model: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     engine_kwargs = getattr(model, "engine_kwargs", None)
     if engine_kwargs is not None:
-        from .engine import effective_engine_kwargs
+        from .engine_args import effective_engine_kwargs
 
         try:
             out["engine_options_in_force"] = effective_engine_kwargs(dict(engine_kwargs))

@@ -173,7 +173,7 @@ def run_suite(
 
         task_args = ["--tasks", *offline_tasks()]
     engine = dict(engine_kwargs or {})
-    from .engine import user_environment
+    from .procenv import user_environment
 
     env = user_environment()  # each process makes its own settings (or, the peers, none)
     records: list[SuiteRecord] = []
@@ -223,7 +223,7 @@ def _peer_model(backend: str, model: str, dtype: str | None, engine: dict[str, A
         dtypes.update(float16=torch.float16, bfloat16=torch.bfloat16)
         return SentenceTransformer(model, model_kwargs={"torch_dtype": dtypes[dtype]} if dtype in dtypes else None)
     from .bench import mteb_vllm_wrapper
-    from .engine import on_cpu
+    from .engine_args import on_cpu
 
     return mteb_vllm_wrapper(model, dtype or ("float32" if on_cpu() else "auto"), engine)
 

@@ -6,15 +6,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..engine import EngineUser, merge_engine_kwargs, raise_on_request_errors
+from ..engine_args import backend_engine_kwargs
 from ..errors import UsageError
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
+from ..vllm_backend import VllmBackend, check_outputs, pooling_info
 from .base import ClassifierBase, labels_of
 
 
-class VllmClassifier(EngineUser, ClassifierBase):
+class VllmClassifier(VllmBackend, ClassifierBase):
     """``*ForSequenceClassification`` models through ``LLM.classify`` (runner ``pooling``, convert ``classify``).
 
     Inputs are tokenized here in batches (as vLLM's text path would: special tokens added,
@@ -33,10 +34,13 @@ class VllmClassifier(EngineUser, ClassifierBase):
         show_progress_bar: progress bar over each call's texts.
         model_name: name recorded in results.
         trust_remote_code: run the model repository's own code (default False).
+        data_parallel_size, replicas_per_gpu: engine replicas, as for
+            :class:`~vllm_eval.encoder.vllm.VllmEncoder`; each chunk of texts is split over them.
         **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len`` ...).
 
     Raises:
-        UsageError: the model's config names no labels.
+        UsageError: the model's config names no labels; more replicas than GPUs or cores.
+        ReplicaError: a replica failed to start.
         OptionError: unknown engine options.
         EngineError: vLLM failed to start (its reason in the message).
         ModelNotFoundError: a model path that does not exist.
@@ -56,34 +60,30 @@ class VllmClassifier(EngineUser, ClassifierBase):
         show_progress_bar: bool = True,
         model_name: str | None = None,
         trust_remote_code: bool = False,
+        data_parallel_size: int = 1,
+        replicas_per_gpu: int = 1,
         **engine_kwargs: Any,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
         if labels is None and ref.config:
             labels = labels_of(ref.config)
-        kwargs = merge_engine_kwargs(engine_kwargs, {"revision": revision} if revision is not None else None)
-        self.engine_kwargs = {
-            "runner": "pooling",
-            "convert": "classify",
-            "trust_remote_code": trust_remote_code,
-            **kwargs,
-        }
-        self._start_engine(ref)
+        self.engine_kwargs = backend_engine_kwargs(
+            "pooling", engine_kwargs, convert="classify", trust_remote_code=trust_remote_code, revision=revision
+        )
         with self.closed_on_error():
-            tasks = self.llm.supported_tasks
+            info = self.start(ref, pooling_info, data_parallel_size, replicas_per_gpu)
+            tasks = info["supported_tasks"]
             if "classify" not in tasks and "token_classify" not in tasks:
                 raise UsageError(
                     f"{ref.path}: vLLM runs this model for {', '.join(tasks) or 'no pooling task'}, not classify"
                 )
             self.pooling_task = "classify" if "classify" in tasks else "token_classify"
-            config = self.llm.model_config
             if labels is None:  # a hub id not in the local cache: the engine has read the config
-                labels = labels_of(config.hf_config.to_dict())
-            max_length = int(config.max_model_len)
+                labels = labels_of(info["hf_config"])
+            max_length = info["max_model_len"]
             meta = build_model_meta(
                 ref, revision=revision, model_name=model_name, max_model_len=max_length, cross_encoder=True
             )
-            encoder_config = getattr(config, "encoder_config", None) or {}
             super().__init__(
                 model=ref.path,
                 model_ref=ref,
@@ -93,10 +93,7 @@ class VllmClassifier(EngineUser, ClassifierBase):
                 prompting=PromptResolver(),
                 max_length=max_length,
                 tokenizer=BatchTokenizer(
-                    self.llm.get_tokenizer(),
-                    max_length,
-                    bool(encoder_config.get("do_lower_case", False)),
-                    add_special_tokens=add_special_tokens,
+                    info["tokenizer"], max_length, info["do_lower_case"], add_special_tokens=add_special_tokens
                 ),
                 chunk_size=chunk_size,
                 show_progress_bar=show_progress_bar,
@@ -107,15 +104,30 @@ class VllmClassifier(EngineUser, ClassifierBase):
         return {**super().identity(), **self.engine_identity()}
 
     def _classify_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
-        from vllm import PoolingParams
-        from vllm.inputs import TokensPrompt
+        return self.run_split(
+            classify_job,
+            len(ids),
+            lambda lo, hi: (ids[lo:hi], self.use_activation, self.pooling_task),
+            lambda i: f"text {i} ({texts[i]!r:.60})",
+        )
 
-        prompts = [TokensPrompt(prompt_token_ids=x) for x in ids]
-        params = PoolingParams(use_activation=self.use_activation)
-        if self.pooling_task == "classify":
-            outputs = self.llm.classify(prompts, pooling_params=params, use_tqdm=False)
-            raise_on_request_errors(outputs, lambda i: f"text {i} ({texts[i]!r:.60})")
-            return np.asarray([o.outputs.probs for o in outputs], dtype=np.float32)
-        outputs = self.llm.encode(prompts, pooling_params=params, pooling_task="token_classify", use_tqdm=False)
-        raise_on_request_errors(outputs, lambda i: f"text {i} ({texts[i]!r:.60})")
-        return np.stack([np.asarray(o.outputs.data[-1], dtype=np.float32) for o in outputs])
+
+def classify_job(llm: Any, payload: tuple[list[list[int]], bool, str]) -> np.ndarray:
+    """Class probabilities (or logits, ``use_activation=False``) of token-id sequences: float32 (n, labels).
+    ``token_classify`` models (a per-token reward head) are read at the last token, where a sequence
+    classifier pools. The single code path of the in-process engine and of every replica.
+
+    Raises:
+        RequestFailed: vLLM failed on a text (its index in the chunk and vLLM's reason).
+    """
+    from vllm import PoolingParams
+    from vllm.inputs import TokensPrompt
+
+    ids, use_activation, pooling_task = payload
+    prompts = [TokensPrompt(prompt_token_ids=x) for x in ids]
+    params = PoolingParams(use_activation=use_activation)
+    if pooling_task == "classify":
+        outputs = check_outputs(llm.classify(prompts, pooling_params=params, use_tqdm=False))
+        return np.asarray([o.outputs.probs for o in outputs], dtype=np.float32)
+    outputs = check_outputs(llm.encode(prompts, pooling_params=params, pooling_task="token_classify", use_tqdm=False))
+    return np.stack([np.asarray(o.outputs.data[-1], dtype=np.float32) for o in outputs])

@@ -8,21 +8,21 @@ sent as token ids (truncation counted and reported), and the engine is shared an
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import Future
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ..engine import EngineUser, first_request_error, merge_engine_kwargs
-from ..errors import EngineError, UsageError
+from ..engine_args import backend_engine_kwargs
+from ..errors import UsageError
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import InstructionTemplate, resolve_prompting
 from ..streaming import BatchTokenizer
+from ..vllm_backend import VllmBackend, check_outputs
 from .base import EncoderBase
 
 
-class VllmEncoder(EngineUser, EncoderBase):
+class VllmEncoder(VllmBackend, EncoderBase):
     """mteb ``EncoderProtocol`` over vLLM's pooling runner (``LLM.embed``).
 
     Args:
@@ -107,22 +107,16 @@ class VllmEncoder(EngineUser, EncoderBase):
         self.dimensions = dimensions
         self.normalize = normalize
         self.pretokenize = pretokenize
-        self.engine_kwargs = {
-            "runner": "pooling",
-            "convert": "embed",
-            "trust_remote_code": trust_remote_code,
-            **merge_engine_kwargs(
-                found.engine_kwargs if found else None,
-                engine_kwargs,
-                {"revision": revision} if revision is not None else None,
-            ),
-        }
+        self.engine_kwargs = backend_engine_kwargs(
+            "pooling",
+            found.engine_kwargs if found else None,
+            engine_kwargs,
+            convert="embed",
+            trust_remote_code=trust_remote_code,
+            revision=revision,
+        )
         with self.closed_on_error():
-            info = self._start_engines(ref, engine_info, data_parallel_size, replicas_per_gpu)
-            if self.pool is not None:
-                # Chunks are split over the replicas: each still gets chunk_size texts per job.
-                chunk_size *= len(self.pool)
-                self.max_in_flight = 2
+            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu)
             self._check_dimensions(ref.path, info)
             max_length = info["max_model_len"]
             meta = build_model_meta(
@@ -178,41 +172,17 @@ class VllmEncoder(EngineUser, EncoderBase):
     def _payload(self, texts: list[str], ids: list[list[int]]) -> tuple[list[Any], int | None, bool | None]:
         return (ids if self.pretokenize else texts), self.dimensions, self.normalize
 
-    @staticmethod
-    def _named(texts: list[str], result: tuple[np.ndarray | None, tuple[int, str] | None]) -> np.ndarray:
-        array, error = result
-        if error is not None:
-            i, reason = error
-            raise EngineError(f"vLLM failed on input {texts[i]!r:.80}: {reason}")
-        return array
-
     def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
-        return self._named(texts, embed_job(self.llm, self._payload(texts, ids)))
+        return self._submit_chunk(texts, ids).result()
 
     def _submit_chunk(self, texts: list[str], ids: list[list[int]]) -> Future:
-        if self.pool is None:
-            return super()._submit_chunk(texts, ids)
-        parts = self.pool.submit_split(embed_job, len(texts), lambda lo, hi: self._payload(texts[lo:hi], ids[lo:hi]))
-        combined: Future = Future()
-        pending = [len(parts)]
-        lock = threading.Lock()
-
-        def done(_: Future) -> None:
-            with lock:
-                pending[0] -= 1
-                if pending[0]:
-                    return
-            try:
-                ends = [lo for lo, _ in parts[1:]] + [len(texts)]
-                combined.set_result(
-                    np.concatenate([self._named(texts[lo:hi], f.result()) for (lo, f), hi in zip(parts, ends)])
-                )
-            except BaseException as exc:
-                combined.set_exception(exc)
-
-        for _, f in parts:
-            f.add_done_callback(done)
-        return combined
+        # Not waited for: with replicas, the next chunk is prepared and handed over meanwhile.
+        return self.submit_split(
+            embed_job,
+            len(texts),
+            lambda lo, hi: self._payload(texts[lo:hi], ids[lo:hi]),
+            lambda i: f"input {texts[i]!r:.80}",
+        )
 
 
 def engine_info(llm: Any) -> dict[str, Any]:
@@ -232,14 +202,13 @@ def engine_info(llm: Any) -> dict[str, Any]:
     }
 
 
-def embed_job(
-    llm: Any, payload: tuple[list[Any], int | None, bool | None]
-) -> tuple[np.ndarray | None, tuple[int, str] | None]:
+def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]) -> np.ndarray:
     """Embed one chunk on ``llm``: token-id lists (or texts) -> float32 (n, dim).
 
-    The single code path of the in-process engine and of every replica. Returns the array and
-    None, or None and ``(index, vLLM's reason)`` for the first input vLLM failed on, so the
-    caller can name the text (a replica does not hold the texts).
+    The single code path of the in-process engine and of every replica.
+
+    Raises:
+        RequestFailed: vLLM failed on an input (its index in the chunk and vLLM's reason).
     """
     from vllm import PoolingParams
     from vllm.inputs import TokensPrompt
@@ -252,7 +221,4 @@ def embed_job(
         )
     else:
         outputs = llm.embed([TokensPrompt(prompt_token_ids=x) for x in inputs], pooling_params=params, use_tqdm=False)
-    failed = first_request_error(outputs)
-    if failed is not None:
-        return None, failed
-    return np.asarray([o.outputs.embedding for o in outputs], dtype=np.float32), None
+    return np.asarray([o.outputs.embedding for o in check_outputs(outputs)], dtype=np.float32)

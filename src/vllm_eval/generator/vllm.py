@@ -19,17 +19,18 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ..engine import EngineUser, merge_engine_kwargs, raise_on_request_errors, refusals_as_usage_errors
+from ..engine_args import backend_engine_kwargs
 from ..errors import UsageError
 from ..modelinfo import ModelRef
 from ..presets import ModelPreset, resolve_preset
+from ..vllm_backend import VllmBackend, check_outputs, refusals_as_usage_errors
 from .base import Generation, GeneratorBase, LocalChatTemplate, to_pil
 
 #: vLLM's bound on ``SamplingParams.logprob_token_ids`` (``MAX_LOGPROB_TOKEN_IDS``, 128 in 0.26 and 0.32).
 _MAX_SCORED_TOKENS = 128
 
 
-class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
+class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
     """Chat / VLM generation over ``LLM.chat`` (``LLM.generate`` for raw prompts).
 
     Args:
@@ -107,17 +108,16 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             chunk_size=chunk_size,
             show_progress_bar=show_progress_bar,
         )
-        kwargs = merge_engine_kwargs(
+        self.engine_kwargs = backend_engine_kwargs(
+            "generate",
             p.engine_kwargs if p else None,
             engine_kwargs,
-            {"revision": revision} if revision is not None else None,
             {"limit_mm_per_prompt": {"image": int(max_images_per_prompt)}} if max_images_per_prompt else None,
+            trust_remote_code=trust_remote_code,
+            revision=revision,
         )
-        self.engine_kwargs = {"runner": "generate", "trust_remote_code": trust_remote_code, **kwargs}
         with self.closed_on_error():
-            info = self._start_engines(ref, engine_info, data_parallel_size, replicas_per_gpu)
-            if self.pool is not None:
-                self.chunk_size *= len(self.pool)  # each replica still gets chunk_size samples per step
+            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu)
             self.tokenizer = info["tokenizer"]
             self._max_model_len, self._multimodal = info["max_model_len"], info["is_multimodal"]
             self._check_template()
@@ -133,8 +133,7 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
     # --- generation ---------------------------------------------------------------------------
 
     def _generate_chunk(self, chunk: list[tuple[str, Sequence[Any]]], offset: int) -> list[Generation]:
-        outputs = self._run(chunk)
-        raise_on_request_errors(outputs, lambda i: f"sample {offset + i} ({chunk[i][0]!r:.60})")
+        outputs = self._run(chunk, lambda i: f"sample {offset + i} ({chunk[i][0]!r:.60})")
         results = []
         for out in outputs:
             completion = out.outputs[0]
@@ -149,18 +148,16 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
             )
         return results
 
-    def _call(self, method: str, prompts: list[Any], params: Any, what: str, **kwargs: Any) -> list[Any]:
+    def _call(self, method: str, prompts: list[Any], params: Any, what: str, describe: Any, **kwargs: Any) -> list[Any]:
         """``LLM.<method>(prompts, params, use_tqdm=False, **kwargs)`` on the engine, or split in order over
         the replicas (``params`` a list aligned with ``prompts``, or one for all).
 
         Raises:
             UsageError: vLLM refused a request before it ran (``what`` names it).
+            EngineError: vLLM failed on a request (``describe(i)`` names it).
             ReplicaError: a replica failed on the job.
         """
-        if self.pool is None:
-            with refusals_as_usage_errors(what):
-                return getattr(self.llm, method)(prompts, params, use_tqdm=False, **kwargs)
-        parts = self.pool.submit_split(
+        return self.run_split(
             call_job,
             len(prompts),
             lambda lo, hi: (
@@ -170,21 +167,15 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                 what,
                 kwargs,
             ),
+            describe,
         )
-        outputs: list[Any] = []
-        for _, future in parts:
-            refused, value = future.result()
-            if refused:
-                raise UsageError(value)
-            outputs.extend(value)
-        return outputs
 
     def _check_images(self, images: Sequence[Sequence[Any]]) -> None:
         """Raises UsageError when images are sent to a model vLLM loaded as text-only."""
         if any(images) and not self._multimodal:
             raise UsageError(f"model {self.model!r} takes no images (vLLM loads it as a text-only model)")
 
-    def _run(self, chunk: list[tuple[str, Sequence[Any]]]):
+    def _run(self, chunk: list[tuple[str, Sequence[Any]]], describe: Any):
         self._check_images([images for _, images in chunk])
         if self.raw_prompts:
             prompts = []
@@ -193,13 +184,14 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                 if images:
                     prompt["multi_modal_data"] = {"image": [to_pil(im) for im in images]}
                 prompts.append(prompt)
-            return self._call("generate", prompts, self.sampling, "a prompt")
+            return self._call("generate", prompts, self.sampling, "a prompt", describe)
         conversations = [self.messages(text, images) for text, images in chunk]
         return self._call(
             "chat",
             conversations,
             self.sampling,
             "a prompt",
+            describe,
             chat_template=self.chat_template,
             chat_template_kwargs=self.chat_template_kwargs or None,
             add_generation_prompt=True,
@@ -285,16 +277,22 @@ class VllmGenerator(EngineUser, LocalChatTemplate, GeneratorBase):
                 )
                 for ctx in contexts
             ]
-            outputs = self._call("generate", [prompt(ctx[0], groups[ctx][0]) for ctx in contexts], params, "a context")
-            raise_on_request_errors(outputs, lambda k: names[groups[contexts[k]][0]])
+            outputs = self._call(
+                "generate",
+                [prompt(ctx[0], groups[ctx][0]) for ctx in contexts],
+                params,
+                "a context",
+                lambda k: names[groups[contexts[k]][0]],
+            )
             for ctx, out in zip(contexts, outputs, strict=True):
                 first = out.outputs[0].logprobs[0]
                 for j in groups[ctx]:
                     scores[j] = first[token_ids[j][-1]].logprob
         if rest:
             params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, seed=seed)
-            outputs = self._call("generate", [prompt(token_ids[j], j) for j in rest], params, "a context")
-            raise_on_request_errors(outputs, lambda k: names[rest[k]])
+            outputs = self._call(
+                "generate", [prompt(token_ids[j], j) for j in rest], params, "a context", lambda k: names[rest[k]]
+            )
             for j, out in zip(rest, outputs, strict=True):
                 ids = list(out.prompt_token_ids)  # with images: the placeholders expanded
                 first = len(ids) - (len(token_ids[j]) - starts[j])
@@ -315,15 +313,17 @@ def engine_info(llm: Any) -> dict[str, Any]:
     }
 
 
-def call_job(llm: Any, payload: tuple[str, list[Any], Any, str, dict[str, Any]]) -> tuple[bool, Any]:
-    """One engine call on a replica: ``(method, prompts, params, what, kwargs)`` -> ``(False, outputs)``,
-    or ``(True, message)`` when vLLM refused a request before it ran (the parent raises it as a UsageError)."""
+def call_job(llm: Any, payload: tuple[str, list[Any], Any, str, dict[str, Any]]) -> list[Any]:
+    """One engine call: ``(method, prompts, params, what, kwargs)`` -> vLLM's outputs, in order. The single
+    code path of the in-process engine and of every replica.
+
+    Raises:
+        UsageError: vLLM refused a request before it ran (``what`` names it).
+        RequestFailed: vLLM failed on a request (its index and vLLM's reason).
+    """
     method, prompts, params, what, kwargs = payload
-    try:
-        with refusals_as_usage_errors(what):
-            return False, getattr(llm, method)(prompts, params, use_tqdm=False, **kwargs)
-    except UsageError as exc:
-        return True, str(exc)
+    with refusals_as_usage_errors(what):
+        return check_outputs(getattr(llm, method)(prompts, params, use_tqdm=False, **kwargs))
 
 
 def _over(preset: dict[str, Any] | None, user: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -15,15 +15,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..engine import EngineUser, first_request_error, merge_engine_kwargs
-from ..errors import EngineError
+from ..engine_args import backend_engine_kwargs, merge_engine_kwargs
 from ..modelinfo import ModelRef, build_model_meta
 from ..presets import ModelPreset, ScoreTemplate
 from ..prompts import resolve_prompting
+from ..vllm_backend import VllmBackend, check_outputs
 from .base import RerankerBase, num_labels, reranker_mode
 
 
-class VllmReranker(EngineUser, RerankerBase):
+class VllmReranker(VllmBackend, RerankerBase):
     """mteb ``CrossEncoderProtocol`` over vLLM's score API (``LLM.score``, pooling runner).
 
     Args:
@@ -97,11 +97,11 @@ class VllmReranker(EngineUser, RerankerBase):
             convert = "embed" if mode == "bi-encoder" else "classify"
         else:  # a hub id not in the local cache: vLLM decides, checked below
             mode, convert = ("template", "classify") if template else ("cross-encoder", "auto")
-        self.engine_kwargs = {"runner": "pooling", "convert": convert, "trust_remote_code": trust_remote_code, **kwargs}
+        self.engine_kwargs = backend_engine_kwargs(
+            "pooling", kwargs, convert=convert, trust_remote_code=trust_remote_code
+        )
         with self.closed_on_error():
-            info = self._start_engines(ref, engine_info, data_parallel_size, replicas_per_gpu)
-            if self.pool is not None:
-                chunk_size *= len(self.pool)  # each replica still gets chunk_size pairs per step
+            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu)
             if not ref.config:
                 mode = reranker_mode(
                     info["architectures"],
@@ -132,19 +132,13 @@ class VllmReranker(EngineUser, RerankerBase):
         return {**super().identity(), **self.engine_identity()}
 
     def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
-        if self.pool is None:
-            parts = [(0, score_job(self.llm, (queries, documents)))]
-        else:
-            futures = self.pool.submit_split(score_job, len(queries), lambda lo, hi: (queries[lo:hi], documents[lo:hi]))
-            parts = [(lo, future.result()) for lo, future in futures]
-        out = []
-        for start, (scores, failed) in parts:
-            if failed is not None:
-                raise EngineError(
-                    f"vLLM failed on pair {start + failed[0]} (query {queries[start + failed[0]]!r:.60}): {failed[1]}"
-                )
-            out.append(scores)
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+        scores = self.run_split(
+            score_job,
+            len(queries),
+            lambda lo, hi: (queries[lo:hi], documents[lo:hi]),
+            lambda i: f"pair {i} (query {queries[i]!r:.60})",
+        )
+        return np.asarray(scores, dtype=np.float32)
 
 
 def engine_info(llm: Any) -> dict[str, Any]:
@@ -162,13 +156,13 @@ def engine_info(llm: Any) -> dict[str, Any]:
     }
 
 
-def score_job(llm: Any, payload: tuple[list[str], list[str]]) -> tuple[np.ndarray | None, tuple[int, str] | None]:
-    """Score one chunk of (query, document) pairs on ``llm``: float32 (n,), and None; or None and
-    ``(index, vLLM's reason)`` of the first pair vLLM failed on. The single code path of the
-    in-process engine and of every replica."""
+def score_job(llm: Any, payload: tuple[list[str], list[str]]) -> np.ndarray:
+    """Score one chunk of (query, document) pairs on ``llm``: float32 (n,). The single code path of the
+    in-process engine and of every replica.
+
+    Raises:
+        RequestFailed: vLLM failed on a pair (its index in the chunk and vLLM's reason).
+    """
     queries, documents = payload
     outputs = llm.score(queries, documents, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1})
-    failed = first_request_error(outputs)
-    if failed is not None:
-        return None, failed
-    return np.asarray([o.outputs.score for o in outputs], dtype=np.float32), None
+    return np.asarray([o.outputs.score for o in check_outputs(outputs)], dtype=np.float32)

@@ -7,13 +7,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..classifier.base import labels_of
-from ..engine import EngineUser, merge_engine_kwargs, raise_on_request_errors
+from ..engine_args import backend_engine_kwargs
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
+from ..vllm_backend import VllmBackend, check_outputs, pooling_info
 from .base import TokenClassifierBase
 
 
-class VllmTokenClassifier(EngineUser, TokenClassifierBase):
+class VllmTokenClassifier(VllmBackend, TokenClassifierBase):
     """Per-token label probabilities from ``LLM.encode(..., pooling_task="token_classify")`` (runner ``pooling``).
 
     Args:
@@ -23,10 +24,13 @@ class VllmTokenClassifier(EngineUser, TokenClassifierBase):
         show_progress_bar: progress bar over the sentences.
         model_name: name recorded in results.
         trust_remote_code: run the model repository's own code (default False).
+        data_parallel_size, replicas_per_gpu: engine replicas, as for
+            :class:`~vllm_eval.encoder.vllm.VllmEncoder`; each chunk of sentences is split over them.
         **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len`` ...).
 
     Raises:
-        UsageError: the model's config names no labels.
+        UsageError: the model's config names no labels; more replicas than GPUs or cores.
+        ReplicaError: a replica failed to start.
         OptionError: unknown engine options.
         EngineError: vLLM failed to start.
         ModelNotFoundError: a model path that does not exist.
@@ -43,25 +47,27 @@ class VllmTokenClassifier(EngineUser, TokenClassifierBase):
         show_progress_bar: bool = True,
         model_name: str | None = None,
         trust_remote_code: bool = False,
+        data_parallel_size: int = 1,
+        replicas_per_gpu: int = 1,
         **engine_kwargs: Any,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
-        kwargs = merge_engine_kwargs(engine_kwargs, {"revision": revision} if revision is not None else None)
-        self.engine_kwargs = {"runner": "pooling", "trust_remote_code": trust_remote_code, **kwargs}
-        self._start_engine(ref)
+        self.engine_kwargs = backend_engine_kwargs(
+            "pooling", engine_kwargs, trust_remote_code=trust_remote_code, revision=revision
+        )
         with self.closed_on_error():
-            config = self.llm.model_config
-            max_length = int(config.max_model_len)
+            info = self.start(ref, pooling_info, data_parallel_size, replicas_per_gpu)
+            max_length = info["max_model_len"]
             super().__init__(
                 model=ref.path,
                 model_ref=ref,
-                labels=labels_of(ref.config or config.hf_config.to_dict()),
+                labels=labels_of(ref.config or info["hf_config"]),
                 meta=build_model_meta(
                     ref, revision=revision, model_name=model_name, max_model_len=max_length, cross_encoder=True
                 ),
                 prompting=PromptResolver(),
                 max_length=max_length,
-                tokenizer=self.llm.get_tokenizer(),
+                tokenizer=info["tokenizer"],
                 chunk_size=chunk_size,
                 show_progress_bar=show_progress_bar,
             )
@@ -71,10 +77,24 @@ class VllmTokenClassifier(EngineUser, TokenClassifierBase):
         return {**super().identity(), **self.engine_identity()}
 
     def _token_probs(self, ids: list[list[int]]) -> list[np.ndarray]:
-        from vllm.inputs import TokensPrompt
-
-        outputs = self.llm.encode(
-            [TokensPrompt(prompt_token_ids=x) for x in ids], pooling_task="token_classify", use_tqdm=False
+        return self.run_split(
+            token_pooling_job,
+            len(ids),
+            lambda lo, hi: ("token_classify", ids[lo:hi]),
+            lambda i: f"sentence {i} of the chunk",
         )
-        raise_on_request_errors(outputs, lambda i: f"sentence {i} of the chunk")
-        return [np.asarray(o.outputs.data, dtype=np.float32) for o in outputs]
+
+
+def token_pooling_job(llm: Any, payload: tuple[str, list[list[int]]]) -> list[np.ndarray]:
+    """One float32 (n_tokens, width) array per token-id sequence from a token-level pooling task
+    (``token_classify``: label probabilities; ``token_embed``: token vectors). The single code path of the
+    in-process engine and of every replica.
+
+    Raises:
+        RequestFailed: vLLM failed on a sequence (its index in the chunk and vLLM's reason).
+    """
+    from vllm.inputs import TokensPrompt
+
+    task, ids = payload
+    outputs = llm.encode([TokensPrompt(prompt_token_ids=x) for x in ids], pooling_task=task, use_tqdm=False)
+    return [np.asarray(o.outputs.data, dtype=np.float32) for o in check_outputs(outputs)]

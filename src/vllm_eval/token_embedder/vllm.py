@@ -6,11 +6,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..engine import EngineUser, merge_engine_kwargs, raise_on_request_errors
+from ..engine_args import backend_engine_kwargs
 from ..errors import UsageError
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
+from ..token_classifier.vllm import token_pooling_job
+from ..vllm_backend import VllmBackend, pooling_info
 from .base import TokenEmbedderBase
 
 #: Config keys vLLM reads the ColBERT projection width from (``ColBERTMixin.get_colbert_dim_from_config``).
@@ -31,7 +33,7 @@ def _colbert_width_overrides(config: dict[str, Any]) -> dict[str, Any] | None:
     return {"hf_overrides": dict.fromkeys(present)} if present else None
 
 
-class VllmTokenEmbedder(EngineUser, TokenEmbedderBase):
+class VllmTokenEmbedder(VllmBackend, TokenEmbedderBase):
     """Per-token vectors from ``LLM.encode(..., pooling_task="token_embed")`` (runner ``pooling``).
 
     Texts are tokenized here (special tokens added, truncated to ``max_model_len``, as vLLM's text
@@ -44,10 +46,13 @@ class VllmTokenEmbedder(EngineUser, TokenEmbedderBase):
         prompts: query and document markers, ``{"query": "...", "document": "..."}``.
         store_dtype, score_batch_size: see :class:`~vllm_eval.token_embedder.base.TokenEmbedderBase`.
         chunk_size, show_progress_bar, model_name, trust_remote_code: as for the other vLLM backends.
+        data_parallel_size, replicas_per_gpu: engine replicas, as for
+            :class:`~vllm_eval.encoder.vllm.VllmEncoder`; each chunk of texts is split over them.
         **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len`` ...).
 
     Raises:
-        UsageError: the model has no ``token_embed`` pooler in vLLM.
+        UsageError: the model has no ``token_embed`` pooler in vLLM; more replicas than GPUs or cores.
+        ReplicaError: a replica failed to start.
         OptionError: unknown engine options.
         EngineError: vLLM failed to start.
         ModelNotFoundError: a model path that does not exist.
@@ -67,34 +72,33 @@ class VllmTokenEmbedder(EngineUser, TokenEmbedderBase):
         show_progress_bar: bool = True,
         model_name: str | None = None,
         trust_remote_code: bool = False,
+        data_parallel_size: int = 1,
+        replicas_per_gpu: int = 1,
         **engine_kwargs: Any,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
-        kwargs = merge_engine_kwargs(
+        self.engine_kwargs = backend_engine_kwargs(
+            "pooling",
             _colbert_width_overrides(ref.config),
             engine_kwargs,
-            {"revision": revision} if revision is not None else None,
+            trust_remote_code=trust_remote_code,
+            revision=revision,
         )
-        self.engine_kwargs = {"runner": "pooling", "trust_remote_code": trust_remote_code, **kwargs}
-        self._start_engine(ref)
         with self.closed_on_error():
-            if "token_embed" not in self.llm.supported_tasks:
+            info = self.start(ref, pooling_info, data_parallel_size, replicas_per_gpu)
+            if "token_embed" not in info["supported_tasks"]:
                 raise UsageError(
-                    f"{ref.path}: vLLM runs this model for {', '.join(self.llm.supported_tasks) or 'nothing'}, "
+                    f"{ref.path}: vLLM runs this model for {', '.join(info['supported_tasks']) or 'nothing'}, "
                     "not token_embed (a multi-vector model such as HF_ColBERT is needed)"
                 )
-            config = self.llm.model_config
-            max_length = int(config.max_model_len)
-            encoder_config = getattr(config, "encoder_config", None) or {}
+            max_length = info["max_model_len"]
             super().__init__(
                 model=ref.path,
                 model_ref=ref,
                 meta=build_model_meta(ref, revision=revision, model_name=model_name, max_model_len=max_length),
                 prompting=PromptResolver(prompts=prompts),
                 max_length=max_length,
-                tokenizer=BatchTokenizer(
-                    self.llm.get_tokenizer(), max_length, bool(encoder_config.get("do_lower_case", False))
-                ),
+                tokenizer=BatchTokenizer(info["tokenizer"], max_length, info["do_lower_case"]),
                 chunk_size=chunk_size,
                 show_progress_bar=show_progress_bar,
                 store_dtype=store_dtype,
@@ -106,10 +110,9 @@ class VllmTokenEmbedder(EngineUser, TokenEmbedderBase):
         return {**super().identity(), **self.engine_identity()}
 
     def _embed_tokens_chunk(self, texts: list[str], ids: list[list[int]]) -> list[np.ndarray]:
-        from vllm.inputs import TokensPrompt
-
-        outputs = self.llm.encode(
-            [TokensPrompt(prompt_token_ids=x) for x in ids], pooling_task="token_embed", use_tqdm=False
+        return self.run_split(
+            token_pooling_job,
+            len(ids),
+            lambda lo, hi: ("token_embed", ids[lo:hi]),
+            lambda i: f"text {i} ({texts[i]!r:.60})",
         )
-        raise_on_request_errors(outputs, lambda i: f"text {i} ({texts[i]!r:.60})")
-        return [np.asarray(o.outputs.data, dtype=np.float32) for o in outputs]

@@ -1,0 +1,253 @@
+"""``VllmBackend``: what every vLLM backend of every kind shares: one engine or engine replicas, and one
+way to run a job on them.
+
+:meth:`VllmBackend.start` acquires one shared in-process engine (:mod:`vllm_eval.engine`) or starts
+``data_parallel_size`` × ``replicas_per_gpu`` replicas (:mod:`vllm_eval.replicas`), and records how long
+that took. :meth:`VllmBackend.run_split` (and :meth:`VllmBackend.submit_split`, which does not wait)
+runs a job — a module-level ``fn(llm, payload)`` — on the engine, or split in input order over the
+replicas, and joins the parts in order.
+
+The job convention, for every kind: a job returns its value or raises. A request vLLM failed on raises
+:class:`RequestFailed` (its index within the job's part and vLLM's reason), which comes back to the
+caller as an :class:`~vllm_eval.errors.EngineError` naming the input; vLLM's refusal of a request
+before it runs is a :class:`~vllm_eval.errors.UsageError` (:func:`refusals_as_usage_errors`), raised as
+itself from a replica too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from .base import Resource
+from .engine import acquire_engine, release_engine
+from .errors import EngineError, UsageError, VllmEvalError
+
+__all__ = [
+    "RequestFailed",
+    "VllmBackend",
+    "check_outputs",
+    "first_request_error",
+    "pooling_info",
+    "refusals_as_usage_errors",
+]
+
+
+class RequestFailed(VllmEvalError):
+    """vLLM failed on one request of a job: ``index`` within the job's inputs, and vLLM's ``reason``.
+
+    Raised inside jobs (on a replica too: it pickles); :meth:`VllmBackend.run_split` turns it into an
+    :class:`~vllm_eval.errors.EngineError` that names the input.
+    """
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(index, reason)
+        self.index, self.reason = index, reason
+
+    def __str__(self) -> str:
+        return f"request {self.index}: {self.reason}"
+
+
+def first_request_error(outputs: list[Any]) -> tuple[int, str] | None:
+    """``(index, vLLM's reason)`` of the first output that carries an error, or None."""
+    for i, out in enumerate(outputs):
+        error = getattr(out, "error", None)
+        if error is not None:
+            return i, str(getattr(error, "message", error))
+    return None
+
+
+def check_outputs(outputs: list[Any]) -> list[Any]:
+    """``outputs`` of one engine call, or :class:`RequestFailed` for the first one vLLM failed on."""
+    failed = first_request_error(outputs)
+    if failed is not None:
+        raise RequestFailed(*failed)
+    return outputs
+
+
+@contextmanager
+def refusals_as_usage_errors(what: str) -> Iterator[None]:
+    """Turn vLLM's refusal of a request before it runs (``VLLMValidationError``: a prompt longer than
+    ``max_model_len``, an out-of-vocabulary token ...) into a one-line :class:`UsageError` naming ``what``."""
+    from vllm.exceptions import VLLMValidationError
+
+    try:
+        yield
+    except VLLMValidationError as exc:
+        raise UsageError(f"vLLM refused {what}: {' '.join(str(exc).split())}") from None
+
+
+def pooling_info(llm: Any) -> dict[str, Any]:
+    """What a classifier, token classifier or token embedder needs from an engine: tokenizer, limits,
+    pooling tasks, the HF config (labels), dtype (picklable: a replica sends it to the parent)."""
+    config = llm.model_config
+    encoder_config = getattr(config, "encoder_config", None) or {}
+    return {
+        "tokenizer": llm.get_tokenizer(),
+        "max_model_len": int(config.max_model_len),
+        "do_lower_case": bool(encoder_config.get("do_lower_case", False)),
+        "supported_tasks": list(llm.supported_tasks),
+        "hf_config": config.hf_config.to_dict(),
+        "dtype": str(config.dtype),
+        "quantization": config.quantization,
+    }
+
+
+def _join(parts: list[Any]) -> Any:
+    """Parts of one split, in order: arrays concatenated, lists chained (one part: itself)."""
+    if len(parts) == 1:
+        return parts[0]
+    if parts and all(isinstance(p, np.ndarray) for p in parts):
+        return np.concatenate(parts)
+    return [x for part in parts for x in part]
+
+
+def _named(value: Callable[[], Any], lo: int, describe: Callable[[int], str] | None) -> Any:
+    """``value()``, a :class:`RequestFailed` turned into an EngineError naming input ``lo + index``."""
+    try:
+        return value()
+    except RequestFailed as exc:
+        what = describe(lo + exc.index) if describe is not None else f"input {lo + exc.index}"
+        raise EngineError(f"vLLM failed on {what}: {exc.reason}") from None
+
+
+class VllmBackend(Resource):
+    """Mixin of the vLLM backends (encoder, reranker, generator, classifier, token classifier, token
+    embedder): the shared engine in ``self.llm``, or replicas in ``self.pool``, and the jobs run on them.
+
+    A backend sets ``self.engine_kwargs`` (:func:`vllm_eval.engine_args.backend_engine_kwargs`), calls
+    :meth:`start` with its picklable ``setup(llm) -> dict`` (tokenizer, limits, ``dtype``,
+    ``quantization`` ...: the parent needs nothing from an engine afterwards, since with replicas it has
+    none) and runs every engine call through :meth:`run_split` / :meth:`submit_split`.
+    """
+
+    llm: Any = None
+    pool: Any = None
+    engine_kwargs: dict[str, Any]
+    _engine_start_s: float = 0.0
+
+    def start(
+        self, ref: Any, setup: Callable[[Any], dict[str, Any]], data_parallel_size: int = 1, replicas_per_gpu: int = 1
+    ) -> dict[str, Any]:
+        """One shared engine in this process, or ``data_parallel_size`` × ``replicas_per_gpu`` > 1 replicas;
+        returns ``setup(llm)`` of the engine (of the first replica). Records the wall seconds until ready
+        (``engine_start_seconds`` in the counters, also when they exist already) and keeps ``dtype`` and
+        ``quantization`` from the info.
+
+        Raises:
+            UsageError: a replica layout the machine cannot hold.
+            ReplicaError: a replica failed to start.
+            EngineError: the in-process engine failed to start.
+        """
+        started = time.perf_counter()
+        if data_parallel_size * replicas_per_gpu <= 1:
+            self.llm = acquire_engine(ref, **self.engine_kwargs)
+            info = setup(self.llm)
+        else:
+            from .replicas import ReplicaPool, plan_replicas
+
+            placements = plan_replicas(
+                data_parallel_size,
+                replicas_per_gpu,
+                tensor_parallel_size=self.engine_kwargs.get("tensor_parallel_size") or 1,
+                engine_kwargs=self.engine_kwargs,
+                model=ref.path,
+            )
+            self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=setup)
+            info = self.pool.info
+        # The pool times its own start (until every replica is ready); planning it takes no time to speak of.
+        self._engine_start_s = self.pool.start_seconds if self.pool is not None else time.perf_counter() - started
+        counters = getattr(self, "counters", None)
+        if counters is not None:  # a base built before the engine started (the generator's)
+            counters.engine_start_seconds = self._engine_start_s
+        self.dtype, self.quantization = info["dtype"], info["quantization"]
+        return info
+
+    @property
+    def parallel_jobs(self) -> int:
+        """Engines that run a split at once: the replicas, else 1 (chunks grow with it, so each replica
+        still gets a whole chunk per step)."""
+        return len(self.pool) if self.pool is not None else 1
+
+    @property
+    def max_in_flight(self) -> int:
+        """Chunks handed over before the oldest is collected: two with replicas, so none waits idle."""
+        return 2 if self.pool is not None else 0
+
+    def submit_split(
+        self,
+        fn: Callable[[Any, Any], Any],
+        n: int,
+        payload: Callable[[int, int], Any],
+        describe: Callable[[int], str] | None = None,
+    ) -> Future:
+        """Start ``fn(llm, payload(lo, hi))`` over ``n`` inputs: inline on the engine (a finished future), or
+        one part per replica in input order; the future's result joins the parts in order (arrays
+        concatenated, lists chained). ``describe(i)`` names input ``i`` when vLLM fails on it.
+
+        ``fn`` must be a module-level function; with replicas, its payload and result must pickle.
+        """
+        combined: Future = Future()
+        if self.pool is None or n == 0:
+            try:
+                combined.set_result(_named(lambda: fn(self.llm, payload(0, n)), 0, describe))
+            except BaseException as exc:  # handed to the caller through the future
+                combined.set_exception(exc)
+            return combined
+        parts = self.pool.submit_split(fn, n, payload)
+        pending = [len(parts)]
+        lock = threading.Lock()
+
+        def done(_: Future) -> None:
+            with lock:
+                pending[0] -= 1
+                if pending[0]:
+                    return
+            try:
+                combined.set_result(_join([_named(f.result, lo, describe) for lo, f in parts]))
+            except BaseException as exc:  # handed to the caller through the future
+                combined.set_exception(exc)
+
+        for _, f in parts:
+            f.add_done_callback(done)
+        return combined
+
+    def run_split(
+        self,
+        fn: Callable[[Any, Any], Any],
+        n: int,
+        payload: Callable[[int, int], Any],
+        describe: Callable[[int], str] | None = None,
+    ) -> Any:
+        """:meth:`submit_split`, waited for.
+
+        Raises:
+            EngineError: vLLM failed on an input (named through ``describe``).
+            UsageError: vLLM refused a request before it ran.
+            ReplicaError: a replica failed on the job, or died with no other left.
+        """
+        return self.submit_split(fn, n, payload, describe).result()
+
+    def engine_identity(self) -> dict[str, Any]:
+        """What of the engine changes outputs, for the backend's identity: dtype, quantization, ``hf_overrides``."""
+        return {
+            "dtype": self.dtype,
+            "quantization": self.quantization,
+            "hf_overrides": self.engine_kwargs.get("hf_overrides"),
+        }
+
+    def close(self) -> None:
+        """Stop the replicas, or release this wrapper's engine (shut down when no other wrapper shares
+        it). Idempotent."""
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.close()
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            release_engine(llm)
