@@ -31,6 +31,7 @@ class LabelledTexts:
 
 
 def _pang_lee() -> LabelledTexts:
+    """200 movie-review sentences (Pang & Lee 2005, gensim's copy), labelled positive or negative."""
     pairs = data.pang_lee_polarity()
     names = {"neg": "negative", "pos": "positive"}
     return LabelledTexts(

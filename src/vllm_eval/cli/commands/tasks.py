@@ -58,9 +58,11 @@ def task_rows() -> list[dict[str, Any]]:
     ``datasets``, offline only when cached); ``kinds`` the kinds of model that run it and ``command``
     the commands.
     """
+    from ...hub import ensure_offline_if_unreachable
     from ...tasks import offline_tasks
     from ...tasks.registry import task_rows as own_rows
 
+    ensure_offline_if_unreachable()  # a hub task is available offline only from the local cache
     rows = []
     for name, cls in offline_tasks().items():
         retrieval = cls.metadata.type in _RETRIEVAL
