@@ -191,3 +191,44 @@ def test_rerank_data_directory_through_two_stages(files, vllm_cross, test_models
     assert stage2["top_k"] == 3 and stage2["scores"][0]["task"] == "beir"
     code, err = cli_in_process("rerank", "--reranker", str(test_models["cross"]), "--data", str(files["sts"]))
     assert code == 2 and "needs retrieval tasks; sts is STS" in err
+
+
+def test_unparsable_files_name_file_line_and_reason(tmp_path):
+    """A file the parser refuses is named with its line and the parser's reason, for every format and
+    loader, before any engine starts; blank lines do not shift the line numbers."""
+    from vllm_eval.tasks.classification import load_classification_file
+    from vllm_eval.tasks.generative import load_multiple_choice_file
+    from vllm_eval.tasks.ner import load_ner_file
+    from vllm_eval.tasks.preference import load_preference_file
+
+    reviews = tmp_path / "reviews.jsonl"
+    reviews.write_text('{"text": "good", "label": "pos"}\n{"text": "bad, "label": "neg"}\n')
+    with pytest.raises(UsageError, match=r"reviews\.jsonl:2: not valid JSON: expecting ',' delimiter \(column 17\)"):
+        load_classification_file(reviews)
+    reviews.write_text('{"text": "good", "label": "pos"}\n\n\n["a list"]\n')
+    with pytest.raises(UsageError, match=r"reviews\.jsonl:4: not a JSON object but list"):
+        load_classification_file(reviews)
+    reviews.write_text('{"text": "good", "label": "pos"}\n\n{"text": "fine", "label": "pos"}\n\n{"text": "x"}\n')
+    with pytest.raises(UsageError, match=r"reviews\.jsonl:5: field 'label' is missing or empty"):
+        load_classification_file(reviews)
+    table = tmp_path / "reviews.csv"
+    table.write_text('text,label\ngood,pos\n"bad, really",neg,extra\n')
+    with pytest.raises(UsageError, match=r"reviews\.csv:3: 3 fields, the header has 2"):
+        load_classification_file(table)
+    table.write_text("text,label\ngood,pos\n\nbad,\n")
+    with pytest.raises(UsageError, match=r"reviews\.csv:4: field 'label' is missing or empty"):
+        load_classification_file(table)
+    table.write_text("text,label\ngood,1\nbad,0\n")
+    assert load_classification_file(table).labels == [1, 0]  # a numeric column reads as numbers
+    broken = tmp_path / "pairs.parquet"
+    broken.write_text("not parquet")
+    with pytest.raises(UsageError, match=r"pairs\.parquet: not a readable Parquet file"):
+        load_preference_file(broken)
+    mc = tmp_path / "mc.jsonl"
+    mc.write_text('{"question": "q", "options": ["a", "b"], "answer": "a"}\n{"question": "q" "options": []}\n')
+    with pytest.raises(UsageError, match=r"mc\.jsonl:2: not valid JSON"):
+        load_multiple_choice_file(mc)
+    ner = tmp_path / "ner.jsonl"
+    ner.write_text('{"tokens": ["John"], "tags": ["B-PER"]}\n{"tokens": ["x"]\n')
+    with pytest.raises(UsageError, match=r"ner\.jsonl:2: not valid JSON"):
+        load_ner_file(ner)

@@ -103,14 +103,14 @@ def resolve_model(model: str | None, remote: bool, what: str = "--model", revisi
     if remote:
         return model
     if model is None and what != "--model":
-        raise UsageError(f"{what} MODEL is required (for --backend remote it is the served name, optional)")
+        raise UsageError(f"{what} MODEL is required (for a served model it is the served name, optional)")
     return ModelRef.resolve(model, revision)
 
 
 def require_model(model: str | None, remote: bool) -> None:
     """Raises UsageError when a local backend is given no ``--model`` (a server's is optional)."""
     if not remote and not model:
-        raise UsageError("--model is required (for --backend remote it is the served name, optional)")
+        raise UsageError("--model is required (for a served model it is the served name, optional)")
 
 
 def open_cache(args: argparse.Namespace) -> Any:

@@ -1,4 +1,4 @@
-"""Your own data files: JSONL, CSV or Parquet, read through Hugging Face ``datasets``, checked per row.
+"""Your own data files: JSONL, CSV or Parquet, read with the standard library (pyarrow for Parquet), checked per row.
 
 Each task type has a schema (required fields and their types); a row that breaks it is named by
 file, line (JSONL: 1-based line; CSV: 1-based line counting the header; Parquet: row index) and field.
@@ -29,6 +29,10 @@ Schemas (fields in brackets are optional):
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +61,28 @@ OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
 #: Field names other tools use, read as ours (BEIR's ``_id``).
 ALIASES = {"_id": "id"}
 
-_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
+_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
+#: Physical line of each row of the files read so far (absent for Parquet: rows are named by index).
+_LINES: dict[str, list[int]] = {}
+
+
+@dataclass
+class Table:
+    """A data file's rows (dicts) and column names, in file order."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]]
+
+    @property
+    def column_names(self) -> list[str]:
+        """The column names (as ``datasets.Dataset.column_names``)."""
+        return self.columns
 
 
 def _where(path: Path, index: int) -> str:
+    lines = _LINES.get(str(path))
+    if lines is not None and index < len(lines):
+        return f"{path}:{lines[index]}"
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
         return f"{path}:{index + 1}"
@@ -69,24 +91,102 @@ def _where(path: Path, index: int) -> str:
     return f"{path} row {index}"
 
 
-def load_table(path: str | Path) -> Any:
-    """A data file as a ``datasets.Dataset`` (by extension: JSON lines, CSV, TSV or Parquet), unchecked.
+def _read_json(path: Path, text: str) -> tuple[list[dict[str, Any]], list[int] | None]:
+    """JSON lines (one object per line, blank lines skipped), or one JSON array of objects."""
+    if text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg.lower()} (column {exc.colno})") from None
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise UsageError(f"{path} row {i}: not a JSON object but {type(row).__name__}")
+        return rows, None
+    rows, lines = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}:{n}: not valid JSON: {exc.msg.lower()} (column {exc.colno})") from None
+        if not isinstance(row, dict):
+            raise UsageError(f"{path}:{n}: not a JSON object but {type(row).__name__} (one object per line)")
+        rows.append(row)
+        lines.append(n)
+    return rows, lines
+
+
+def _number(text: str) -> Any:
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _read_csv(path: Path, text: str, delimiter: str) -> tuple[list[dict[str, Any]], list[int]]:
+    """CSV/TSV with a header line; a column whose values all read as numbers is numbers (as pandas would)."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    header = next(reader, None)
+    if not header:
+        raise UsageError(f"{path}:1: no header line")
+    raw, lines = [], []
+    for values in reader:
+        if not any(v.strip() for v in values):
+            continue
+        if len(values) != len(header):
+            raise UsageError(f"{path}:{reader.line_num}: {len(values)} fields, the header has {len(header)}")
+        raw.append(values)
+        lines.append(reader.line_num)
+    columns: list[list[Any]] = []
+    for j in range(len(header)):
+        cells = [r[j] for r in raw]
+        numbers = [_number(c) for c in cells if c != ""]
+        numeric = all(not isinstance(x, str) for x in numbers)
+        columns.append([None if c == "" else (_number(c) if numeric else c) for c in cells])
+    rows = [{name: columns[j][i] for j, name in enumerate(header)} for i in range(len(raw))]
+    return rows, lines
+
+
+def load_table(path: str | Path) -> Table:
+    """A data file's rows, unchecked: JSON lines (or a JSON array), CSV, TSV (standard library) or Parquet
+    (pyarrow), by extension.
 
     Raises:
-        UsageError: an unknown extension, or a file the parser refuses (its reason kept).
+        UsageError: an unknown extension, or a file that cannot be parsed (file, line and reason named:
+            ``reviews.jsonl:2: not valid JSON: unterminated string starting at (column 14)``).
     """
     path = Path(path)
-    builder = _BUILDERS.get(path.suffix.lower())
-    if builder is None:
+    fmt = _FORMATS.get(path.suffix.lower())
+    if fmt is None:
         raise UsageError(f"--data {str(path)!r}: use a .jsonl, .csv, .tsv or .parquet file")
-    import datasets
+    lines: list[int] | None = None
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
 
-    extra = {"sep": "\t"} if path.suffix.lower() == ".tsv" else {}
-    try:
-        return datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=None, **extra)
-    except Exception as exc:  # pyarrow / json parse errors: say which file, keep the parser's reason
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"--data {str(path)!r} cannot be read as {builder}: {reason}") from None
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:  # pyarrow raises several types; the user needs the file and the reason
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise UsageError(f"{path}: not a readable Parquet file: {reason}") from None
+        rows, columns = table.to_pylist(), list(table.column_names)
+    else:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        if fmt == "json":
+            rows, lines = _read_json(path, text)
+        else:
+            rows, lines = _read_csv(path, text, "\t" if path.suffix.lower() == ".tsv" else ",")
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+    if lines is None:
+        _LINES.pop(str(path), None)
+    else:
+        _LINES[str(path)] = lines
+    return Table(columns, rows)
 
 
 def read_rows(path: str | Path, schema: str) -> list[dict[str, Any]]:
@@ -106,18 +206,19 @@ def read_rows(path: str | Path, schema: str) -> list[dict[str, Any]]:
     if not path.is_file():
         raise DataUnavailableError(f"--data {str(path)!r}: no such file")
     table = load_table(path)
+    rows = table.rows
     for alias, name in ALIASES.items():
-        if alias in table.column_names and name not in table.column_names:
-            table = table.rename_column(alias, name)
+        if alias in table.columns and name not in table.columns:
+            rows = [{(name if k == alias else k): v for k, v in r.items()} for r in rows]
+            table = Table([name if c == alias else c for c in table.columns], rows)
     fields = SCHEMAS[schema]
     optional = OPTIONAL.get(schema, {})
-    missing = [f for f in fields if f not in table.column_names]
+    missing = [f for f in fields if f not in table.columns]
     if missing:
         raise UsageError(
             f"{_where(path, 0)}: no field {missing[0]!r} ({schema} rows need {', '.join(fields)}; "
-            f"the file has {', '.join(table.column_names) or 'none'})"
+            f"the file has {', '.join(table.columns) or 'none'})"
         )
-    rows = table.to_list()
     for i, row in enumerate(rows):
         _check_row(path, i, row, fields, optional)
     if not rows:
@@ -169,7 +270,7 @@ def where(path: str | Path, index: int) -> str:
 
 def find_table(directory: Path, stem: str) -> Path | None:
     """``directory/stem.{jsonl,csv,tsv,parquet}``, or BEIR's ``qrels/test.tsv`` for ``qrels``; None if absent."""
-    for ext in _BUILDERS:
+    for ext in _FORMATS:
         if (directory / f"{stem}{ext}").is_file():
             return directory / f"{stem}{ext}"
     if stem == "qrels":

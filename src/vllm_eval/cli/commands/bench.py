@@ -16,7 +16,7 @@ PEER = "mteb-vllm"
 
 class BenchCommand(Command):
     name = "bench"
-    help = "encode throughput and latency: vllm (ours) vs st vs mteb-vllm"
+    help = "encode throughput and latency: ours against the references and mteb's vLLM wrapper"
     description = (
         "Measure texts/s, tokens/s and per-call latency of the encode backends on generated texts "
         "of controlled token length; writes bench.json and plots. Engine options apply to the vLLM backends."
@@ -222,11 +222,19 @@ def _print_suite(records: list[Any], suite: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"suite {suite}: process start to results written")
-    for col in ("backend", "seconds", "engine start s", "seconds / ours", "tasks", "max |Δ main score|", "exit"):
-        table.add_column(col, justify="left" if col == "backend" else "right")
     from ...backends import DEFAULT_BACKEND
 
+    table = Table(title=f"suite {suite}: process start to results written")
+    for col in (
+        "backend",
+        "seconds",
+        "engine start s",
+        f"seconds / {DEFAULT_BACKEND}'s",
+        "tasks",
+        "max |Δ main score|",
+        "exit",
+    ):
+        table.add_column(col, justify="left" if col == "backend" else "right")
     ours = next((r.seconds for r in records if r.backend == DEFAULT_BACKEND), None)
     for r in records:
         table.add_row(

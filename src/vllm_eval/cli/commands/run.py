@@ -69,7 +69,7 @@ class RunCommand(Command):
             "--model",
             default=None,
             help="model directory or hub id (default: packaged all-MiniLM-L6-v2); "
-            "--backend remote: the served name (default: the server's)",
+            "served: the served name (default: the server's)",
         )
         parser.add_argument("--revision", default=None, help="hub revision")
         parser.add_argument("--model-name", default=None, help="name recorded in results (org/name)")
