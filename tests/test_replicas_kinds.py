@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from vllm_eval.errors import UsageError
+
 pytestmark = pytest.mark.slow
 
 
@@ -42,12 +44,15 @@ def test_classifier_and_reward_model_on_two_replicas(test_models, vllm_classifie
         _same(vllm_classifier, two, vllm_classifier.classify(texts), two.classify(texts), "classifier")
     reward = str(build_tiny_reward_model(tmp_path / "rm", architecture="qwen2-reward"))
     kwargs = {"use_activation": False, "labels": ["reward"], "show_progress_bar": False}
-    with (
-        VllmClassifier(reward, **kwargs) as one,
-        VllmClassifier(reward, data_parallel_size=2, chunk_size=8, **kwargs) as two,
-    ):
-        assert one.pooling_task == two.pooling_task == "token_classify"  # the per-token head's last token
-        _same(one, two, one.classify(texts), two.classify(texts), "reward model")
+    texts = [t for t in texts if t]  # a decoder refuses an empty prompt (conversations never are)
+    with VllmClassifier(reward, **kwargs) as one:
+        with pytest.raises(UsageError, match="vLLM refused an input: The decoder prompt cannot be empty"):
+            one.classify([""])
+        with VllmClassifier(reward, data_parallel_size=2, chunk_size=8, **kwargs) as two:
+            assert one.pooling_task == two.pooling_task == "token_classify"  # the per-token head's last token
+            _same(one, two, one.classify(texts), two.classify(texts), "reward model")
+            with pytest.raises(UsageError, match="vLLM refused an input: The decoder prompt cannot be empty"):
+                two.classify(["", "text"])  # from a replica, the same one-line error
 
 
 def test_token_classifier_and_token_embedder_on_two_replicas(test_models, tmp_path):

@@ -192,59 +192,35 @@ def _run_reranker(
     return {r.task: r.main_score for r in rows}
 
 
-def _run_generator(
-    generator: Any, tasks: list[Any], output_dir: Path, _show: bool, _first: Any, _top_k: Any, limit: int | None
-) -> dict[str, float]:
-    from .tasks.generative import run_multiple_choice
+def _own_runner(module: str, function: str, metric: str, **fixed: Any) -> Any:
+    """A runner for tasks with a runner of ours: ``vllm_eval.tasks.<module>.<function>`` per task (with
+    ``fixed`` keywords), into its own folder per configuration; the score is ``metrics[metric]``."""
 
-    folder = "-".join(str(v) for v in generator.experiment().values())
-    scores = {}
-    for task in tasks:
-        res = run_multiple_choice(
-            generator, task, scoring="loglikelihood", limit=limit, output_dir=output_dir / folder / task.name
-        )
-        scores[task.name] = float(res["metrics"]["accuracy"])
-    return scores
+    def run(
+        backend: Any, tasks: list[Any], output_dir: Path, _show: bool, _first: Any, _top_k: Any, limit: int | None
+    ) -> dict[str, float]:
+        import importlib
 
+        runner = getattr(importlib.import_module(f"vllm_eval.tasks.{module}"), function)
+        folder = "-".join(str(v) for v in backend.experiment().values())
+        return {
+            task.name: float(
+                runner(backend, task, limit=limit, output_dir=output_dir / folder / task.name, **fixed)["metrics"][
+                    metric
+                ]
+            )
+            for task in tasks
+        }
 
-def _run_token_classifier(
-    tagger: Any, tasks: list[Any], output_dir: Path, _show: bool, _first: Any, _top_k: Any, limit: int | None
-) -> dict[str, float]:
-    from .tasks.ner import run_token_classification
-
-    folder = "-".join(str(v) for v in tagger.experiment().values())
-    return {
-        task.name: float(
-            run_token_classification(tagger, task, limit=limit, output_dir=output_dir / folder / task.name)["metrics"][
-                "f1"
-            ]
-        )
-        for task in tasks
-    }
-
-
-def _run_classifier(
-    classifier: Any, tasks: list[Any], output_dir: Path, _show: bool, _first: Any, _top_k: Any, limit: int | None
-) -> dict[str, float]:
-    from .tasks.classification import run_classification
-
-    folder = "-".join(str(v) for v in classifier.experiment().values())
-    return {
-        task.name: float(
-            run_classification(classifier, task, limit=limit, output_dir=output_dir / folder / task.name)["metrics"][
-                "accuracy"
-            ]
-        )
-        for task in tasks
-    }
+    return run
 
 
 _RUNNERS = {
     "encoder": _run_encoder,
     "reranker": _run_reranker,
-    "generator": _run_generator,
-    "classifier": _run_classifier,
-    "token_classifier": _run_token_classifier,
+    "generator": _own_runner("generative", "run_multiple_choice", "accuracy", scoring="loglikelihood"),
+    "classifier": _own_runner("classification", "run_classification", "accuracy"),
+    "token_classifier": _own_runner("ner", "run_token_classification", "f1"),
     "token_embedder": _run_encoder,
 }
 

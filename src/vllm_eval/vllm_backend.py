@@ -16,6 +16,7 @@ itself from a replica too.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -97,6 +98,13 @@ def pooling_info(llm: Any) -> dict[str, Any]:
         "dtype": str(config.dtype),
         "quantization": config.quantization,
     }
+
+
+def guarded(fn: Callable[[Any, Any], Any], llm: Any, payload: Any) -> Any:
+    """``fn(llm, payload)`` with vLLM's refusal of a request (an empty prompt, one over ``max_model_len``) as a
+    one-line UsageError; module-level, so ``functools.partial(guarded, fn)`` pickles for a replica."""
+    with refusals_as_usage_errors("an input"):
+        return fn(llm, payload)
 
 
 def _join(parts: list[Any]) -> Any:
@@ -194,6 +202,7 @@ class VllmBackend(Resource):
         ``fn`` must be a module-level function; with replicas, its payload and result must pickle.
         """
         combined: Future = Future()
+        fn = functools.partial(guarded, fn)
         if self.pool is None or n == 0:
             try:
                 combined.set_result(_named(lambda: fn(self.llm, payload(0, n)), 0, describe))

@@ -50,8 +50,9 @@ class Command:
         kind: the kind of model it runs (:mod:`vllm_eval.kinds`), None for listing commands.
         loads_model: False for commands that load no model (listings, reports): no shared checks,
             and unlisted ``--name value`` options are refused.
-        backend_options: argparse destinations that reach the backend's constructor when given (routed
-            by :func:`vllm_eval.cli.spec.resolve_spec`).
+        backend_options: argparse destinations of the command's own options that reach the backend's
+            constructor when given (routed by :func:`vllm_eval.cli.spec.resolve_spec`); those of the shared
+            groups (``--device``, replicas, endpoints) are added by :meth:`options_of`.
         http_batch_size: inputs per request for a remote backend (None: the transport's default).
         several_backends: the command runs several backends (``--backends``); options are checked
             against the set and engine options go to its engine backends.
@@ -81,8 +82,12 @@ class Command:
         return [args.backend]
 
     def options_of(self, args: argparse.Namespace) -> dict[str, Any]:
-        """The backend options the user set (``backend_options`` read from ``args``)."""
-        return {dest: getattr(args, dest, None) for dest in self.backend_options}
+        """The backend options the user set: ``backend_options``, and those of the shared option groups the
+        command has (:data:`~vllm_eval.cli.options.SHARED_BACKEND_OPTIONS`), read from ``args``."""
+        from .options import SHARED_BACKEND_OPTIONS
+
+        dests = dict.fromkeys((*self.backend_options, *(d for d in SHARED_BACKEND_OPTIONS if hasattr(args, d))))
+        return {dest: getattr(args, dest, None) for dest in dests}
 
     def check(self, args: argparse.Namespace, ctx: Context) -> None:
         """Command-specific checks after the shared ones, before anything loads (raise UsageError)."""

@@ -125,6 +125,18 @@ def parse_extra_engine_args(extra: list[str]) -> dict[str, Any]:
 
 # --- option groups ---------------------------------------------------------------------------------
 
+#: Destinations of the shared groups below that reach a backend (``--device``, replicas, endpoints).
+SHARED_BACKEND_OPTIONS = ("device", "data_parallel_size", "replicas_per_gpu", "endpoint", "api_key", "max_concurrency")
+
+
+def add_model(parser: argparse.ArgumentParser, help_: str | None = None) -> None:
+    """``--model``: a directory or hub id; for a served model its served name (default: the server's)."""
+    parser.add_argument(
+        "--model",
+        default=None,
+        help=help_ or "model directory or hub id (served: the served name, default: the server's)",
+    )
+
 
 def add_tasks(parser: argparse.ArgumentParser, help_: str, aliases: tuple[str, ...] = ()) -> None:
     """``--tasks`` (several names, space or comma separated)."""

@@ -18,7 +18,7 @@ from ..errors import UsageError
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import InstructionTemplate, resolve_prompting
 from ..streaming import BatchTokenizer
-from ..vllm_backend import VllmBackend, check_outputs
+from ..vllm_backend import VllmBackend, check_outputs, pooling_info
 from .base import EncoderBase
 
 
@@ -127,7 +127,7 @@ class VllmEncoder(VllmBackend, EncoderBase):
                 max_model_len=max_length,
                 use_instructions=prompting.instruction_template is not None,
             )
-            self._engine_facts = {k: v for k, v in info.items() if k != "tokenizer"}
+            self._engine_facts = {k: info[k] for k in ("dtype", "quantization", "pooler")}
             super().__init__(
                 model=ref.path,
                 model_ref=ref,
@@ -186,18 +186,14 @@ class VllmEncoder(VllmBackend, EncoderBase):
 
 
 def engine_info(llm: Any) -> dict[str, Any]:
-    """What an encoder needs from an engine: its tokenizer and limits (picklable, for replicas)."""
+    """What an encoder needs from an engine: :func:`~vllm_eval.vllm_backend.pooling_info` plus its
+    matryoshka support, width and pooler (picklable, for replicas)."""
     config = llm.model_config
-    encoder_config = getattr(config, "encoder_config", None) or {}
     return {
-        "tokenizer": llm.get_tokenizer(),
-        "max_model_len": int(config.max_model_len),
-        "do_lower_case": bool(encoder_config.get("do_lower_case", False)),
+        **pooling_info(llm),
         "is_matryoshka": bool(config.is_matryoshka),
         "matryoshka_dimensions": list(config.matryoshka_dimensions or []),
         "embedding_size": int(config.embedding_size),
-        "dtype": str(config.dtype),
-        "quantization": config.quantization,
         "pooler": repr(getattr(config, "pooler_config", None)),
     }
 

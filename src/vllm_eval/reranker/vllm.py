@@ -19,7 +19,7 @@ from ..engine_args import backend_engine_kwargs, merge_engine_kwargs
 from ..modelinfo import ModelRef, build_model_meta
 from ..presets import ModelPreset, ScoreTemplate
 from ..prompts import resolve_prompting
-from ..vllm_backend import VllmBackend, check_outputs
+from ..vllm_backend import VllmBackend, check_outputs, pooling_info
 from .base import RerankerBase, num_labels, reranker_mode
 
 
@@ -142,17 +142,13 @@ class VllmReranker(VllmBackend, RerankerBase):
 
 
 def engine_info(llm: Any) -> dict[str, Any]:
-    """What a reranker needs from an engine: tokenizer, limit, architecture and labels, dtype
-    (picklable: a replica sends it to the parent)."""
-    config = llm.model_config
-    hf = config.hf_config
+    """What a reranker needs from an engine: :func:`~vllm_eval.vllm_backend.pooling_info` plus the
+    architecture and number of labels (picklable: a replica sends it to the parent)."""
+    hf = llm.model_config.hf_config
     return {
-        "tokenizer": llm.get_tokenizer(),
-        "max_model_len": int(config.max_model_len),
+        **pooling_info(llm),
         "architectures": list(getattr(hf, "architectures", None) or []),
         "num_labels": getattr(hf, "num_labels", None),
-        "dtype": str(config.dtype),
-        "quantization": config.quantization,
     }
 
 

@@ -24,14 +24,7 @@ class BenchCommand(Command):
     kind = "encoder"
     several_backends = True
     peers = {PEER: "engine"}
-    backend_options = (
-        "endpoint",
-        "api_key",
-        "max_concurrency",
-        "remote_batch_size",
-        "data_parallel_size",
-        "replicas_per_gpu",
-    )
+    backend_options = ("remote_batch_size",)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from ...backends import backend_names

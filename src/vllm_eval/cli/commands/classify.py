@@ -13,6 +13,7 @@ from ..options import (
     add_cache_flags,
     add_common,
     add_engine_flags,
+    add_model,
     add_remote_flags,
     add_scale_flags,
     add_tasks,
@@ -49,20 +50,10 @@ class ClassifyCommand(Command):
         "samples.jsonl (text, probability per label, predicted, target, correct)."
     )
     kind = "classifier"
-    backend_options = (
-        "labels",
-        "device",
-        "data_parallel_size",
-        "replicas_per_gpu",
-        "endpoint",
-        "api_key",
-        "max_concurrency",
-    )
+    backend_options = ("labels",)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--model", default=None, help="model directory or hub id (served: the served name, default: the server's)"
-        )
+        add_model(parser)
         add_backend(parser, (self.kind,))
         add_tasks(parser, "packaged labelled texts: PangLeePolarity (default, unless --data is given)")
         parser.add_argument(

@@ -32,7 +32,7 @@ class CompareCommand(Command):
         "Exits 1 when a tolerance fails. Engine options apply to the in-process vLLM configurations."
     )
     several_backends = True
-    backend_options = ("endpoint", "api_key", "max_concurrency")
+    backend_options = ()
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from ...backends import DEFAULT_BACKEND, backend_names

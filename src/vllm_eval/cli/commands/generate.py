@@ -14,6 +14,7 @@ from ..options import (
     add_cache_flags,
     add_common,
     add_engine_flags,
+    add_model,
     add_remote_flags,
     add_scale_flags,
     add_tasks,
@@ -53,18 +54,10 @@ class GenerateCommand(Command):
         "system_prompt",
         "raw_prompts",
         "image_position",
-        "device",
-        "data_parallel_size",
-        "replicas_per_gpu",
-        "endpoint",
-        "api_key",
-        "max_concurrency",
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--model", default=None, help="model directory or hub id (served: the served name, default: the server's)"
-        )
+        add_model(parser)
         add_backend(parser, (self.kind,))
         add_tasks(
             parser,

@@ -35,17 +35,7 @@ class RerankCommand(Command):
         "main scores. Engine options apply to the reranker."
     )
     kind = "reranker"
-    backend_options = (
-        "preset",
-        "prompts",
-        "api",
-        "device",
-        "data_parallel_size",
-        "replicas_per_gpu",
-        "endpoint",
-        "api_key",
-        "max_concurrency",
-    )
+    backend_options = ("preset", "prompts", "api")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--first-stage", default="bm25s", help="bm25s (default) or an embedding model path/id")

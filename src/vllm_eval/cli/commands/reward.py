@@ -30,7 +30,7 @@ class RewardCommand(Command):
         "reward margins. Writes results.json and samples.jsonl."
     )
     kind = "classifier"
-    backend_options = ("device", "data_parallel_size", "replicas_per_gpu")
+    backend_options = ()
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from ...backends import backend_names

@@ -56,12 +56,6 @@ class RunCommand(Command):
         "chunk_size",
         "store_dtype",
         "encoding_format",
-        "device",
-        "data_parallel_size",
-        "replicas_per_gpu",
-        "endpoint",
-        "api_key",
-        "max_concurrency",
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ from ..options import (
     add_cache_flags,
     add_common,
     add_engine_flags,
+    add_model,
     add_remote_flags,
     add_scale_flags,
     positive_int,
@@ -28,20 +29,10 @@ class TokenClassifyCommand(Command):
         "samples.jsonl."
     )
     kind = "token_classifier"
-    backend_options = (
-        "tokenizer",
-        "device",
-        "data_parallel_size",
-        "replicas_per_gpu",
-        "endpoint",
-        "api_key",
-        "max_concurrency",
-    )
+    backend_options = ("tokenizer",)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--model", default=None, help="model directory or hub id (served: the served name, default: the server's)"
-        )
+        add_model(parser)
         add_backend(parser, (self.kind,))
         parser.add_argument(
             "--tokenizer",
