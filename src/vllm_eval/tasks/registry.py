@@ -55,8 +55,6 @@ class Runner:
     """How one command's tasks are listed and loaded."""
 
     command: str
-    kind: str
-    what: str  # the word in "unknown <what> task"
     tasks: Callable[[], list[OwnTask]]
     load: Callable[[str], Any]
     load_file: Callable[[str], Any]
@@ -145,32 +143,24 @@ RUNNERS: dict[str, Runner] = {
     for r in (
         Runner(
             "generate",
-            "generator",
-            "generative",
             _generative,
             _load_generative,
             _file("generative", "load_multiple_choice_file"),
         ),
         Runner(
             "classify",
-            "classifier",
-            "classification",
             _classification,
             _load_classification,
             _file("classification", "load_classification_file"),
         ),
         Runner(
             "reward",
-            "classifier",
-            "preference",
             _preference,
             _load_preference,
             _file("preference", "load_preference_file"),
         ),
         Runner(
             "token-classify",
-            "token_classifier",
-            "NER",
             list,
             _no_named("token-classify"),
             _file("ner", "load_ner_file"),
