@@ -86,6 +86,23 @@ def parse_lengths(spec: str) -> tuple[int, int]:
     return lo, hi
 
 
+def single_token_words(tokenizer: Any) -> list[str]:
+    """The tokenizer's whole-word, lower-case alphabetic vocabulary entries (3+ letters) that encode to
+    exactly one token, sorted.
+
+    Raises:
+        UsageError: fewer than 100 such words.
+    """
+    candidates = [
+        w for w in sorted(tokenizer.get_vocab()) if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3
+    ]
+    ids = tokenizer(candidates, add_special_tokens=False)["input_ids"]
+    words = [w for w, x in zip(candidates, ids, strict=True) if len(x) == 1]
+    if len(words) < 100:
+        raise UsageError(f"tokenizer has only {len(words)} single-token words; cannot build texts")
+    return words
+
+
 def make_texts(tokenizer: Any, n: int, lengths: str, seed: int = 0) -> tuple[list[str], list[int]]:
     """``n`` texts of random vocabulary words with controlled token counts.
 
@@ -98,13 +115,7 @@ def make_texts(tokenizer: Any, n: int, lengths: str, seed: int = 0) -> tuple[lis
     """
     lo, hi = parse_lengths(lengths)
     rng = np.random.default_rng(seed)
-    candidates = [
-        w for w in sorted(tokenizer.get_vocab()) if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3
-    ]
-    ids = tokenizer(candidates, add_special_tokens=False)["input_ids"]
-    words = [w for w, x in zip(candidates, ids) if len(x) == 1]
-    if len(words) < 100:
-        raise UsageError(f"tokenizer has only {len(words)} single-token words; cannot build texts")
+    words = single_token_words(tokenizer)
     n_special = len(tokenizer("a")["input_ids"]) - len(tokenizer("a", add_special_tokens=False)["input_ids"])
     targets = rng.integers(lo, hi + 1, size=n)
     # One array for every draw: choice() on a list converts the whole vocabulary on each call (77 of 97 s

@@ -123,7 +123,7 @@ class TextPoolingBase(PoolingBackendBase):
                 inflight.append((chunk, future))
                 collect(advance, self.max_in_flight)
             collect(advance, 0)
-        self.counters.compute_seconds += time.perf_counter() - start
+        self.counters.add_compute(time.perf_counter() - start)
         self.counters.truncated += counts["truncated"]
         warn_truncated(counts["truncated"], counts["unique"], self.max_length, self.name)
         if self.ragged:

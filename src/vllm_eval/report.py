@@ -1,7 +1,8 @@
 """``vllm-eval report``: one self-contained HTML page for one or more run directories.
 
 The page shows, per run, the scores with their telemetry (seconds split into encode and scoring,
-tokens/s, cache hits), a plot of the time split and of throughput per task, the parity deltas of a
+tokens/s, cache hits), a plot of the time split and of throughput per task, the run's timeline (one
+bar per phase over time, see :mod:`vllm_eval.timeline`) with seconds per phase, the parity deltas of a
 ``compare.json`` next to the run (|Δ| per task and configuration against the tolerance, on a log
 axis), and the provenance (model, revision, backend, device, engine options in force, prompts,
 package versions, command, timestamps). Plots are drawn with matplotlib and inlined as PNG ``data:``
@@ -21,6 +22,7 @@ from typing import Any
 
 from .compare import describe_agreement
 from .errors import UsageError
+from .timeline import PHASES, phase_totals
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -95,6 +97,70 @@ def time_plot(scores: list[dict[str, Any]]) -> str | None:
     right.set_yticks(range(len(names)), [""] * len(names))
     right.invert_yaxis()
     return _png(fig)
+
+
+#: A colour per timeline phase (matplotlib's "tab10" order).
+_PHASE_COLOURS = dict(
+    zip(
+        PHASES,
+        ("#7f7f7f", "#bcbd22", "#17becf", "#9467bd", "#d62728", "#8c564b", "#1f77b4", "#ff7f0e", "#2ca02c", "#e377c2"),
+    )
+)
+
+
+def _lanes(phases: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Timeline phases by the row they are drawn on: the run's own, one per engine or replica, one per task."""
+    engines = {p.get("detail") or "" for p in phases if p["phase"] == "engine"}
+    lanes: dict[str, list[dict[str, Any]]] = {"run": []}
+    lanes.update({f"engine {d}" if d.startswith("replica") else "engine": [] for d in sorted(engines)})
+    for p in phases:
+        if p["phase"] == "engine":
+            lane = f"engine {p['detail']}" if str(p.get("detail", "")).startswith("replica") else "engine"
+        else:
+            lane = p.get("task") or "run"
+        lanes.setdefault(lane, []).append(p)
+    return lanes
+
+
+def timeline_plot(timeline: dict[str, Any] | None) -> str | None:
+    """The run's phases as bars over time (seconds since the process started), one row per engine
+    or replica and per task, coloured by phase, as a PNG data URL; None for a run without a timeline."""
+    phases = (timeline or {}).get("phases") or []
+    if not phases:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    lanes = _lanes(phases)
+    fig, ax = plt.subplots(figsize=(11, 0.9 + 0.32 * len(lanes)))
+    for row, members in enumerate(lanes.values()):
+        bars = [(p["start"], max(p["end"] - p["start"], 0.01)) for p in members]
+        colours = [_PHASE_COLOURS.get(p["phase"], "#000000") for p in members]
+        ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colours)
+    ax.set_yticks(range(len(lanes)), list(lanes))
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the process started")
+    ax.set_title("timeline")
+    seen = [name for name in PHASES if any(p["phase"] == name for p in phases)]
+    ax.legend(
+        handles=[Patch(color=_PHASE_COLOURS[n], label=n) for n in seen],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.12 - 0.6 / (1 + len(lanes))),
+        ncol=len(seen),
+        fontsize=8,
+        frameon=False,
+    )
+    return _png(fig)
+
+
+def _totals_table(timeline: dict[str, Any]) -> str:
+    totals = phase_totals(timeline)
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in totals)
+    cells = "".join(f"<td class='num'>{v:.2f}</td>" for v in totals.values())
+    return f"<table><tr>{head}</tr><tr>{cells}</tr></table><p>seconds per phase (overlapping phases count in full)</p>"
 
 
 def parity_plot(compare: dict[str, Any]) -> str | None:
@@ -237,6 +303,9 @@ def render(runs: list[dict[str, Any]], title: str = "vllm-eval report") -> str:
             plot = time_plot(scores)
             if plot:
                 parts.append(f"<img alt='time split and throughput per task' src='{plot}'>")
+        plot = timeline_plot(run.get("timeline"))
+        if plot:
+            parts.append(f"<h3>Timeline</h3><img alt='phases over time' src='{plot}'>" + _totals_table(run["timeline"]))
         if run.get("compare"):
             parts.append("<h3>Parity against the reference</h3>" + _compare_table(run["compare"]))
             plot = parity_plot(run["compare"])

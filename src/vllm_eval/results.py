@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from . import timeline
 from .errors import DataUnavailableError, UsageError
 from .progress import run_display
 from .telemetry import device_name, package_versions, task_telemetry
@@ -116,6 +117,7 @@ def evaluate(
     started: float | None = None,
     parity_reference: Any = None,
     parity_sample: int = 0,
+    prefetch: Any = None,
 ) -> list[TaskScore]:
     """Evaluate ``model`` (any mteb model protocol) on ``tasks`` with ``mteb.evaluate``, task by task.
 
@@ -138,6 +140,12 @@ def evaluate(
         parity_reference, parity_sample: an encoder to check against (e.g. the sentence-transformers
             backend of the same model): ``parity_sample`` of the inputs each task sent are embedded by
             both and the minimum cosine is recorded in the row (encoders only).
+        prefetch: a :class:`vllm_eval.tasks.prefetch.Prefetch` of ``tasks`` already loading (started
+            before the engine, so the two overlap); default: one started here, which loads the next
+            tasks' data while this one encodes. Closed on return.
+
+    Every phase (data load, encode calls, scoring, writes) goes on the run's timeline
+    (:mod:`vllm_eval.timeline`), which ``summary.json`` keeps under ``"timeline"``.
 
     Returns:
         One :class:`TaskScore` per task, in task order.
@@ -160,33 +168,64 @@ def evaluate(
     start = time.time() if started is None else started
     device = device_name()
     rows: list[TaskScore] = []
-    with run_display(len(tasks), enabled=show_progress_bar) as task_progress:
-        for task in tasks:
-            name = task.metadata.name
-            existing = cache.get_task_result_path(name, model.mteb_model_meta) if cache else None
-            reused = existing is not None and existing.is_file() and overwrite_strategy != "always"
-            if existing is not None and existing.is_file():
-                logger.info("%s %s: %s", "reusing" if reused else "replacing", name, existing)
-            with task_progress(name):
-                try:
-                    if skip and name in skip:
-                        raise DataUnavailableError(skip[name])
-                    run = partial(_run_task, model, task, cache, overwrite_strategy, prediction_folder, stage, reused)
-                    rows.append(_measured(model, run, device, parity_reference, parity_sample))
-                except Exception as exc:  # a task's own failure; bugs and interrupts still stop the run
-                    if not continue_on_error or isinstance(exc, (TypeError, AttributeError, NameError)):
-                        raise
-                    reason = " ".join(str(exc).split()) or type(exc).__name__
-                    logger.warning("%s failed, the run goes on (--continue-on-error): %s", name, reason)
-                    meta = task.metadata
-                    rows.append(
-                        TaskScore(name, meta.type, meta.main_score, float("nan"), 0.0, stage, f"failed: {reason}")
-                    )
-            if log_samples and out is not None and not rows[-1].status.startswith("failed"):
-                write_samples(task, Path(prediction_folder), out / "samples")
-            if out is not None:
-                write_summary(model, rows, out / summary_name, run_info, start, device)
+    reused = {t.metadata.name for t in tasks if _reused(cache, t.metadata.name, model, overwrite_strategy)}
+    if prefetch is None:
+        from .tasks.prefetch import Prefetch
+
+        prefetch = Prefetch(tasks, skip=[*(skip or {}), *reused])
+
+    def run_one(task: Any) -> TaskScore:
+        name = task.metadata.name
+        run = partial(_run_task, model, task, cache, overwrite_strategy, prediction_folder, stage, name in reused)
+        return _measured(model, run, device, parity_reference, parity_sample)
+
+    try:
+        with run_display(len(tasks), enabled=show_progress_bar) as task_progress:
+            for task in tasks:
+                with task_progress(task.metadata.name):
+                    rows.append(_one_task(task, run_one, prefetch, skip, continue_on_error, stage))
+                if out is not None:
+                    with timeline.phase("write", task=task.metadata.name):
+                        if log_samples and not rows[-1].status.startswith("failed"):
+                            write_samples(task, Path(prediction_folder), out / "samples")
+                        write_summary(model, rows, out / summary_name, run_info, start, device)
+    finally:
+        prefetch.close()
     return rows
+
+
+def _reused(cache: Any, name: str, model: Any, strategy: str) -> bool:
+    """Whether ``name``'s result is read back rather than computed (logged either way when one exists)."""
+    existing = cache.get_task_result_path(name, model.mteb_model_meta) if cache else None
+    if existing is None or not existing.is_file():
+        return False
+    logger.info("%s %s: %s", "replacing" if strategy == "always" else "reusing", name, existing)
+    return strategy != "always"
+
+
+def _one_task(
+    task: Any, run_one: Any, prefetch: Any, skip: dict[str, str] | None, continue_on_error: bool, stage: str
+) -> TaskScore:
+    """One task's row from ``run_one(task)``, or ``failed: ...`` under ``continue_on_error``; the task's span
+    and its encode calls go on the timeline under its name."""
+    name = task.metadata.name
+    try:
+        if skip and name in skip:
+            raise DataUnavailableError(skip[name])
+        prefetch.wait(task)  # a reused or skipped task returns at once
+        timeline.current().task = name
+        with timeline.phase("task", task=name):
+            return run_one(task)
+    except Exception as exc:  # a task's own failure; bugs and interrupts still stop the run
+        if not continue_on_error or isinstance(exc, (TypeError, AttributeError, NameError)):
+            raise
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        logger.warning("%s failed, the run goes on (--continue-on-error): %s", name, reason)
+        meta = task.metadata
+        return TaskScore(name, meta.type, meta.main_score, float("nan"), 0.0, stage, f"failed: {reason}")
+    finally:
+        timeline.current().task = None
+        prefetch.done(task)
 
 
 #: mteb's overwrite strategies that make sense for a run (``only-cache`` runs nothing).
@@ -329,8 +368,8 @@ def write_summary(
 
     Provenance: the engine options in force after our defaults, the prompts and templates, the
     device, engine start seconds, start and end timestamps and the total seconds since ``started``
-    (engine start and data loading included). Written to a temporary file and renamed, so a reader
-    never sees half a file.
+    (engine start and data loading included), and the run's timeline (phases that ended after
+    ``started``). Written to a temporary file and renamed, so a reader never sees half a file.
     """
     meta = model.mteb_model_meta
     output_dir = path.parent
@@ -348,11 +387,30 @@ def write_summary(
         "total_seconds": round(now - started, 2),
         "results_dir": str(results_dir(output_dir, meta)),
         "scores": [asdict(r) for r in rows],
+        "timeline": timeline.current().as_json(since=started),
     }
     output_dir.mkdir(parents=True, exist_ok=True)
+    _write_json(path, summary)
+    timeline.current().summaries[path] = started
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    """Write to a temporary file and rename, so a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     tmp.replace(path)
+
+
+def finish_summaries() -> None:
+    """Bring the timeline of every ``summary.json`` this process wrote up to now (the engines' shutdown
+    comes after the last task's write). A summary that is gone or unreadable is left alone."""
+    for path, started in list(timeline.current().summaries.items()):
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        summary["timeline"] = timeline.current().as_json(since=started)
+        _write_json(path, summary)
 
 
 def provenance(model: Any) -> dict[str, Any]:

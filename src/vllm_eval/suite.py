@@ -244,9 +244,9 @@ def _peer_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", default="{}")
     args = parser.parse_args(argv)
     if args.data:
-        from .tasks.owntasks import own_mteb_task
+        from .tasks.owntasks import own_mteb_tasks
 
-        tasks = [own_mteb_task(args.data)]
+        tasks = own_mteb_tasks(args.data)
     else:
         from .tasks import get_tasks
 

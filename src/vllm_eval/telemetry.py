@@ -54,6 +54,17 @@ class Counters:
     compute_seconds: float = 0.0
     engine_start_seconds: float = 0.0
 
+    def add_compute(self, seconds: float) -> None:
+        """Count one encode/score/generate call that just ended after ``seconds`` (wall clock), also on the
+        run's timeline (:mod:`vllm_eval.timeline`)."""
+        import time
+
+        from .timeline import current
+
+        self.compute_seconds += seconds
+        now = time.time()
+        current().encoded(now - seconds, now)
+
     def copy(self) -> Counters:
         """A snapshot."""
         return Counters(**asdict(self))

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from . import timeline
 from .base import Resource
 from .engine import acquire_engine, release_engine
 from .errors import EngineError, UsageError, VllmEvalError
@@ -153,7 +154,7 @@ class VllmBackend(Resource):
             ReplicaError: a replica failed to start.
             EngineError: the in-process engine failed to start.
         """
-        started = time.perf_counter()
+        started, wall = time.perf_counter(), time.time()
         if data_parallel_size * replicas_per_gpu <= 1:
             self.llm = acquire_engine(ref, **self.engine_kwargs)
             info = setup(self.llm)
@@ -171,6 +172,7 @@ class VllmBackend(Resource):
             info = self.pool.info
         # The pool times its own start (until every replica is ready); planning it takes no time to speak of.
         self._engine_start_s = self.pool.start_seconds if self.pool is not None else time.perf_counter() - started
+        _record_start(wall, self._engine_start_s, self.pool, ref)
         counters = getattr(self, "counters", None)
         if counters is not None:  # a base built before the engine started (the generator's)
             counters.engine_start_seconds = self._engine_start_s
@@ -255,8 +257,22 @@ class VllmBackend(Resource):
         """Stop the replicas, or release this wrapper's engine (shut down when no other wrapper shares
         it). Idempotent."""
         pool, self.pool = self.pool, None
-        if pool is not None:
-            pool.close()
         llm, self.llm = self.llm, None
-        if llm is not None:
-            release_engine(llm)
+        if pool is None and llm is None:
+            return
+        with timeline.phase("shutdown"):
+            if pool is not None:
+                pool.close()
+            if llm is not None:
+                release_engine(llm)
+
+
+def _record_start(wall: float, seconds: float, pool: Any, ref: Any) -> None:
+    """The engine's start on the timeline: one ``engine`` phase per replica (until it was ready), or the
+    in-process engine's."""
+    name = getattr(ref, "path", str(ref))
+    if pool is None:
+        timeline.current().add("engine", wall, wall + seconds, detail=str(name))
+        return
+    for index, ready in sorted(pool.ready_seconds.items()):
+        timeline.current().add("engine", wall, wall + ready, detail=f"replica {index}")

@@ -18,6 +18,7 @@ exit code 1; an interrupt exits 128 + the signal. Bugs keep their traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -25,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from .. import __version__, logs
+from .. import __version__, logs, timeline
 from ..errors import UsageError, VllmEvalError
 from .base import Command, Context, Parser
 from .checks import check_engine, check_repeats, prepare_output_dir
@@ -113,6 +114,8 @@ def prepare(command: Command, args: argparse.Namespace, extra: list[str]) -> Con
 
 #: When the current command started (``time.time()``): results count their total from here.
 _STARTED = [0.0]
+#: Whether :func:`main` runs as the process's command (:func:`run`), not called from other code.
+_ENTRY = [False]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -139,7 +142,9 @@ def _dispatch(argv: list[str]) -> int:
         if extra:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
         return command.execute(args, None)
-    return command.execute(args, prepare(command, args, extra))
+    with timeline.phase("imports"):  # mostly the backend's and mteb's imports, then the option checks
+        ctx = prepare(command, args, extra)
+    return command.execute(args, ctx)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     _STARTED[0] = time.time()
+    timeline.current().reset()
+    if _ENTRY[0]:  # a process of its own: the interpreter's start and our imports count
+        timeline.current().add("interpreter", timeline.process_start(), _STARTED[0])
     verbose = "--verbose" in argv or "-v" in argv
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = (
@@ -183,9 +191,14 @@ def main(argv: list[str] | None = None) -> int:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
         if "vllm" in sys.modules:
-            from ..engine import shutdown_all
+            from ..engine import live_engines, shutdown_all
 
-            shutdown_all()
+            with timeline.phase("shutdown") if live_engines() else contextlib.nullcontext():
+                shutdown_all()
+        if timeline.current().summaries:
+            from ..results import finish_summaries
+
+            finish_summaries()
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         if handlers:
@@ -200,6 +213,7 @@ def run() -> None:
     exception", exit 134, 1 run in 4 of ``generate --scoring loglikelihood`` on the CPU build);
     the exit code must be the command's own.
     """
+    _ENTRY[0] = True
     code = main()
     if "vllm" in sys.modules:
         import logging

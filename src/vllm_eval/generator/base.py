@@ -234,7 +234,7 @@ class GeneratorBase(BackendBase, ABC):
                     load=lambda stored: stored[0],
                 )
                 advance(hi - lo)
-        self.counters.compute_seconds += time.perf_counter() - started
+        self.counters.add_compute(time.perf_counter() - started)
         self.counters.tokens += self.counters.compute_tokens - tokens_before
         return scores
 
@@ -387,7 +387,7 @@ class GeneratorBase(BackendBase, ABC):
                 self.counters.distinct += len(chunk)
                 self.counters.tokens += sum(g.prompt_tokens + g.output_tokens for g in done)
                 advance(len(chunk))
-        self.counters.compute_seconds += time.perf_counter() - start
+        self.counters.add_compute(time.perf_counter() - start)
         return results
 
 

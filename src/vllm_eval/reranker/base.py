@@ -224,7 +224,7 @@ class RerankerBase(PoolingBackendBase, ABC):
                 n += len(qs)
                 n_cut += cut
                 advance(len(qs))
-        self.counters.compute_seconds += time.perf_counter() - start
+        self.counters.add_compute(time.perf_counter() - start)
         self.counters.truncated += n_cut
         warn_truncated(n_cut, n, self.max_length, self.name, what="pairs")
         return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0,), dtype=np.float32)

@@ -131,6 +131,22 @@ def own_mteb_task(path: str | Path, task_type: str | None = None) -> Any:
     return builder(path)
 
 
+def own_mteb_tasks(path: str | Path, task_type: str | None = None) -> list[Any]:
+    """The mteb tasks of ``--data``: a benchmark replica's (:mod:`vllm_eval.tasks.shaped`), else
+    ``[own_mteb_task(path, task_type)]``.
+
+    Raises:
+        UsageError: ``task_type`` given with a replica, or as :func:`own_mteb_task`.
+    """
+    from .shaped import is_replica, replica_tasks
+
+    if is_replica(path):
+        if task_type:
+            raise UsageError(f"--data {str(path)!r} is a benchmark replica; its tasks keep their types (no --data-type)")
+        return replica_tasks(path)
+    return [own_mteb_task(path, task_type)]
+
+
 def _instance(base: type, metadata: Any, dataset: dict, **attrs: Any) -> Any:
     """An object of a new subclass of mteb's ``base`` whose ``load_data`` gives a copy of ``dataset``
     (a fresh object of the class, as two-stage reranking makes, gets the data too)."""

@@ -125,7 +125,7 @@ class TokenClassifierBase(PoolingBackendBase, ABC):
                     cut_sentences += len(seen) < len(words)
                     out.append(rows)
                 advance(len(chunk))
-        self.counters.compute_seconds += time.perf_counter() - start
+        self.counters.add_compute(time.perf_counter() - start)
         self.counters.truncated += cut_sentences
         warn_truncated(cut_sentences, len(sentences), self.max_length, self.name, what="sentences")
         return out

@@ -175,9 +175,9 @@ def compare_tasks(kind: str, names: list[str] | None, data: str | None = None) -
         return rerank_tasks(names, data, what="--kind reranker")
     if kind in ("encoder", "token_embedder"):
         if data:
-            from ...tasks.owntasks import own_mteb_task
+            from ...tasks.owntasks import own_mteb_tasks
 
-            tasks = [own_mteb_task(data)]
+            tasks = own_mteb_tasks(data)
         else:
             tasks = get_tasks(split_names(names or list(described.default_tasks) or None))
             check_available(tasks)

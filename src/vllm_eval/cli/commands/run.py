@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import closing
 from typing import Any
 
 from ...errors import UsageError, VllmEvalError
+from ...timeline import phase
 from ..base import Command, Context
 from ..checks import open_cache, resolve_model
 from ..options import (
@@ -79,7 +81,8 @@ class RunCommand(Command):
             "--data",
             default=None,
             help="your own data as an mteb task: a .jsonl/.csv/.parquet file (STS, pair classification, "
-            "reranking, classification) or a BEIR directory (retrieval); see the README's schemas",
+            "reranking, classification) or a BEIR directory (retrieval); see the README's schemas; or a "
+            "benchmark replica written by `bench --suite BENCHMARK`",
         )
         parser.add_argument(
             "--data-type",
@@ -171,16 +174,24 @@ class RunCommand(Command):
         from ...errors import DataUnavailableError
         from ...results import evaluate, results_dir
         from ...tasks import unavailable
+        from ...tasks.prefetch import Prefetch
 
         spec = ctx.spec
-        model = resolve_model(args.model, spec.remote, revision=args.revision)
-        tasks = _tasks(args, spec.kind)
-        missing = unavailable(tasks)
+        with phase("model"):
+            model = resolve_model(args.model, spec.remote, revision=args.revision)
+        with phase("tasks"):
+            tasks = _tasks(args, spec.kind)
+            missing = unavailable(tasks)
         if missing and (not args.continue_on_error or len(missing) == len(tasks)):  # nothing to run: say so now
             raise DataUnavailableError(next(iter(missing.values())))
         cache = open_cache(args)
         reference = _parity_reference(args, spec, model)
-        with spec.load(model, show_progress_bar=not args.no_progress) as encoder:
+        # The data loads while the engine starts; results to be read back are not known before the
+        # model's metadata, so a resumed run may load a task it then reuses (in the background).
+        with (
+            closing(Prefetch(tasks, skip=list(missing))) as prefetch,
+            spec.load(model, show_progress_bar=not args.no_progress) as encoder,
+        ):
             encoder.use_cache(cache)
             rows = evaluate(
                 encoder,
@@ -195,6 +206,7 @@ class RunCommand(Command):
                 started=ctx.started,
                 parity_reference=reference,
                 parity_sample=args.check_parity or 0,
+                prefetch=prefetch,
             )
         if reference is not None:
             reference.close()
@@ -239,11 +251,11 @@ def _tasks(args: argparse.Namespace, kind: str) -> list[Any]:
     from ...tasks import select_tasks
 
     if args.data:
-        from ...tasks.owntasks import own_mteb_task
+        from ...tasks.owntasks import own_mteb_tasks
 
         if args.tasks or args.benchmark:
             raise UsageError("give --data or --tasks/--benchmark, not both")
-        tasks = [own_mteb_task(args.data, args.data_type)]
+        tasks = own_mteb_tasks(args.data, args.data_type)
     else:
         if args.data_type:
             raise UsageError("--data-type goes with --data FILE")

@@ -1,0 +1,287 @@
+"""An offline replica of an mteb benchmark, shaped by the descriptive statistics mteb ships.
+
+mteb keeps, per task, ``mteb/descriptive_stats/<type>/<task>.json``: per split (and language subset)
+the number of samples, documents and queries, text lengths in characters (minimum, mean, maximum),
+relevant documents and candidates per query, and the labels. :func:`build_replica` writes, for every
+task of a benchmark whose type it knows, data of that shape: the same counts (times ``fraction``),
+text lengths drawn from a Beta distribution stretched over the task's [minimum, maximum] with the
+task's mean, text made of the model tokenizer's single-token words, labels in the task's proportions,
+each query cut from one of its relevant documents. :func:`replica_tasks` gives the benchmark's own
+mteb task objects with only ``load_data`` replaced to read those files, so each task keeps its
+evaluator, subsets, splits, main score and settings (samples per label, documents to embed ...):
+what is timed is what mteb would run on data of that size. The scores mean nothing about the model;
+they are only compared between backends.
+
+Types with a replica: Retrieval, Reranking, STS, PairClassification, Classification, Clustering; the
+others (Summarization ...) are left out and named in the replica's ``replica.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import MethodType
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+
+TYPES = ("Retrieval", "Reranking", "STS", "PairClassification", "Classification", "Clustering")
+MANIFEST = "replica.json"
+#: Beta(m·k, (1-m)·k) over [min, max] with m the mean's position: k = 4 gives a long right tail, like
+#: the text lengths of most corpora.
+_BETA_K = 4.0
+
+
+def stats_path(task: Any) -> Path:
+    """Where mteb keeps ``task``'s descriptive statistics."""
+    import mteb
+
+    return Path(mteb.__file__).parent / "descriptive_stats" / task.metadata.type / f"{task.metadata.name}.json"
+
+
+def _split_stats(stats: dict[str, Any], split: str, subset: str) -> dict[str, Any] | None:
+    found = stats.get(split)
+    if found is None:
+        return None
+    return (found.get("hf_subset_descriptive_stats") or {}).get(subset, found)
+
+
+class Words:
+    """Text of a given length in characters from the tokenizer's single-token words (uniform draws)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        from ..bench import single_token_words
+
+        self.vocab = np.asarray(single_token_words(tokenizer))
+        self.mean_chars = float(np.mean([len(w) for w in self.vocab]))
+
+    def texts(self, rng: np.random.Generator, lengths: np.ndarray) -> list[str]:
+        """One text per target length (characters, float array): about ``length`` characters of words."""
+        counts = np.maximum(1, np.rint((lengths + 1) / (self.mean_chars + 1)).astype(int))
+        words = self.vocab[rng.integers(0, len(self.vocab), size=int(counts.sum()))]
+        ends = np.cumsum(counts)
+        return [" ".join(words[e - c : e]) for c, e in zip(counts, ends, strict=True)]
+
+
+def _lengths(rng: np.random.Generator, stats: dict[str, Any] | None, n: int, default: float = 64.0) -> np.ndarray:
+    if not stats:
+        return np.full(n, default)
+    lo, mean, hi = (float(stats[k]) for k in ("min_text_length", "average_text_length", "max_text_length"))
+    if hi <= lo:
+        return np.full(n, max(lo, 1.0))
+    m = min(max((mean - lo) / (hi - lo), 0.01), 0.99)
+    return lo + (hi - lo) * rng.beta(m * _BETA_K, (1 - m) * _BETA_K, size=n)
+
+
+def _labels(rng: np.random.Generator, stats: dict[str, Any] | None, n: int, at_least: int = 0) -> np.ndarray:
+    """``n`` integer labels in the proportions of ``stats['labels']``, each label ``at_least`` times."""
+    counts = np.array([float(v.get("count", 1)) for v in ((stats or {}).get("labels") or {"0": {}, "1": {}}).values()])
+    k = len(counts)
+    fixed = np.repeat(np.arange(k), at_least)
+    rest = rng.choice(k, size=max(n - len(fixed), 0), p=counts / counts.sum())
+    out = np.concatenate([fixed, rest])[: max(n, len(fixed))]
+    rng.shuffle(out)
+    return out
+
+
+def _scaled(n: Any, fraction: float, floor: int) -> int:
+    return max(int(round(float(n or 0) * fraction)), min(floor, int(n or floor)))
+
+
+def _count(s: dict[str, Any], what: str) -> int:
+    """Documents or queries of a retrieval split: ``num_<what>``, else total / mean text length (older
+    statistics files lack the count)."""
+    if s.get(f"num_{what}"):
+        return int(s[f"num_{what}"])
+    text = s.get(f"{what}_text_statistics") or {}
+    return int(round(text["total_text_length"] / text["average_text_length"]))
+
+
+def _retrieval(rng, words: Words, s: dict[str, Any], fraction: float) -> dict[str, Any]:
+    n_docs = _scaled(_count(s, "documents"), fraction, 50)
+    n_queries = _scaled(_count(s, "queries"), fraction, 10)
+    rel = s.get("relevant_docs_statistics") or {}
+    lo = max(int(rel.get("min_relevant_docs_per_query") or 1), 1)
+    mean = float(rel.get("average_relevant_docs_per_query") or lo)
+    hi = max(int(rel.get("max_relevant_docs_per_query") or lo), lo)
+    lo = min(lo, int(mean)) or 1
+    n_rel = np.clip(
+        np.rint(_lengths(rng, {"min_text_length": lo, "average_text_length": mean, "max_text_length": hi}, n_queries)),
+        1,
+        n_docs,
+    ).astype(int)
+    docs = words.texts(rng, _lengths(rng, s.get("documents_text_statistics"), n_docs))
+    query_lengths = _lengths(rng, s.get("queries_text_statistics"), n_queries)
+    top = (s.get("top_ranked_statistics") or {}).get("average_top_ranked_per_query")
+    queries, qrels, top_ranked = [], {}, {}
+    for q, (k, length) in enumerate(zip(n_rel, query_lengths, strict=True)):
+        relevant = rng.choice(n_docs, size=k, replace=False)
+        source = docs[relevant[0]].split()
+        want = max(1, int(round((length + 1) / (words.mean_chars + 1))))
+        start = int(rng.integers(0, max(len(source) - want, 0) + 1))
+        queries.append(" ".join((source * (want // len(source) + 1))[start : start + want]))
+        qrels[f"q{q}"] = {f"d{i}": 1 for i in relevant}
+        if top:
+            extra = rng.choice(n_docs, size=min(int(round(top)), n_docs), replace=False)
+            top_ranked[f"q{q}"] = list(dict.fromkeys([f"d{i}" for i in (*relevant, *extra)]))[: max(int(top), k)]
+    return {
+        "corpus": {"id": [f"d{i}" for i in range(n_docs)], "text": docs},
+        "queries": {"id": [f"q{i}" for i in range(n_queries)], "text": queries},
+        "qrels": qrels,
+        "top_ranked": top_ranked or None,
+    }
+
+
+def _pairs(rng, words: Words, s: dict[str, Any], fraction: float, task: Any) -> dict[str, Any]:
+    n = _scaled(s["num_samples"], fraction, 20)
+    one = words.texts(rng, _lengths(rng, s.get("text1_statistics"), n))
+    two = words.texts(rng, _lengths(rng, s.get("text2_statistics"), n))
+    if task.metadata.type == "STS":
+        label = s.get("label_statistics") or {}
+        low, high = float(label.get("min_score", task.min_score)), float(label.get("max_score", task.max_score))
+        first, second = task.column_names[:2] if isinstance(task.column_names[0], str) else ("sentence1", "sentence2")
+        return {first: one, second: two, "score": rng.uniform(low, high, size=n).round(2).tolist()}
+    labels = _labels(rng, s.get("labels_statistics"), n, at_least=1)
+    return {task.input1_column_name: one, task.input2_column_name: two, task.label_column_name: labels.tolist()}
+
+
+def _labelled(rng, words: Words, s: dict[str, Any], fraction: float, task: Any, at_least: int) -> dict[str, Any]:
+    label_stats = s.get("label_statistics") or s.get("labels_statistics")
+    n_labels = len((label_stats or {}).get("labels") or {0: 0, 1: 0})
+    n = max(_scaled(s["num_samples"], fraction, 20), n_labels * at_least)
+    texts = words.texts(rng, _lengths(rng, s.get("text_statistics"), n))
+    labels = _labels(rng, label_stats, n, at_least=at_least)
+    return {task.input_column_name: texts, task.label_column_name: labels.tolist()}
+
+
+def _split_data(rng, words: Words, task: Any, s: dict[str, Any], fraction: float, train: bool) -> dict[str, Any]:
+    kind = task.metadata.type
+    if kind in ("Retrieval", "Reranking"):
+        return _retrieval(rng, words, s, fraction)
+    if kind in ("STS", "PairClassification"):
+        return _pairs(rng, words, s, fraction, task)
+    # Classification trains on samples_per_label of each label (mteb undersamples the train split).
+    at_least = 2 * getattr(task, "samples_per_label", 8) if train else 2
+    return _labelled(rng, words, s, fraction, task, at_least)
+
+
+def _benchmark_tasks(benchmark: str) -> list[Any]:
+    import mteb
+
+    try:
+        return list(mteb.get_benchmark(benchmark).tasks)
+    except (KeyError, ValueError) as exc:
+        raise UsageError(f"--suite {benchmark!r}: not an mteb benchmark ({' '.join(str(exc).split())[:200]})") from None
+
+
+def _splits(task: Any) -> list[tuple[str, bool]]:
+    """(split, is_train) pairs the task reads: its eval splits, and a classification task's train split."""
+    splits = [(s, False) for s in task.metadata.eval_splits]
+    train = getattr(task, "train_split", None) if task.metadata.type == "Classification" else None
+    if train and train not in task.metadata.eval_splits:
+        splits.append((train, True))
+    return splits
+
+
+def build_replica(
+    directory: str | Path, benchmark: str, tokenizer_path: str, fraction: float = 1.0, seed: int = 0
+) -> Path:
+    """Write the replica of ``benchmark`` (an mteb benchmark name) into ``directory`` (see the module doc).
+
+    One JSON file per task, subset and split (``<task>/<subset>.<split>.json``) and ``replica.json``
+    (benchmark, fraction, seed, tokenizer, tasks kept, tasks left out with the reason). Reused when
+    ``replica.json`` matches.
+
+    Args:
+        tokenizer_path: the model (or tokenizer) whose single-token words make the texts.
+        fraction: 0 < fraction <= 1: counts are scaled by it (with small floors: 10 queries, 20 samples,
+            2 samples per label, the classification train split's samples per label twice over).
+
+    Returns:
+        ``directory``, for :func:`replica_tasks` (``vllm-eval run --data DIRECTORY``).
+
+    Raises:
+        UsageError: an unknown benchmark, or ``fraction`` outside (0, 1].
+    """
+    from transformers import AutoTokenizer
+
+    if not 0 < fraction <= 1:
+        raise UsageError(f"--fraction must be in (0, 1], got {fraction}")
+    out = Path(directory)
+    meta = {"benchmark": benchmark, "fraction": fraction, "seed": seed, "tokenizer": str(tokenizer_path)}
+    manifest = out / MANIFEST
+    if manifest.is_file() and {k: v for k, v in json.loads(manifest.read_text()).items() if k in meta} == meta:
+        return out
+    tasks = _benchmark_tasks(benchmark)
+    words = Words(AutoTokenizer.from_pretrained(tokenizer_path))
+    kept, left_out = [], {}
+    for index, task in enumerate(tasks):
+        name = task.metadata.name
+        path = stats_path(task)
+        if task.metadata.type not in TYPES or not path.is_file():
+            left_out[name] = f"{task.metadata.type}: no replica" if path.is_file() else "no descriptive statistics"
+            continue
+        stats = json.loads(path.read_text())
+        rng = np.random.default_rng([seed, index])
+        (out / name).mkdir(parents=True, exist_ok=True)
+        for subset in task.hf_subsets:
+            for split, train in _splits(task):
+                s = _split_stats(stats, split, subset)
+                if s is None:
+                    raise UsageError(f"{path}: no statistics for split {split!r}")
+                data = _split_data(rng, words, task, s, fraction, train)
+                (out / name / f"{subset}.{split}.json").write_text(json.dumps(data))
+        kept.append(name)
+    manifest.write_text(json.dumps({**meta, "tasks": kept, "left_out": left_out}, indent=2) + "\n")
+    return out
+
+
+def is_replica(path: str | Path) -> bool:
+    """Whether ``path`` is a directory written by :func:`build_replica`."""
+    return (Path(path) / MANIFEST).is_file()
+
+
+def _load(self: Any, directory: Path, num_proc: int | None = None, **kwargs: Any) -> None:
+    """``load_data`` of a replica task: its subsets and splits from ``directory``."""
+    from datasets import Dataset
+
+    if self.data_loaded:
+        return
+    dataset: dict[str, dict[str, Any]] = {}
+    for subset in self.hf_subsets:
+        for split, _ in _splits(self):
+            data = json.loads((directory / f"{subset}.{split}.json").read_text())
+            if self.metadata.type in ("Retrieval", "Reranking"):
+                from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
+
+                data = RetrievalSplitData(
+                    corpus=Dataset.from_dict(data["corpus"]),
+                    queries=Dataset.from_dict(data["queries"]),
+                    relevant_docs=data["qrels"],
+                    top_ranked=data["top_ranked"],
+                )
+            else:
+                data = Dataset.from_dict(data)
+            dataset.setdefault(subset, {})[split] = data
+    self.dataset = dataset
+    self.data_loaded = True
+
+
+def replica_tasks(directory: str | Path) -> list[Any]:
+    """The benchmark's own mteb task objects, each reading its replica from ``directory`` when loaded.
+
+    Raises:
+        UsageError: ``directory`` is not a replica.
+    """
+    directory = Path(directory)
+    if not is_replica(directory):
+        raise UsageError(f"--data {str(directory)!r}: no {MANIFEST} (not a replica written by bench --suite)")
+    manifest = json.loads((directory / MANIFEST).read_text())
+    wanted = set(manifest["tasks"])
+    tasks = [t for t in _benchmark_tasks(manifest["benchmark"]) if t.metadata.name in wanted]
+    for task in tasks:
+        task.local_data = True  # no hub dataset needed (vllm_eval.tasks.unavailable)
+        task.load_data = MethodType(lambda self, *a, _d=directory / task.metadata.name, **k: _load(self, _d, **k), task)
+    return tasks
