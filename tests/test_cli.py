@@ -95,6 +95,21 @@ def test_run_end_to_end_writes_results_and_exits_zero(tmp_path):
     assert summary["started_at"] <= summary["finished_at"] and "tok/s" in proc.stdout
     assert all(r["parity_n"] == 0 and r["parity_min_cosine"] is None for r in summary["scores"])
     assert summary["engine_kwargs"]["max_num_seqs"] == 64
+    # The timeline: every phase of the run, the data loaded while the engine started.
+    phases = summary["timeline"]["phases"]
+    expected = {"interpreter", "imports", "model", "tasks", "engine", "load", "encode", "write", "shutdown"}
+    assert expected <= {p["phase"] for p in phases}, phases
+    (engine,) = [p for p in phases if p["phase"] == "engine"]
+    for row in summary["scores"]:
+        mine = [p for p in phases if p.get("task") == row["task"]]
+        (load,) = [p for p in mine if p["phase"] == "load"]
+        encodes = [p for p in mine if p["phase"] == "encode"]
+        assert load["end"] <= min(p["start"] for p in encodes) and engine["end"] <= min(p["start"] for p in encodes)
+        assert sum(p["end"] - p["start"] for p in encodes) >= row["encode_seconds"] - 0.01
+    first_load = next(p for p in phases if p["phase"] == "load")
+    assert engine["start"] <= first_load["start"] < first_load["end"] <= engine["end"]  # overlapped
+    (shutdown,) = [p for p in phases if p["phase"] == "shutdown"]
+    assert shutdown["start"] >= max(p["end"] for p in phases if p["phase"] == "encode")
     result = next(out.rglob("WordSim353.json"))
     mteb_json = json.loads(result.read_text())
     assert mteb_json["task_name"] == "WordSim353"

@@ -9,9 +9,12 @@ user:
 * ``mteb-vllm`` — ``mteb.evaluate(VllmEncoderWrapper(...), tasks)``, mteb's own vLLM wrapper with the
   same engine options, in an environment without the settings our engines make.
 
-Suites: ``offline`` (the packaged offline tasks, see :mod:`vllm_eval.tasks.offline`) and
+Suites: ``offline`` (the packaged offline tasks, see :mod:`vllm_eval.tasks.offline`),
 ``synthetic`` (one retrieval task in BEIR layout built from the model's own vocabulary, by default
-200,000 documents and 1,000 queries: see :func:`build_synthetic_retrieval`). The main scores of
+200,000 documents and 1,000 queries: see :func:`build_synthetic_retrieval`), or any mteb benchmark
+name, run as its offline replica shaped by mteb's descriptive statistics (see
+:mod:`vllm_eval.tasks.shaped`). Every run writes its timeline (:mod:`vllm_eval.timeline`): the record
+keeps each backend's seconds per phase. The main scores of
 every backend are compared with ours (``max_delta``): the timings count only if the backends
 computed the same thing.
 """
@@ -48,6 +51,8 @@ class SuiteRecord:
     engine_start_s: float | None = None
     #: The run's combined stdout and stderr.
     log: str = ""
+    #: Seconds per timeline phase (:func:`vllm_eval.timeline.phase_totals`), ``wall`` included.
+    phases: dict[str, float] | None = None
 
 
 def build_synthetic_retrieval(
@@ -91,6 +96,28 @@ def build_synthetic_retrieval(
     return out
 
 
+def check_suite(suite: str, fraction: float = 1.0) -> None:
+    """Refuse a suite that is neither ``offline``, ``synthetic`` nor an mteb benchmark, and a fraction
+    outside (0, 1], before any model loads.
+
+    Raises:
+        UsageError: naming the suite (with close benchmark names) or the fraction.
+    """
+    import difflib
+
+    if not 0 < fraction <= 1:
+        raise UsageError(f"--fraction must be in (0, 1], got {fraction}")
+    if suite in SUITES:
+        return
+    import mteb
+
+    names = [b.name for b in mteb.get_benchmarks()]
+    if suite not in names:
+        close = difflib.get_close_matches(suite, names, n=3, cutoff=0.5)
+        hint = f"; close: {', '.join(close)}" if close else ""
+        raise UsageError(f"--suite {suite!r} is not offline, synthetic or an mteb benchmark{hint}")
+
+
 def _engine_flags(engine_kwargs: dict[str, Any]) -> list[str]:
     """vLLM engine options as ``vllm-eval run`` flags (``--name value``; booleans ``--name``/``--no-name``)."""
     flags: list[str] = []
@@ -124,14 +151,17 @@ def _command(backend: str, model: str, task_args: list[str], out: Path, dtype: s
     ]
 
 
-def _scores(out: Path) -> tuple[dict[str, float], float | None]:
-    """A finished run's main scores (as ``compare --runs`` reads them) and its engine start seconds."""
+def _scores(out: Path) -> tuple[dict[str, float], float | None, dict[str, float] | None]:
+    """A finished run's main scores (as ``compare --runs`` reads them), its engine start seconds and
+    its seconds per timeline phase."""
     from .compare import read_run_dir
+    from .timeline import phase_totals
 
     if not (out / "summary.json").is_file():
-        return {}, None
+        return {}, None, None
     scores = read_run_dir(out).scores
-    return scores, json.loads((out / "summary.json").read_text()).get("engine_start_seconds")
+    summary = json.loads((out / "summary.json").read_text())
+    return scores, summary.get("engine_start_seconds"), phase_totals(summary.get("timeline")) or None
 
 
 def run_suite(
@@ -145,6 +175,7 @@ def run_suite(
     replicas: dict[str, int] | None = None,
     n_docs: int = 200_000,
     n_queries: int = 1_000,
+    fraction: float = 1.0,
 ) -> list[SuiteRecord]:
     """Run ``suite`` once per backend, each in a fresh process; time each; compare scores with ours.
 
@@ -152,13 +183,14 @@ def run_suite(
     ``<output_dir>/suite.json``. ``engine_kwargs`` (vLLM ``EngineArgs``) go to ``vllm`` and ``mteb-vllm``,
     ``replicas`` (``data_parallel_size``, ``replicas_per_gpu``) to ``vllm``.
 
+    ``suite``: ``offline``, ``synthetic``, or an mteb benchmark name, run as its offline replica
+    (:func:`vllm_eval.tasks.shaped.build_replica`, counts scaled by ``fraction``).
+
     Raises:
-        UsageError: an unknown suite or backend.
+        UsageError: an unknown suite (benchmark) or backend.
     """
     from .modelinfo import ModelRef
 
-    if suite not in SUITES:
-        raise UsageError(f"unknown suite {suite!r}; choose from {', '.join(SUITES)}")
     bad = [b for b in backends if b not in SUITE_BACKENDS]
     if bad:
         raise UsageError(f"--suite runs {', '.join(SUITE_BACKENDS)}; not {', '.join(bad)}")
@@ -168,10 +200,15 @@ def run_suite(
     if suite == "synthetic":
         data = build_synthetic_retrieval(out / "synthetic-data", model, n_docs, n_queries)
         task_args = ["--data", str(data)]
-    else:
+    elif suite == "offline":
         from .tasks import offline_tasks
 
         task_args = ["--tasks", *offline_tasks()]
+    else:
+        from .tasks.shaped import build_replica
+
+        data = build_replica(out / "replica-data", suite, model, fraction)
+        task_args = ["--data", str(data)]
     engine = dict(engine_kwargs or {})
     from .procenv import user_environment
 
@@ -188,12 +225,9 @@ def run_suite(
         with open(run_dir / "log.txt", "w") as log:
             proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
         seconds = round(time.perf_counter() - started, 2)
-        scores, engine_start = _scores(run_dir)
-        records.append(
-            SuiteRecord(
-                backend, seconds, scores, proc.returncode, engine_start_s=engine_start, log=str(run_dir / "log.txt")
-            )
-        )
+        scores, engine_start, phases = _scores(run_dir)
+        log = str(run_dir / "log.txt")
+        records.append(SuiteRecord(backend, seconds, scores, proc.returncode, None, engine_start, log, phases))
         print(f"[suite] {backend}: {seconds:.1f} s, exit {proc.returncode}, {len(scores)} task score(s)", flush=True)
     ours = next((r for r in records if r.backend == "vllm"), None)
     for r in records if ours is not None else ():
@@ -208,6 +242,7 @@ def run_suite(
         "replicas": replicas,
         "n_docs": n_docs if suite == "synthetic" else None,
         "n_queries": n_queries if suite == "synthetic" else None,
+        "fraction": fraction if suite not in SUITES else None,
         "records": [asdict(r) for r in records],
     }
     (out / "suite.json").write_text(json.dumps(payload, indent=2) + "\n")
@@ -228,11 +263,33 @@ def _peer_model(backend: str, model: str, dtype: str | None, engine: dict[str, A
     return mteb_vllm_wrapper(model, dtype or ("float32" if on_cpu() else "auto"), engine)
 
 
+def _timed_encode(model: Any) -> None:
+    """Put each of ``model.encode``'s calls on the timeline as an ``encode`` phase."""
+    from .timeline import current
+
+    inner = model.encode
+
+    def encode(*args: Any, **kwargs: Any) -> Any:
+        start = time.time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            current().encoded(start, time.time())
+
+    model.encode = encode
+
+
 def _peer_main(argv: list[str] | None = None) -> int:
     """``python -m vllm_eval.suite {st,mteb-vllm} --model M (--tasks ... | --data DIR) --output-dir D``:
-    a peer's run of a suite through ``mteb.evaluate``; writes ``D/summary.json`` (task, main score)."""
-    import mteb
-    from mteb.cache import ResultCache
+    a peer's run of a suite through ``mteb.evaluate``, task by task, each task's data loaded just before
+    it (as ``mteb.evaluate`` does); writes ``D/summary.json`` (task, main score, timeline)."""
+    from .timeline import current, phase, process_start
+
+    entered = time.time()
+    current().add("interpreter", process_start(), entered)
+    with phase("imports"):
+        import mteb
+        from mteb.cache import ResultCache
 
     parser = argparse.ArgumentParser(prog="python -m vllm_eval.suite")
     parser.add_argument("backend", choices=[b for b in SUITE_BACKENDS if b != "vllm"])
@@ -243,21 +300,33 @@ def _peer_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--engine", default="{}")
     args = parser.parse_args(argv)
-    if args.data:
-        from .tasks.owntasks import own_mteb_tasks
+    with phase("tasks"):
+        if args.data:
+            from .tasks.owntasks import own_mteb_tasks
 
-        tasks = own_mteb_tasks(args.data)
-    else:
-        from .tasks import get_tasks
+            tasks = own_mteb_tasks(args.data)
+        else:
+            from .tasks import get_tasks
 
-        tasks = get_tasks(args.tasks)
-    model = _peer_model(args.backend, args.model, args.dtype, json.loads(args.engine))
+            tasks = get_tasks(args.tasks)
+    with phase("engine", detail=args.backend):
+        model = _peer_model(args.backend, args.model, args.dtype, json.loads(args.engine))
+    _timed_encode(model)
     out = Path(args.output_dir)
-    result = mteb.evaluate(
-        model, tasks, cache=ResultCache(out / "mteb"), overwrite_strategy="always", show_progress_bar=False
-    )
-    scores = [{"task": tr.task_name, "main_score": float(tr.get_score())} for tr in result.task_results]
-    (out / "summary.json").write_text(json.dumps({"backend": args.backend, "scores": scores}, indent=2) + "\n")
+    cache = ResultCache(out / "mteb")
+    scores = []
+    for task in tasks:
+        name = task.metadata.name
+        with phase("load", task=name):
+            task.load_data()
+        current().task = name
+        with phase("task", task=name):
+            result = mteb.evaluate(model, [task], cache=cache, overwrite_strategy="always", show_progress_bar=False)
+        current().task = None
+        task.unload_data()
+        scores.append({"task": name, "main_score": float(result.task_results[0].get_score())})
+    summary = {"backend": args.backend, "scores": scores, "timeline": current().as_json()}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return 0
 
 

@@ -20,10 +20,12 @@ from ..prompts import InstructionTemplate, resolve_prompting
 from ..streaming import BatchTokenizer
 from ..vllm_backend import VllmBackend, check_outputs, pooling_info
 from .base import EncoderBase
+from .search import CorpusSearch
 
 
-class VllmEncoder(VllmBackend, EncoderBase):
-    """mteb ``EncoderProtocol`` over vLLM's pooling runner (``LLM.embed``).
+class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
+    """mteb ``EncoderProtocol`` over vLLM's pooling runner (``LLM.embed``); retrieval tasks search the corpus
+    with :class:`~vllm_eval.encoder.search.CorpusSearch` (one stream of encode calls, scored on the GPU).
 
     Args:
         model: local model directory or hub id; defaults to the packaged all-MiniLM-L6-v2.

@@ -142,7 +142,9 @@ def own_mteb_tasks(path: str | Path, task_type: str | None = None) -> list[Any]:
 
     if is_replica(path):
         if task_type:
-            raise UsageError(f"--data {str(path)!r} is a benchmark replica; its tasks keep their types (no --data-type)")
+            raise UsageError(
+                f"--data {str(path)!r} is a benchmark replica; its tasks keep their types (no --data-type)"
+            )
         return replica_tasks(path)
     return [own_mteb_task(path, task_type)]
 

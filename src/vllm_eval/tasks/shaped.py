@@ -99,6 +99,19 @@ def _count(s: dict[str, Any], what: str) -> int:
     return int(round(text["total_text_length"] / text["average_text_length"]))
 
 
+def _query(rng: np.random.Generator, sources: list[list[str]], words: Words, length: float) -> str:
+    """About ``length`` characters of words: a span of each relevant document in turn, so every relevant
+    document shares words with the query and outranks the rest by a margin (a ranking that float rounding
+    of another backend cannot reorder)."""
+    want = max(1, int(round((length + 1) / (words.mean_chars + 1))))
+    per = max(1, want // len(sources))
+    out: list[str] = []
+    for source in sources[:want]:
+        start = int(rng.integers(0, max(len(source) - per, 0) + 1))
+        out += (source * (per // len(source) + 1))[start : start + per]
+    return " ".join(out[:want])
+
+
 def _retrieval(rng, words: Words, s: dict[str, Any], fraction: float) -> dict[str, Any]:
     n_docs = _scaled(_count(s, "documents"), fraction, 50)
     n_queries = _scaled(_count(s, "queries"), fraction, 10)
@@ -116,19 +129,17 @@ def _retrieval(rng, words: Words, s: dict[str, Any], fraction: float) -> dict[st
     query_lengths = _lengths(rng, s.get("queries_text_statistics"), n_queries)
     top = (s.get("top_ranked_statistics") or {}).get("average_top_ranked_per_query")
     queries, qrels, top_ranked = [], {}, {}
-    for q, (k, length) in enumerate(zip(n_rel, query_lengths, strict=True)):
+    ids = [f"q{q}_0" for q in range(n_queries)]  # "<query>_<subquery>": MindSmall's scoring splits on "_"
+    for qid, k, length in zip(ids, n_rel, query_lengths, strict=True):
         relevant = rng.choice(n_docs, size=k, replace=False)
-        source = docs[relevant[0]].split()
-        want = max(1, int(round((length + 1) / (words.mean_chars + 1))))
-        start = int(rng.integers(0, max(len(source) - want, 0) + 1))
-        queries.append(" ".join((source * (want // len(source) + 1))[start : start + want]))
-        qrels[f"q{q}"] = {f"d{i}": 1 for i in relevant}
+        queries.append(_query(rng, [docs[i].split() for i in relevant], words, length))
+        qrels[qid] = {f"d{i}": 1 for i in relevant}
         if top:
             extra = rng.choice(n_docs, size=min(int(round(top)), n_docs), replace=False)
-            top_ranked[f"q{q}"] = list(dict.fromkeys([f"d{i}" for i in (*relevant, *extra)]))[: max(int(top), k)]
+            top_ranked[qid] = list(dict.fromkeys([f"d{i}" for i in (*relevant, *extra)]))[: max(int(top), k)]
     return {
         "corpus": {"id": [f"d{i}" for i in range(n_docs)], "text": docs},
-        "queries": {"id": [f"q{i}" for i in range(n_queries)], "text": queries},
+        "queries": {"id": ids, "text": queries},
         "qrels": qrels,
         "top_ranked": top_ranked or None,
     }

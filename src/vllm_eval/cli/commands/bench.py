@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from ...errors import UsageError
@@ -64,11 +65,19 @@ class BenchCommand(Command):
         parser.add_argument("--output-dir", default="results/bench")
         parser.add_argument(
             "--suite",
-            choices=["offline", "synthetic"],
             default=None,
+            metavar="SUITE",
             help="time a whole task suite per backend instead, each in a fresh process from start to results "
             "written (ours: `vllm-eval run --no-cache`; the others through mteb.evaluate), scores checked "
-            "equal: offline (the packaged tasks) or synthetic (a retrieval task built from the vocabulary)",
+            "equal: offline (the packaged tasks), synthetic (a retrieval task built from the vocabulary), or "
+            'an mteb benchmark name (e.g. "MTEB(eng, v2)"), run as an offline replica of its tasks\' sizes '
+            "and text lengths (mteb's descriptive statistics)",
+        )
+        parser.add_argument(
+            "--fraction",
+            type=float,
+            default=1.0,
+            help="--suite BENCHMARK: scale the replica's sample counts by this (0 < f <= 1; default 1)",
         )
         parser.add_argument(
             "--n-docs", type=positive_int, default=200_000, help="--suite synthetic: documents (default 200000)"
@@ -102,6 +111,10 @@ class BenchCommand(Command):
                 raise UsageError(f"--dtypes: {dtype!r} is not one of {', '.join(DTYPES)}")
         if args.dtypes and args.dtype:
             raise UsageError("give --dtypes or --dtype, not both")
+        if args.suite:
+            from ...suite import check_suite
+
+            check_suite(args.suite, args.fraction)
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         if args.suite:
@@ -191,7 +204,7 @@ def _suite(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     engine.pop("use_tqdm_on_load", None)  # display only; each process sets its own
     out = Path(args.output_dir)
     if args.output_dir == "results/bench":
-        out = out / f"suite-{args.suite}"
+        out = out / ("suite-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", args.suite).strip("_"))
     records = run_suite(
         args.model or packaged_model_path(),
         args.suite,
@@ -202,8 +215,10 @@ def _suite(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         replicas=layout,
         n_docs=args.n_docs,
         n_queries=args.n_queries,
+        fraction=args.fraction,
     )
     _print_suite(records, args.suite)
+    _print_phases(records)
     print(f"results: {out}/suite.json; each backend's run and log in {out}/<backend>/")
     failed = [r.backend for r in records if r.returncode != 0]
     if failed:
@@ -239,4 +254,24 @@ def _print_suite(records: list[Any], suite: str) -> None:
             "-" if r.max_delta is None else f"{r.max_delta:.2e}",
             str(r.returncode),
         )
+    Console(width=max(100, Console().width)).print(table)
+
+
+def _print_phases(records: list[Any]) -> None:
+    """Each backend's seconds per timeline phase, side by side (overlapping phases count in full)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ...timeline import PHASES
+
+    timed = [r for r in records if r.phases]
+    if not timed:
+        return
+    table = Table(title="seconds per phase (from each run's timeline; phases may overlap)")
+    table.add_column("phase")
+    for r in timed:
+        table.add_column(r.backend, justify="right")
+    for name in (*PHASES, "wall"):
+        if any(name in r.phases for r in timed):
+            table.add_row(name, *("-" if name not in r.phases else f"{r.phases[name]:.1f}" for r in timed))
     Console(width=max(100, Console().width)).print(table)

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Time to result on the lent GPU: whole suites from process start to results written, ours against
+# sentence-transformers (and mteb's vLLM wrapper), each backend a fresh process, with each run's timeline.
+# After staging vLLM (see scripts/gpu_bench.sh; tokenizers in .devtok/), on the device:
+#   source .devstage/bin/on-device.sh && bash scripts/gpu_time_to_result.sh $OUT PART
+# PART: models | replica | synthetic. replica: `bench --suite "MTEB(eng, v2)" --fraction $FRACTION` (default
+# 0.05); synthetic: `bench --suite synthetic` ($N_DOCS documents, default 200000). $RPG replicas per GPU for
+# ours (default 4), $BACKENDS (default "vllm st"), $LIMIT seconds per suite (default 540).
+# Writes $OUT/<part>.txt (the suite's tables), $OUT/<part>/suite.json and each backend's summary.json.
+set -uo pipefail
+out=${1:?output dir}; part=${2:?part}
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+models=${MODELS_DIR:-/root/models}
+suite() {  # suite NAME ARGS...: one `bench --suite`, its tables to $OUT/NAME.txt, its JSON files to $OUT/NAME/
+  local name=$1; shift
+  local work=/root/work/$name
+  mkdir -p "$out/$name"
+  timeout -k 10 "${LIMIT:-540}" python3 -m vllm_eval.cli bench "$@" --model "$models/bert-base" --dtype float16 \
+    --backends ${BACKENDS:-vllm st} --replicas-per-gpu "${RPG:-4}" --output-dir "$work" > "$out/$name.log" 2>&1
+  echo "exit $?" >> "$out/$name.log"
+  tr '\r' '\n' < "$out/$name.log" | grep -v "it/s\]" | grep -E "suite\]|│|┃|━|exit|rror" > "$out/$name.txt"
+  cp "$work/suite.json" "$out/$name/" 2>/dev/null
+  for b in vllm st mteb-vllm; do [ -f "$work/$b/summary.json" ] && cp "$work/$b/summary.json" "$out/$name/$b-summary.json"; done
+  cp "$work/replica-data/replica.json" "$out/$name/" 2>/dev/null
+  return 0
+}
+case $part in
+  models)
+    python3 - <<PY
+from vllm_eval.testing import build_random_embedding_model
+build_random_embedding_model("$models/bert-base", "bert-base", ".devtok/bert", dtype="float16")
+PY
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+    python3 -c "import sentence_transformers, mteb, vllm; print(sentence_transformers.__version__, mteb.__version__, vllm.__version__)" | tee -a "$out/gpu.txt" ;;
+  replica) suite replica --suite "MTEB(eng, v2)" --fraction "${FRACTION:-0.05}" ;;
+  synthetic) suite synthetic --suite synthetic --n-docs "${N_DOCS:-200000}" ;;
+  *) echo "unknown part $part" >&2; exit 2 ;;
+esac

@@ -1,0 +1,50 @@
+"""Full-corpus retrieval through the encoder's own search: the documents mteb's wrapper finds, in one
+stream of encode calls, scored in blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vllm_eval.encoder import search
+
+
+def test_best_documents_over_chunks_and_blocks_is_the_global_top_k(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(search, "BLOCK_ENTRIES", 7 * 13)  # 13 documents per block for 7 queries
+    rng = np.random.default_rng(0)
+    queries = rng.normal(size=(7, 16)).astype(np.float32)
+    docs = rng.normal(size=(100, 16)).astype(np.float32)
+    chunks = [docs[:40], docs[40:41], docs[41:]]
+    scores, index = search.best_documents(lambda a, b: a @ b.T, queries, iter(chunks), 10)
+    full = queries @ docs.T
+    expected = np.argsort(-full, axis=1)[:, :10]
+    assert index.shape == (7, 10) and (index == expected).all()
+    assert np.allclose(scores, np.take_along_axis(full, expected, axis=1), atol=1e-5)
+    few, _ = search.best_documents(lambda a, b: torch.as_tensor(a) @ torch.as_tensor(b).T, queries, [docs[:3]], 10)
+    assert few.shape == (7, 3)  # a corpus smaller than k keeps every document
+
+
+def test_search_finds_what_mtebs_wrapper_finds(vllm_encoder):
+    from mteb.models.search_wrappers import SearchEncoderWrapper
+
+    from vllm_eval.tasks import get_tasks
+
+    (task,) = get_tasks(["LeeKnownItemRetrieval"])
+    task.load_data()
+    split = task.dataset["default"]["test"]
+    where = {"task_metadata": task.metadata, "hf_split": "test", "hf_subset": "default", "encode_kwargs": {}}
+    results = {}
+    for name, searcher in (("ours", vllm_encoder), ("mteb", SearchEncoderWrapper(vllm_encoder, corpus_chunk_size=64))):
+        searcher.index(split["corpus"], num_proc=None, **where)
+        results[name] = searcher.search(split["queries"], top_k=20, num_proc=None, **where)
+    assert set(results["ours"]) == set(results["mteb"]) and len(results["ours"]) == len(split["queries"])
+    for qid, found in results["mteb"].items():
+        ours = results["ours"][qid]
+        assert len(ours) == len(found) == 20
+        top = sorted(found, key=found.get, reverse=True)
+        assert sorted(ours, key=ours.get, reverse=True)[:10] == top[:10], qid
+        assert all(ours[d] == pytest.approx(found[d], abs=1e-5) for d in set(ours) & set(found))
+    with pytest.raises(ValueError, match="indexed"):
+        vllm_encoder.search(split["queries"], top_k=5, num_proc=None, **where)
