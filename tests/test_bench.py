@@ -77,6 +77,12 @@ def test_suite_times_each_backend_in_its_own_process_and_compares_scores(tmp_pat
     assert all(r["seconds"] > 0 for r in records.values())
     assert (out / "vllm" / "summary.json").is_file() and (out / "st" / "mteb").is_dir()
     assert "seconds / vllm's" in result.stdout
+    # Each backend's time per phase, from its run's timeline, printed side by side.
+    ours, theirs = records["vllm"]["phases"], records["st"]["phases"]
+    assert ours["engine"] > 0 and ours["encode"] > 0 and ours["tasks"] > 0 and ours["shutdown"] > 0
+    assert theirs["engine"] > 0 and theirs["encode"] > 0 and "load" in theirs
+    # psutil dates the process start to the kernel clock tick, not better than a fraction of a second
+    assert ours["wall"] <= records["vllm"]["seconds"] + 1 and "seconds per phase" in result.stdout
     # `vllm-eval report` on the suite's folder renders each backend's run
     from vllm_eval.report import write_report
 

@@ -43,8 +43,9 @@ def test_search_finds_what_mtebs_wrapper_finds(vllm_encoder):
     for qid, found in results["mteb"].items():
         ours = results["ours"][qid]
         assert len(ours) == len(found) == 20
-        top = sorted(found, key=found.get, reverse=True)
-        assert sorted(ours, key=ours.get, reverse=True)[:10] == top[:10], qid
+        # The same scores best first (documents with equal scores may swap), each document scored alike.
+        assert np.allclose(sorted(ours.values()), sorted(found.values()), atol=1e-5), qid
         assert all(ours[d] == pytest.approx(found[d], abs=1e-5) for d in set(ours) & set(found))
+        assert len(set(ours) & set(found)) >= 18
     with pytest.raises(ValueError, match="indexed"):
         vllm_encoder.search(split["queries"], top_k=5, num_proc=None, **where)

@@ -1,16 +1,16 @@
 """An offline replica of an mteb benchmark, shaped by the descriptive statistics mteb ships.
 
-mteb keeps, per task, ``mteb/descriptive_stats/<type>/<task>.json``: per split (and language subset)
-the number of samples, documents and queries, text lengths in characters (minimum, mean, maximum),
-relevant documents and candidates per query, and the labels. :func:`build_replica` writes, for every
-task of a benchmark whose type it knows, data of that shape: the same counts (times ``fraction``),
-text lengths drawn from a Beta distribution stretched over the task's [minimum, maximum] with the
-task's mean, text made of the model tokenizer's single-token words, labels in the task's proportions,
-each query cut from one of its relevant documents. :func:`replica_tasks` gives the benchmark's own
-mteb task objects with only ``load_data`` replaced to read those files, so each task keeps its
-evaluator, subsets, splits, main score and settings (samples per label, documents to embed ...):
-what is timed is what mteb would run on data of that size. The scores mean nothing about the model;
-they are only compared between backends.
+mteb keeps, per task, ``mteb/descriptive_stats/<type>/<task>.json``: per split (and language subset) the
+number of samples, documents and queries, text lengths in characters (minimum, mean, maximum), relevant
+documents and candidates per query, and the labels. :func:`build_replica` writes, for every task of a
+benchmark whose type it knows, data of that shape: the same counts (times ``fraction``), text lengths
+drawn from a Beta distribution stretched over the task's [minimum, maximum] with the task's mean, text
+made of the model tokenizer's single-token words, labels in the task's proportions, each query made of
+spans of its relevant documents, texts of one label sharing half their words. :func:`replica_tasks`
+gives the benchmark's own mteb task objects with only ``load_data`` replaced to read those files, so
+each task keeps its evaluator, subsets, splits, main score and settings (samples per label, documents to
+embed ...): what is timed is what mteb would run on data of that size. The scores mean nothing about the
+model; they are only compared between backends.
 
 Types with a replica: Retrieval, Reranking, STS, PairClassification, Classification, Clustering; the
 others (Summarization ...) are left out and named in the replica's ``replica.json``.
@@ -29,6 +29,8 @@ from ..errors import UsageError
 
 TYPES = ("Retrieval", "Reranking", "STS", "PairClassification", "Classification", "Clustering")
 MANIFEST = "replica.json"
+#: Words per label pool (see :meth:`Words.texts`).
+TOPIC_WORDS = 40
 #: Beta(m·k, (1-m)·k) over [min, max] with m the mean's position: k = 4 gives a long right tail, like
 #: the text lengths of most corpora.
 _BETA_K = 4.0
@@ -57,10 +59,21 @@ class Words:
         self.vocab = np.asarray(single_token_words(tokenizer))
         self.mean_chars = float(np.mean([len(w) for w in self.vocab]))
 
-    def texts(self, rng: np.random.Generator, lengths: np.ndarray) -> list[str]:
-        """One text per target length (characters, float array): about ``length`` characters of words."""
+    def texts(self, rng: np.random.Generator, lengths: np.ndarray, topics: np.ndarray | None = None) -> list[str]:
+        """One text per target length (characters, float array): about ``length`` characters of words.
+
+        ``topics`` (one integer label per text): half of a text's words come from a pool of
+        :data:`TOPIC_WORDS` words of its label, so texts of one label are alike (clusters and classes a
+        model can find, and that float rounding cannot scramble)."""
         counts = np.maximum(1, np.rint((lengths + 1) / (self.mean_chars + 1)).astype(int))
-        words = self.vocab[rng.integers(0, len(self.vocab), size=int(counts.sum()))]
+        index = rng.integers(0, len(self.vocab), size=int(counts.sum()))
+        if topics is not None:
+            topic = np.repeat(np.asarray(topics), counts)
+            mine = rng.random(len(index)) < 0.5
+            index[mine] = (topic[mine] * TOPIC_WORDS + rng.integers(0, TOPIC_WORDS, size=int(mine.sum()))) % len(
+                self.vocab
+            )
+        words = self.vocab[index]
         ends = np.cumsum(counts)
         return [" ".join(words[e - c : e]) for c, e in zip(counts, ends, strict=True)]
 
@@ -162,8 +175,8 @@ def _labelled(rng, words: Words, s: dict[str, Any], fraction: float, task: Any, 
     label_stats = s.get("label_statistics") or s.get("labels_statistics")
     n_labels = len((label_stats or {}).get("labels") or {0: 0, 1: 0})
     n = max(_scaled(s["num_samples"], fraction, 20), n_labels * at_least)
-    texts = words.texts(rng, _lengths(rng, s.get("text_statistics"), n))
     labels = _labels(rng, label_stats, n, at_least=at_least)
+    texts = words.texts(rng, _lengths(rng, s.get("text_statistics"), len(labels)), topics=labels)
     return {task.input_column_name: texts, task.label_column_name: labels.tolist()}
 
 
