@@ -3,24 +3,28 @@
 # sentence-transformers (and mteb's vLLM wrapper), each backend a fresh process, with each run's timeline.
 # After staging vLLM (see scripts/gpu_bench.sh; tokenizers in .devtok/), on the device:
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_time_to_result.sh $OUT PART
-# PART: models | replica | synthetic. replica: `bench --suite "MTEB(eng, v2)" --fraction $FRACTION` (default
-# 0.05); synthetic: `bench --suite synthetic` ($N_DOCS documents, default 200000). $RPG replicas per GPU for
-# ours (default 4), $BACKENDS (default "vllm st"), $LIMIT seconds per suite (default 540).
-# Writes $OUT/<part>.txt (the suite's tables), $OUT/<part>/suite.json and each backend's summary.json.
+# PART: models | compile | replica | synthetic. compile: byte-compile the staged packages (pip installed them
+# with --no-compile; a user's pip compiles at install). replica: `bench --suite "MTEB(eng, v2)" --fraction
+# $FRACTION` (default 0.05); synthetic: `bench --suite synthetic` ($N_DOCS documents, default 200000).
+# $RPG replicas per GPU for ours (default 4), $BACKENDS (default "vllm st"), $LIMIT seconds per suite (default
+# 540), $EXTRA more flags for ours (e.g. --enforce-eager), $TAG a suffix for the output names.
+# Writes $OUT/<part><tag>.txt (the suite's tables), $OUT/<part><tag>/suite.json and each backend's summary.json.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 models=${MODELS_DIR:-/root/models}
 suite() {  # suite NAME ARGS...: one `bench --suite`, its tables to $OUT/NAME.txt, its JSON files to $OUT/NAME/
-  local name=$1; shift
-  local work=/root/work/$name
+  local work=/root/work/$1; local name=$1${TAG:-}; shift
+  rm -rf "$work/vllm" "$work/st" "$work/mteb-vllm"
   mkdir -p "$out/$name"
+  local layout=(--replicas-per-gpu "${RPG:-4}"); [ "${BACKENDS:-vllm st}" = st ] && layout=()
   timeout -k 10 "${LIMIT:-540}" python3 -m vllm_eval.cli bench "$@" --model "$models/bert-base" --dtype float16 \
-    --backends ${BACKENDS:-vllm st} --replicas-per-gpu "${RPG:-4}" --output-dir "$work" > "$out/$name.log" 2>&1
+    --backends ${BACKENDS:-vllm st} "${layout[@]}" ${EXTRA:-} --output-dir "$work" > "$out/$name.log" 2>&1
   echo "exit $?" >> "$out/$name.log"
   tr '\r' '\n' < "$out/$name.log" | grep -v "it/s\]" | grep -E "suite\]|│|┃|━|exit|rror" > "$out/$name.txt"
   cp "$work/suite.json" "$out/$name/" 2>/dev/null
   for b in vllm st mteb-vllm; do [ -f "$work/$b/summary.json" ] && cp "$work/$b/summary.json" "$out/$name/$b-summary.json"; done
+  [ -f "$work/vllm/vllm-eval.log" ] && gzip -c "$work/vllm/vllm-eval.log" > "$out/$name/vllm-eval.log.gz"
   cp "$work/replica-data/replica.json" "$out/$name/" 2>/dev/null
   return 0
 }
@@ -32,6 +36,9 @@ build_random_embedding_model("$models/bert-base", "bert-base", ".devtok/bert", d
 PY
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
     python3 -c "import sentence_transformers, mteb, vllm; print(sentence_transformers.__version__, mteb.__version__, vllm.__version__)" | tee -a "$out/gpu.txt" ;;
+  compile)
+    python3 -m compileall -q -j 16 /root/site src > /dev/null 2>&1
+    python3 -X importtime -c "import vllm_eval.cli, mteb, vllm" 2> "$out/importtime.txt"; sort -t'|' -k2 -n "$out/importtime.txt" | tail -25 ;;
   replica) suite replica --suite "MTEB(eng, v2)" --fraction "${FRACTION:-0.05}" ;;
   synthetic) suite synthetic --suite synthetic --n-docs "${N_DOCS:-200000}" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;

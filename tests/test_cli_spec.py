@@ -67,3 +67,12 @@ def test_a_backend_added_to_the_table_gets_options_by_its_signature(monkeypatch)
     assert spec.options == {"prompts": {"query": "q: "}, "device": "cpu"} and spec.engine == {"dtype": "float16"}
     with pytest.raises(UsageError, match=r"--preset needs --backend vllm or st or remote, not mine"):
         resolve_spec("encoder", "mine", {"preset": "e5"}, {})
+
+
+def test_listed_engine_flags_are_engine_args_names():
+    """The listed flags skip the name check (which imports vLLM): each must be an EngineArgs field."""
+    from vllm_eval.cli.options import ENGINE_BOOLS, ENGINE_FLAGS
+    from vllm_eval.engine_args import engine_arg_names
+
+    listed = {entry[0] for entry in ENGINE_FLAGS} | {entry[0] for entry in ENGINE_BOOLS}
+    assert listed - {"head_dtype"} <= engine_arg_names()

@@ -49,3 +49,44 @@ def test_search_finds_what_mtebs_wrapper_finds(vllm_encoder):
         assert len(set(ours) & set(found)) >= 18
     with pytest.raises(ValueError, match="indexed"):
         vllm_encoder.search(split["queries"], top_k=5, num_proc=None, **where)
+
+
+def test_document_texts_are_what_mteb_embeds():
+    from datasets import Dataset
+    from mteb._create_dataloaders import create_dataloader
+    from mteb.types import PromptType
+
+    from vllm_eval.tasks import get_tasks
+
+    (task,) = get_tasks(["LeeKnownItemRetrieval"])
+    titled = Dataset.from_dict({"id": ["a", "b", "c"], "title": ["T", "", " U "], "text": [" x ", "y ", "z"]})
+    plain = Dataset.from_dict({"id": ["a", "b"], "text": [" x ", "y"]})
+    for corpus in (titled, plain):
+        loader = create_dataloader(corpus, task_metadata=task.metadata, prompt_type=PromptType.document)
+        theirs = [t for batch in loader for t in batch["text"]]
+        assert search.document_texts(corpus) == theirs
+
+
+def test_reranking_candidates_as_mtebs_wrapper_ranks_them(vllm_encoder, tmp_path):
+    """A reranking task (candidates per query) of a benchmark replica: the same candidates, scores alike."""
+    from mteb.models.search_wrappers import SearchEncoderWrapper
+
+    from vllm_eval.modelinfo import packaged_model_path
+    from vllm_eval.tasks.shaped import build_replica, replica_tasks
+
+    replica = build_replica(tmp_path / "r", "MTEB(eng, v2)", packaged_model_path(), fraction=0.002)
+    (task,) = [t for t in replica_tasks(replica) if t.metadata.name == "AskUbuntuDupQuestions"]
+    task.load_data()
+    split = task.dataset["default"]["test"]
+    where = {"task_metadata": task.metadata, "hf_split": "test", "hf_subset": "default", "encode_kwargs": {}}
+    results = {}
+    for name, searcher in (("ours", vllm_encoder), ("mteb", SearchEncoderWrapper(vllm_encoder))):
+        searcher.index(split["corpus"], num_proc=None, **where)
+        results[name] = searcher.search(
+            split["queries"], top_k=5, top_ranked=split["top_ranked"], num_proc=None, **where
+        )
+    assert results["ours"].keys() == results["mteb"].keys()
+    for qid, found in results["mteb"].items():
+        ours = results["ours"][qid]
+        assert len(ours) == len(found) == min(5, len(split["top_ranked"][qid]))
+        assert np.allclose(sorted(ours.values()), sorted(found.values()), atol=1e-5), qid

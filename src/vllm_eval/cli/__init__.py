@@ -105,7 +105,7 @@ def prepare(command: Command, args: argparse.Namespace, extra: list[str]) -> Con
     args.output_dir = prepare_output_dir(args.output_dir)
     logs.configure(args.verbose, args.output_dir)
     if engine and runs_vllm:
-        check_engine(engine)
+        check_engine(engine, unlisted)
     if runs_vllm and not args.verbose and "use_tqdm_on_load" not in engine:
         engine["use_tqdm_on_load"] = False  # vLLM's weight-loading bar; the log has the timing
     command.check(args, ctx)
