@@ -23,6 +23,16 @@ def test_gpu_placement_groups_waves_and_memory_share():
     assert [p.env["CUDA_VISIBLE_DEVICES"] for p in plan_replicas(2, cpu=False, devices=["4", "6"])] == ["4", "6"]
 
 
+def test_gpu_replicas_run_their_engine_core_in_process_unless_told(monkeypatch):
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    ps = plan_replicas(2, cpu=False, devices=["0", "1"])
+    assert {p.env["VLLM_ENABLE_V1_MULTIPROCESSING"] for p in ps} == {"0"}
+    spanning = plan_replicas(2, tensor_parallel_size=2, cpu=False, devices=list("0123"))
+    assert all("VLLM_ENABLE_V1_MULTIPROCESSING" not in p.env for p in spanning)  # not measured: vLLM's default
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the user's choice stands
+    assert all("VLLM_ENABLE_V1_MULTIPROCESSING" not in p.env for p in plan_replicas(2, cpu=False, devices=["0", "1"]))
+
+
 def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypatch):
     import vllm_eval.replicas as replicas
     from vllm_eval.modelinfo import packaged_model_path

@@ -35,7 +35,9 @@ def test_report_is_self_contained_and_renders(cli_in_process, tmp_path, vllm_enc
     assert code == 0, err
     page = (tmp_path / "report.html").read_text()
     assert "<script" not in page and "<link" not in page and "src='http" not in page  # no network assets
-    assert page.count("data:image/png;base64,") == 2  # time/throughput and parity plots, inline
+    # time/throughput, the timeline (the tasks' loads and encode calls) and the parity plots, inline
+    assert page.count("data:image/png;base64,") == 3 and "<h3>Timeline</h3>" in page
+    assert "seconds per phase" in page and "<th>encode</th>" in page and "<th>load</th>" in page
     assert "engine options in force" in page and "FAIL" in page  # provenance; bf16's 1.2e-3 > 1e-3
 
     chromium = _chromium()

@@ -222,6 +222,7 @@ def plan_replicas(
     together = "kv_cache_memory_bytes" in {**engine_kwargs, **extra}
     out = []
     base_port = int(os.environ.get("VLLM_PORT") or REPLICA_BASE_PORT)
+    inproc = _engine_core_in_process(tensor_parallel_size)
     for g in range(data_parallel_size):
         group = gpus[g * tensor_parallel_size : (g + 1) * tensor_parallel_size]
         for k in range(replicas_per_gpu):
@@ -230,12 +231,35 @@ def plan_replicas(
                     index=len(out),
                     # Replicas starting together each search for free ports from their own base:
                     # from one base, two engines took the same port for torch.distributed (EADDRINUSE).
-                    env={"CUDA_VISIBLE_DEVICES": ",".join(group), "VLLM_PORT": str(base_port + 100 * len(out))},
+                    env={
+                        "CUDA_VISIBLE_DEVICES": ",".join(group),
+                        "VLLM_PORT": str(base_port + 100 * len(out)),
+                        **inproc,
+                    },
                     wave=0 if together else k,
                     engine_kwargs=extra,
                 )
             )
     return out
+
+
+#: vLLM's switch for its engine core's own process (V1: ``VLLM_ENABLE_V1_MULTIPROCESSING``).
+ENGINE_CORE_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+
+def _engine_core_in_process(tensor_parallel_size: int) -> dict[str, str]:
+    """A GPU replica's engine core runs in the replica's process (vLLM's in-process client), unless the
+    user chose (``VLLM_ENABLE_V1_MULTIPROCESSING``) or an engine spans GPUs (not measured).
+
+    The replica is a process of its own already: a second one per engine only re-imports vLLM and
+    copies every output between processes. Measured on an H100 (vLLM 0.26.0, random-weight BERT-base
+    fp16, 4 replicas, the 200,000-document synthetic suite, warm compile cache): ready in 36.4 s instead
+    of 59.4 s, encoding 24.3 s instead of 26.7 s, 95.8 s instead of 121.4 s from process start to
+    results (docs/bench/h100-time-to-result).
+    """
+    if ENGINE_CORE_PROCESS in os.environ or tensor_parallel_size != 1:
+        return {}
+    return {ENGINE_CORE_PROCESS: "0"}
 
 
 def _worker(
