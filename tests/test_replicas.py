@@ -124,6 +124,14 @@ def test_two_replicas_match_one_engine_in_order(dp_encoder, vllm_encoder):
     ready = dp_encoder.pool.ready_seconds  # CPU replicas start together: both within the pool's start
     assert sorted(ready) == [0, 1] and 0 < max(ready.values()) <= dp_encoder.pool.start_seconds
     assert dp_encoder.counters.engine_start_seconds == dp_encoder.pool.start_seconds
+    # On the timeline: one engine lane per replica, from the start call to that replica's ready.
+    from vllm_eval.timeline import current
+
+    lanes = {p.detail: p for p in current().phases if p.name == "engine" and str(p.detail).startswith("replica")}
+    pool = dp_encoder.pool
+    for i in (0, 1):
+        lane = lanes[f"replica {i}"]
+        assert lane.start <= pool.started_at and lane.end == pytest.approx(pool.started_at + ready[i], abs=1e-6)
 
 
 def test_two_replicas_give_the_same_task_scores(dp_encoder, vllm_encoder):

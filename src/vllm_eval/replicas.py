@@ -135,10 +135,31 @@ def pooling_kv_cache_bytes(model: str, engine_kwargs: dict[str, Any], replica_by
 
 def _gpu_total_bytes() -> int:
     """Total memory of the first visible GPU (the GPUs of one machine are taken to be alike), through
-    NVML: no CUDA context is made in this process."""
-    from vllm.platforms import current_platform
+    NVML (``pynvml``, which vLLM requires): no CUDA context is made in this process, and vLLM is not
+    imported (5 s before the first replica could start, on an H100 machine). vLLM's platform answers
+    when NVML cannot."""
+    import subprocess
 
-    return int(current_platform.get_device_total_memory(0))
+    visible = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            by = pynvml.nvmlDeviceGetHandleByIndex if visible.isdigit() else pynvml.nvmlDeviceGetHandleByUUID
+            return int(pynvml.nvmlDeviceGetMemoryInfo(by(int(visible) if visible.isdigit() else visible)).total)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no nvidia-ml-py here: NVML's own command line
+        pass
+    try:
+        query = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", visible]
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=True).stdout
+        return int(float(out.split()[0]) * 1024**2)  # MiB
+    except Exception:  # no NVML (another vendor's GPU): ask vLLM
+        from vllm.platforms import current_platform
+
+        return int(current_platform.get_device_total_memory(0))
 
 
 def _gpu_memory_options(replicas_per_gpu: int, engine_kwargs: dict[str, Any], model: str | None) -> dict:
@@ -375,6 +396,8 @@ class ReplicaPool:
         self.ready_seconds: dict[int, float] = {}
         self.start_seconds = 0.0
         self._started = time.perf_counter()
+        #: When this pool began starting its replicas (``time.time()``): ``ready_seconds`` count from here.
+        self.started_at = time.time()
         try:
             for wave in sorted({p.wave for p in placements}):
                 members = [p for p in placements if p.wave == wave]
