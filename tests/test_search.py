@@ -90,3 +90,11 @@ def test_reranking_candidates_as_mtebs_wrapper_ranks_them(vllm_encoder, tmp_path
         ours = results["ours"][qid]
         assert len(ours) == len(found) == min(5, len(split["top_ranked"][qid]))
         assert np.allclose(sorted(ours.values()), sorted(found.values()), atol=1e-5), qid
+
+
+def test_scoring_stays_off_the_gpu_when_it_would_not_fit(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert search._device(1000).type == "cuda"
+    assert search._device(search.DEVICE_BYTES).type == "cpu"  # 4 GiB of float32: mteb's CPU path instead

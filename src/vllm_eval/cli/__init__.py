@@ -134,8 +134,9 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
 
 
 def _dispatch(argv: list[str]) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    with timeline.phase("imports"):  # the command modules (and mteb with them)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
     check_repeats(parser, argv)
     command = COMMANDS[args.command]
     if not command.loads_model:

@@ -31,10 +31,17 @@ ENCODE_CHUNK = 200_000
 BLOCK_ENTRIES = 1 << 26
 
 
-def _device() -> Any:
+#: Most device memory the scoring may hold at once (the engines keep the rest of the GPU): beyond it the
+#: blocks are scored on the CPU, as mteb does.
+DEVICE_BYTES = 1 << 30
+
+
+def _device(entries: int = 0) -> Any:
+    """The GPU when torch sees one and ``entries`` float32 values fit :data:`DEVICE_BYTES`, else the CPU."""
     import torch
 
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    fits = entries * 4 <= DEVICE_BYTES
+    return torch.device("cuda") if fits and torch.cuda.is_available() else torch.device("cpu")
 
 
 def best_documents(similarity: Any, queries: np.ndarray, docs_chunks: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -52,13 +59,14 @@ def best_documents(similarity: Any, queries: np.ndarray, docs_chunks: Any, k: in
     """
     import torch
 
-    device = _device()
+    block = max(BLOCK_ENTRIES // max(len(queries), 1), 1)
+    # Held at once: the queries, one block's scores, and the running best (values and indices, twice k).
+    device = _device(queries.size + len(queries) * (block + 6 * k))
     q = torch.as_tensor(queries, device=device)
     best_scores = torch.empty((len(queries), 0), device=device)
     best_index = torch.empty((len(queries), 0), dtype=torch.long, device=device)
     offset = 0
     for chunk in docs_chunks:
-        block = max(BLOCK_ENTRIES // max(len(queries), 1), 1)
         for lo in range(0, len(chunk), block):
             d = torch.as_tensor(chunk[lo : lo + block], device=device)
             scores = torch.as_tensor(similarity(q, d), device=device)
@@ -121,8 +129,8 @@ def rank_candidates(
     counts = np.fromiter((len(c) for c in lists), dtype=np.int64, count=len(lists))
     pair_query = np.repeat(np.arange(len(query_ids)), counts)
     pair_doc = np.fromiter((doc_index[d] for c in lists for d in c), dtype=np.int64, count=int(counts.sum()))
-    device = _device()
     block = max(BLOCK_ENTRIES // max(queries.shape[1], 1), 1)
+    device = _device(3 * block * queries.shape[1])
     scores = np.empty(len(pair_query), dtype=np.float32)
     for lo in range(0, len(pair_query), block):
         a = torch.as_tensor(queries[pair_query[lo : lo + block]], device=device)
