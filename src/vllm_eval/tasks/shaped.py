@@ -18,6 +18,7 @@ others (Summarization ...) are left out and named in the replica's ``replica.jso
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from types import MethodType
@@ -191,6 +192,17 @@ def _split_data(rng, words: Words, task: Any, s: dict[str, Any], fraction: float
     return _labelled(rng, words, s, fraction, task, at_least)
 
 
+def _unloaded_copy(task: Any) -> Any:
+    """A copy of one of mteb's benchmark task objects (shared by every caller in the process) without data,
+    so data loaded from one replica directory never answers for another."""
+    clone = copy.copy(task)
+    if clone.data_loaded:
+        clone.dataset = None
+        clone.data_loaded = False
+        clone.__dict__.pop("metadata", None)  # metadata of filtered data, as mteb's unload_data drops it
+    return clone
+
+
 def _benchmark_tasks(benchmark: str) -> list[Any]:
     import mteb
 
@@ -294,7 +306,7 @@ def _load(self: Any, directory: Path, num_proc: int | None = None, **kwargs: Any
 
 
 def replica_tasks(directory: str | Path) -> list[Any]:
-    """The benchmark's own mteb task objects, each reading its replica from ``directory`` when loaded.
+    """Copies of the benchmark's own mteb task objects, each reading its replica from ``directory`` when loaded.
 
     Raises:
         UsageError: ``directory`` is not a replica.
@@ -304,7 +316,7 @@ def replica_tasks(directory: str | Path) -> list[Any]:
         raise UsageError(f"--data {str(directory)!r}: no {MANIFEST} (not a replica written by bench --suite)")
     manifest = json.loads((directory / MANIFEST).read_text())
     wanted = set(manifest["tasks"])
-    tasks = [t for t in _benchmark_tasks(manifest["benchmark"]) if t.metadata.name in wanted]
+    tasks = [_unloaded_copy(t) for t in _benchmark_tasks(manifest["benchmark"]) if t.metadata.name in wanted]
     for task in tasks:
         task.local_data = True  # no hub dataset needed (vllm_eval.tasks.unavailable)
         task.load_data = MethodType(lambda self, *a, _d=directory / task.metadata.name, **k: _load(self, _d, **k), task)
