@@ -143,6 +143,41 @@ def test_remote_suite_matches_in_process(vllm_server, vllm_encoder):
     assert max(deltas.values()) <= 1e-4
 
 
+def test_a_server_killed_mid_run_hands_its_requests_to_the_other(vllm_server, vllm_encoder):
+    """Two real `vllm serve` processes; one is killed while requests are in flight: the run completes through
+    the other with the same vectors."""
+    import threading
+
+    import psutil
+
+    from vllm_eval.modelinfo import packaged_model_path
+    from vllm_eval.testing import serve_model
+
+    with serve_model(packaged_model_path(), timeout=240) as second:
+        port = second.rsplit(":", 1)[1]
+        (server,) = [p for p in psutil.Process().children() if port in p.cmdline()]
+        texts = [f"request text {i} on {w}" for i, w in enumerate(["rivers", "towers", "birds"] * 150)]
+        opts = _http([vllm_server, second], batch_size=8, max_concurrency=4, retries=2, backoff=0.05, timeout=20)
+        with RemoteEncoder(opts, show_progress_bar=False) as remote:
+            used = remote.http.endpoints.used
+
+            def kill_when_busy() -> None:
+                deadline = time.monotonic() + 60
+                while used[second] < 4 and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                for proc in [*server.children(recursive=True), server]:
+                    proc.kill()
+
+            killer = threading.Thread(target=kill_when_busy, daemon=True)
+            killer.start()
+            with pytest.warns(RuntimeWarning, match=f"endpoint {second} skipped after retries"):
+                got = remote.encode_texts(texts)
+            killer.join(10)
+            print(f"\nrequests per endpoint: {dict(used)}")
+            assert used[second] >= 4 and used[vllm_server] > used[second]
+    np.testing.assert_allclose(got, vllm_encoder.encode_texts(texts), atol=1e-5)
+
+
 def test_cli_remote_backend(cli_in_process, vllm_server, tmp_path):
     code, err = cli_in_process(
         "run",

@@ -163,8 +163,10 @@ class _Backend:
         if name == "vllm":
             r = {k: v for k, v in (replicas or {}).items() if v != 1}
             if r:  # e.g. vllm-dp2, vllm-dp1x4 (4 replicas on one GPU)
-                self.label = f"vllm-dp{r.get('data_parallel_size', 1)}" + (
-                    f"x{r['replicas_per_gpu']}" if r.get("replicas_per_gpu", 1) != 1 else ""
+                self.label = (
+                    f"vllm-dp{r.get('data_parallel_size', 1)}"
+                    + (f"x{r['replicas_per_gpu']}" if r.get("replicas_per_gpu", 1) != 1 else "")
+                    + ("-ray" if r.get("ray_address") else "")
                 )
             self.obj = load_backend(
                 "encoder", "vllm", model, dtype=dtype, show_progress_bar=False, **r, **engine_kwargs

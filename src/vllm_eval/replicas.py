@@ -28,16 +28,14 @@ import os
 import queue
 import signal
 import threading
-import time
 import traceback
-import warnings
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import ReplicaError, UsageError, VllmEvalError
+from .jobpool import JobPool
 
 __all__ = ["ReplicaError", "ReplicaPool", "plan_replicas"]
 
@@ -264,6 +262,35 @@ def plan_replicas(
     return out
 
 
+def place_on_node(
+    *,
+    rank: int,
+    count: int,
+    cpu: bool,
+    tensor_parallel_size: int,
+    replicas_per_gpu: int,
+    model: str,
+    engine_kwargs: dict[str, Any],
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """The environment and extra engine options of replica ``rank`` of ``count`` placed on this machine by
+    someone else (a Ray actor, whose GPUs Ray chose through ``CUDA_VISIBLE_DEVICES``): CPU, its share of the
+    cores as :func:`plan_replicas` splits them; GPU, its own port range, the engine core in its process, and
+    its share of a GPU shared by ``replicas_per_gpu``.
+
+    Returns:
+        ``(env, engine_kwargs)`` to set before the engine starts and to add to its options.
+    """
+    if cpu:
+        placement = plan_replicas(count, 1, cpu=True, engine_kwargs=engine_kwargs)[rank]
+        return placement.env, placement.engine_kwargs
+    base_port = int(os.environ.get("VLLM_PORT") or REPLICA_BASE_PORT)
+    env = {"VLLM_PORT": str(base_port + 100 * rank), **_engine_core_in_process(tensor_parallel_size)}
+    extra = _gpu_memory_options(replicas_per_gpu, engine_kwargs, model)
+    if tensor_parallel_size > 1 and "distributed_executor_backend" not in engine_kwargs:
+        extra["distributed_executor_backend"] = "mp"  # inside an actor, vLLM would otherwise ask Ray for more
+    return env, extra
+
+
 #: vLLM's switch for its engine core's own process (V1: ``VLLM_ENABLE_V1_MULTIPROCESSING``).
 ENGINE_CORE_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
@@ -352,8 +379,9 @@ def _release(llm: Any) -> None:
         release_engine(llm)
 
 
-class ReplicaPool:
-    """Start replicas per ``placements``, run jobs on them, shut them down.
+class ReplicaPool(JobPool):
+    """Start replicas per ``placements`` as local processes, run jobs on them (:class:`~vllm_eval.jobpool.JobPool`:
+    a replica that dies has its jobs moved to the others), shut them down.
 
     Args:
         model: resolved model path or hub id.
@@ -377,27 +405,13 @@ class ReplicaPool:
         setup: Callable[[Any], Any] | None = None,
         start_timeout: float = 900.0,
     ) -> None:
+        super().__init__([p.index for p in placements], "local")
         ctx = mp.get_context("spawn")  # a forked CUDA context or OpenMP pool is unusable
         self.placements = placements
         # One inbox per replica: a replica killed while reading cannot block the others' queue.
         self._inboxes = [ctx.Queue() for _ in placements]
         self._results = ctx.Queue()
         self._procs: list[Any] = []
-        self._jobs: dict[int, tuple[Future, Callable[[Any, Any], Any], Any]] = {}
-        self._outstanding: dict[int, set[int]] = {p.index: set() for p in placements}
-        self._dead: set[int] = set()
-        self._lock = threading.Lock()
-        self._next = 0
-        self._closed = False
-        self.info: Any = None
-        #: Jobs finished per replica (index -> count): shows how the work was shared.
-        self.jobs_done: dict[int, int] = {p.index: 0 for p in placements}
-        #: Seconds from the pool's start until each replica was ready (index -> s), and until all were.
-        self.ready_seconds: dict[int, float] = {}
-        self.start_seconds = 0.0
-        self._started = time.perf_counter()
-        #: When this pool began starting its replicas (``time.time()``): ``ready_seconds`` count from here.
-        self.started_at = time.time()
         try:
             for wave in sorted({p.wave for p in placements}):
                 members = [p for p in placements if p.wave == wave]
@@ -422,12 +436,12 @@ class ReplicaPool:
         except BaseException:
             self.close(timeout=5.0)  # replicas still starting would read their stop only once ready
             raise
-        self.start_seconds = round(time.perf_counter() - self._started, 2)
+        self._started_all()
         self._collector = threading.Thread(target=self._collect, name="vllm-eval-replica-results", daemon=True)
         self._collector.start()
 
-    def __len__(self) -> int:
-        return len(self._procs)
+    def describe(self, index: int) -> str:
+        return self.placements[index].describe()
 
     def _await_ready(self, members: list[Placement], timeout: float) -> None:
         waiting = {p.index: p for p in members}
@@ -451,50 +465,10 @@ class ReplicaPool:
             if self.info is None:
                 self.info = info
             waiting.pop(index, None)
-            self.ready_seconds[index] = round(time.perf_counter() - self._started, 2)
+            self._ready(index)
 
-    def submit(self, fn: Callable[[Any, Any], Any], payload: Any) -> Future:
-        """Run ``fn(llm, payload)`` on the live replica with the fewest jobs outstanding.
-
-        ``fn`` must be a module-level function; ``payload`` and the result must pickle.
-
-        Raises:
-            ReplicaError: the pool is closed or no replica is alive.
-        """
-        if self._closed:
-            raise ReplicaError("the replica pool is closed")
-        self._reap()
-        future: Future = Future()
-        with self._lock:
-            job_id = self._next
-            self._next += 1
-            self._jobs[job_id] = (future, fn, payload)
-            self._dispatch(job_id)
-        return future
-
-    def submit_split(
-        self, fn: Callable[[Any, Any], Any], n: int, payload: Callable[[int, int], Any]
-    ) -> list[tuple[int, Future]]:
-        """Split ``n`` items, in order, into one part per replica and :meth:`submit` ``fn(llm, payload(lo, hi))``
-        for each part ``[lo, hi)``, so even one chunk keeps every replica busy.
-
-        Returns:
-            ``(lo, future)`` per part, in item order.
-        """
-        size = max(1, -(-n // len(self)))
-        return [(lo, self.submit(fn, payload(lo, min(lo + size, n)))) for lo in range(0, n, size)]
-
-    def _dispatch(self, job_id: int) -> None:
-        """Send a job to the least-loaded live replica (caller holds the lock)."""
-        live = [i for i in self._outstanding if i not in self._dead]
-        if not live:
-            future = self._jobs.pop(job_id)[0]
-            future.set_exception(ReplicaError("every replica has died"))
-            return
-        target = min(live, key=lambda i: len(self._outstanding[i]))
-        self._outstanding[target].add(job_id)
-        _, fn, payload = self._jobs[job_id]
-        self._inboxes[target].put((job_id, fn, payload))
+    def _send(self, index: int, job_id: int, fn: Callable[[Any, Any], Any], payload: Any) -> None:
+        self._inboxes[index].put((job_id, fn, payload))
 
     def _collect(self) -> None:
         while True:
@@ -503,39 +477,19 @@ class ReplicaPool:
             except queue.Empty:
                 if self._closed:
                     return
-                self._reap()
+                self._check()
                 continue
             except (EOFError, OSError):
                 return
-            with self._lock:
-                self._outstanding[index].discard(job_id)
-                job = self._jobs.pop(job_id, None)
-                self.jobs_done[index] += 1
-            if job is None:
-                continue
-            if kind == "done":
-                job[0].set_result(value)
-            else:
-                job[0].set_exception(value if isinstance(value, BaseException) else ReplicaError(value))
+            self._finished(index, job_id, kind == "done", value)
 
-    def _reap(self) -> None:
-        """Mark replicas that died; move their outstanding jobs to the live ones."""
-        with self._lock:
-            for p, proc in zip(self.placements, self._procs):
-                if p.index in self._dead or proc.is_alive():
-                    continue
-                self._dead.add(p.index)
-                _kill_group(proc.pid)
-                moved = sorted(self._outstanding[p.index])
-                self._outstanding[p.index] = set()
-                warnings.warn(
-                    f"{p.describe()} exited with code {proc.exitcode}; {len(moved)} pending job(s) "
-                    f"moved to the other replicas",
-                    RuntimeWarning,
-                    stacklevel=1,
-                )
-                for job_id in moved:
-                    self._dispatch(job_id)
+    def _check(self) -> None:
+        """Replicas whose process died are lost (what they left behind is stopped)."""
+        for p, proc in zip(self.placements, self._procs):
+            if p.index in self._dead or proc.is_alive():
+                continue
+            _kill_group(proc.pid)
+            self._lost(p.index, f"exited with code {proc.exitcode}")
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop every replica (each shuts its engine down), then reap the processes. Idempotent."""
@@ -553,11 +507,7 @@ class ReplicaPool:
                 proc.join(10)
             if proc.exitcode not in (0, None):
                 _kill_group(proc.pid)
-        with self._lock:
-            jobs, self._jobs = self._jobs, {}
-        for future, _, _ in jobs.values():
-            if not future.done():
-                future.set_exception(ReplicaError("the replica pool was closed"))
+        self._fail_pending("the replica pool was closed")
         for q in (*self._inboxes, self._results):
             q.close()
             q.cancel_join_thread()

@@ -427,6 +427,9 @@ def provenance(model: Any) -> dict[str, Any]:
     counters = getattr(model, "counters", None)
     if counters is not None:
         out["engine_start_seconds"] = round(counters.engine_start_seconds, 2)
+    pool = getattr(model, "pool", None)
+    if pool is not None and hasattr(pool, "state"):  # where the replicas ran, what each did, what was lost
+        out["replicas"] = asdict(pool.state())
     prompting = getattr(model, "prompting", None)
     if prompting is not None:
         template = prompting.instruction_template

@@ -142,20 +142,40 @@ class VllmBackend(Resource):
     _engine_start_s: float = 0.0
 
     def start(
-        self, ref: Any, setup: Callable[[Any], dict[str, Any]], data_parallel_size: int = 1, replicas_per_gpu: int = 1
+        self,
+        ref: Any,
+        setup: Callable[[Any], dict[str, Any]],
+        data_parallel_size: int = 1,
+        replicas_per_gpu: int = 1,
+        ray_address: str | None = None,
     ) -> dict[str, Any]:
-        """One shared engine in this process, or ``data_parallel_size`` × ``replicas_per_gpu`` > 1 replicas;
+        """One shared engine in this process, or ``data_parallel_size`` × ``replicas_per_gpu`` > 1 replicas
+        (local processes; with ``ray_address``, Ray actors on that cluster, however many);
         returns ``setup(llm)`` of the engine (of the first replica). Records the wall seconds until ready
         (``engine_start_seconds`` in the counters, also when they exist already) and keeps ``dtype`` and
         ``quantization`` from the info.
 
         Raises:
-            UsageError: a replica layout the machine cannot hold.
+            UsageError: a replica layout the machine (or the Ray cluster) cannot hold; Ray missing.
             ReplicaError: a replica failed to start.
             EngineError: the in-process engine failed to start.
         """
         started, wall = time.perf_counter(), time.time()
-        if data_parallel_size * replicas_per_gpu <= 1:
+        tp = self.engine_kwargs.get("tensor_parallel_size") or 1
+        if ray_address:
+            from .ray_replicas import RayReplicaPool
+
+            self.pool = RayReplicaPool(
+                ref.path,
+                self.engine_kwargs,
+                address=ray_address,
+                replicas=data_parallel_size * replicas_per_gpu,
+                tensor_parallel_size=tp,
+                replicas_per_gpu=replicas_per_gpu,
+                setup=setup,
+            )
+            info = self.pool.info
+        elif data_parallel_size * replicas_per_gpu <= 1:
             self.llm = acquire_engine(ref, **self.engine_kwargs)
             info = setup(self.llm)
         else:
@@ -164,7 +184,7 @@ class VllmBackend(Resource):
             placements = plan_replicas(
                 data_parallel_size,
                 replicas_per_gpu,
-                tensor_parallel_size=self.engine_kwargs.get("tensor_parallel_size") or 1,
+                tensor_parallel_size=tp,
                 engine_kwargs=self.engine_kwargs,
                 model=ref.path,
             )

@@ -34,7 +34,7 @@ class VllmClassifier(VllmBackend, ClassifierBase):
         show_progress_bar: progress bar over each call's texts.
         model_name: name recorded in results.
         trust_remote_code: run the model repository's own code (default False).
-        data_parallel_size, replicas_per_gpu: engine replicas, as for
+        data_parallel_size, replicas_per_gpu, ray_address: engine replicas, as for
             :class:`~vllm_eval.encoder.vllm.VllmEncoder`; each chunk of texts is split over them.
         **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len`` ...).
 
@@ -62,6 +62,7 @@ class VllmClassifier(VllmBackend, ClassifierBase):
         trust_remote_code: bool = False,
         data_parallel_size: int = 1,
         replicas_per_gpu: int = 1,
+        ray_address: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
@@ -71,7 +72,7 @@ class VllmClassifier(VllmBackend, ClassifierBase):
             "pooling", engine_kwargs, convert="classify", trust_remote_code=trust_remote_code, revision=revision
         )
         with self.closed_on_error():
-            info = self.start(ref, pooling_info, data_parallel_size, replicas_per_gpu)
+            info = self.start(ref, pooling_info, data_parallel_size, replicas_per_gpu, ray_address)
             tasks = info["supported_tasks"]
             if "classify" not in tasks and "token_classify" not in tasks:
                 raise UsageError(

@@ -126,7 +126,15 @@ def parse_extra_engine_args(extra: list[str]) -> dict[str, Any]:
 # --- option groups ---------------------------------------------------------------------------------
 
 #: Destinations of the shared groups below that reach a backend (``--device``, replicas, endpoints).
-SHARED_BACKEND_OPTIONS = ("device", "data_parallel_size", "replicas_per_gpu", "endpoint", "api_key", "max_concurrency")
+SHARED_BACKEND_OPTIONS = (
+    "device",
+    "data_parallel_size",
+    "replicas_per_gpu",
+    "ray_address",
+    "endpoint",
+    "api_key",
+    "max_concurrency",
+)
 
 
 def add_model(parser: argparse.ArgumentParser, help_: str | None = None) -> None:
@@ -214,7 +222,7 @@ def add_remote_flags(parser: argparse.ArgumentParser, what: str) -> None:
 def add_scale_flags(parser: argparse.ArgumentParser, many: bool = False) -> None:
     """``--data-parallel-size`` / ``--replicas-per-gpu`` (engine replicas); ``many``: several values each."""
     dp = parser.add_argument_group(
-        "engine replicas (in-process vLLM)" + (": several values measure each" if many else "")
+        "engine replicas (in-process vLLM, local or on Ray)" + (": several values measure each" if many else "")
     )
     extra: dict[str, Any] = {"nargs": "+"} if many else {}
     dp.add_argument(
@@ -232,6 +240,13 @@ def add_scale_flags(parser: argparse.ArgumentParser, many: bool = False) -> None
         **extra,
         help="engines sharing each GPU, for models too small to keep one busy; "
         "--gpu-memory-utilization is split among them unless given (default 1)",
+    )
+    dp.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDRESS",
+        help="run the replicas as actors on this Ray cluster (auto, HOST:PORT or ray://HOST:PORT; "
+        "needs vllm-eval[ray]); --data-parallel-size x --replicas-per-gpu actors",
     )
 
 

@@ -36,6 +36,7 @@ CAPABILITY_OPTIONS: dict[str, str] = {
     "remote_batch_size": "remote",
     "data_parallel_size": "engine",
     "replicas_per_gpu": "engine",
+    "ray_address": "engine",
     "device": "reference",
 }
 #: The capability options that configure the transport (:class:`~vllm_eval.http.HttpOptions`), not the class.

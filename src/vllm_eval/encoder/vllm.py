@@ -49,6 +49,8 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             spread over them and results kept in input order. See :mod:`vllm_eval.replicas`.
         replicas_per_gpu: engines sharing each GPU (group), for models too small to keep one busy;
             ``gpu_memory_utilization`` is divided among them unless given.
+        ray_address: run the ``data_parallel_size`` × ``replicas_per_gpu`` replicas as actors on the Ray
+            cluster there (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``); see :mod:`vllm_eval.ray_replicas`.
         device: part of mteb's signature; vLLM's build decides the device.
         trust_remote_code: run the model repository's own code (default False).
         **engine_kwargs: vLLM ``EngineArgs`` by their names (``dtype``, ``max_model_len``,
@@ -86,6 +88,7 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
         pretokenize: bool = True,
         data_parallel_size: int = 1,
         replicas_per_gpu: int = 1,
+        ray_address: str | None = None,
         device: str | None = None,
         trust_remote_code: bool = False,
         **engine_kwargs: Any,
@@ -118,7 +121,7 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             revision=revision,
         )
         with self.closed_on_error():
-            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu)
+            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu, ray_address)
             self._check_dimensions(ref.path, info)
             max_length = info["max_model_len"]
             meta = build_model_meta(

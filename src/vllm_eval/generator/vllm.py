@@ -54,6 +54,7 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
             ``tensor_parallel_size`` GPUs; on the CPU build, over disjoint core sets); each chunk of
             samples is split over them. See :mod:`vllm_eval.replicas`.
         replicas_per_gpu: engines sharing each GPU (group), for models too small to keep one busy.
+        ray_address: the replicas as actors on this Ray cluster (see :mod:`vllm_eval.ray_replicas`).
         sampling: ``SamplingParams`` overrides of :data:`~vllm_eval.generator.base.DEFAULT_SAMPLING`.
         chunk_size: conversations handed to the engine per call.
         show_progress_bar: progress bar over the samples.
@@ -91,6 +92,7 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
         trust_remote_code: bool = False,
         data_parallel_size: int = 1,
         replicas_per_gpu: int = 1,
+        ray_address: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
@@ -117,7 +119,7 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
             revision=revision,
         )
         with self.closed_on_error():
-            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu)
+            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu, ray_address)
             self.tokenizer = info["tokenizer"]
             self._max_model_len, self._multimodal = info["max_model_len"], info["is_multimodal"]
             self._check_template()

@@ -40,7 +40,7 @@ class VllmReranker(VllmBackend, RerankerBase):
         model_name: name recorded in results.
         device: part of mteb's signature; vLLM's build decides the device.
         trust_remote_code: run the model repository's own code (default False).
-        data_parallel_size, replicas_per_gpu: engine replicas, as for
+        data_parallel_size, replicas_per_gpu, ray_address: engine replicas, as for
             :class:`~vllm_eval.encoder.vllm.VllmEncoder`; each chunk of pairs is split over them.
         **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len``, ``hf_overrides`` ...);
             merged over the preset's (``hf_overrides`` dicts are merged key by key).
@@ -69,6 +69,7 @@ class VllmReranker(VllmBackend, RerankerBase):
         trust_remote_code: bool = False,
         data_parallel_size: int = 1,
         replicas_per_gpu: int = 1,
+        ray_address: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
         del device  # mteb protocol signature; vLLM's build decides the device
@@ -101,7 +102,7 @@ class VllmReranker(VllmBackend, RerankerBase):
             "pooling", kwargs, convert=convert, trust_remote_code=trust_remote_code
         )
         with self.closed_on_error():
-            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu)
+            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu, ray_address)
             if not ref.config:
                 mode = reranker_mode(
                     info["architectures"],

@@ -16,13 +16,15 @@ meaningless for quality. Build them once into a directory and reuse it.
 * :func:`build_tiny_llava` — a randomly initialised ``LlavaForConditionalGeneration`` (tiny CLIP
   vision tower, 2-layer Qwen2 text model) with a LLaVA processor, for vision-language tests.
 
-:func:`serve_model` runs a real ``vllm serve`` of such a model on loopback (tests, the remote bench).
+:func:`serve_model` runs a real ``vllm serve`` of such a model on loopback (tests, the remote bench);
+:func:`ray_cluster` a one-node Ray cluster on loopback (tests of ``--ray-address``).
 """
 
 from .harness import (
     JsonStubHandler,
     cli_command,
     offline_env,
+    ray_cluster,
     row_cosines,
     run_cli,
     score_deltas,
@@ -61,6 +63,7 @@ __all__ = [
     "build_tiny_reward_model",
     "cli_command",
     "offline_env",
+    "ray_cluster",
     "row_cosines",
     "run_cli",
     "score_deltas",

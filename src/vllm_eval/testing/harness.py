@@ -93,6 +93,36 @@ def serve_model(
         log.close()
 
 
+@contextlib.contextmanager
+def ray_cluster(num_cpus: int = 2, timeout: float = 90.0) -> Iterator[str]:
+    """A one-node Ray cluster on loopback (``ray start --head --node-ip-address 127.0.0.1``, CPU only, a
+    small object store, no dashboard, no usage stats) while the block runs; yields its ``HOST:PORT`` for
+    ``--ray-address``. Stopped with ``ray stop --force`` on exit (which stops every Ray process of this user).
+
+    Raises:
+        RuntimeError: ``ray start`` failed or took longer than ``timeout`` seconds (with its output).
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray = str(Path(sys.executable).with_name("ray"))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
+    start = [ray, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)]
+    start += [f"--num-cpus={num_cpus}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats"]
+    start += ["--object-store-memory", str(256 * 1024**2)]
+    try:
+        done = subprocess.run(start, env=env, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"ray start exited with code {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}")
+        yield f"127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ImportError):
+            import ray as ray_module
+
+            ray_module.shutdown()  # the driver's connection first, then the cluster
+        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=timeout)
+
+
 class JsonStubHandler(BaseHTTPRequestHandler):
     """Base of the tests' scripted HTTP servers: no request log, JSON in and out."""
 

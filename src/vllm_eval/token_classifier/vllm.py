@@ -24,7 +24,7 @@ class VllmTokenClassifier(VllmBackend, TokenClassifierBase):
         show_progress_bar: progress bar over the sentences.
         model_name: name recorded in results.
         trust_remote_code: run the model repository's own code (default False).
-        data_parallel_size, replicas_per_gpu: engine replicas, as for
+        data_parallel_size, replicas_per_gpu, ray_address: engine replicas, as for
             :class:`~vllm_eval.encoder.vllm.VllmEncoder`; each chunk of sentences is split over them.
         **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len`` ...).
 
@@ -49,6 +49,7 @@ class VllmTokenClassifier(VllmBackend, TokenClassifierBase):
         trust_remote_code: bool = False,
         data_parallel_size: int = 1,
         replicas_per_gpu: int = 1,
+        ray_address: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
@@ -56,7 +57,7 @@ class VllmTokenClassifier(VllmBackend, TokenClassifierBase):
             "pooling", engine_kwargs, trust_remote_code=trust_remote_code, revision=revision
         )
         with self.closed_on_error():
-            info = self.start(ref, pooling_info, data_parallel_size, replicas_per_gpu)
+            info = self.start(ref, pooling_info, data_parallel_size, replicas_per_gpu, ray_address)
             max_length = info["max_model_len"]
             super().__init__(
                 model=ref.path,

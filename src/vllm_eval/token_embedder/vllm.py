@@ -46,7 +46,7 @@ class VllmTokenEmbedder(VllmBackend, TokenEmbedderBase):
         prompts: query and document markers, ``{"query": "...", "document": "..."}``.
         store_dtype, score_batch_size: see :class:`~vllm_eval.token_embedder.base.TokenEmbedderBase`.
         chunk_size, show_progress_bar, model_name, trust_remote_code: as for the other vLLM backends.
-        data_parallel_size, replicas_per_gpu: engine replicas, as for
+        data_parallel_size, replicas_per_gpu, ray_address: engine replicas, as for
             :class:`~vllm_eval.encoder.vllm.VllmEncoder`; each chunk of texts is split over them.
         **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_model_len`` ...).
 
@@ -74,6 +74,7 @@ class VllmTokenEmbedder(VllmBackend, TokenEmbedderBase):
         trust_remote_code: bool = False,
         data_parallel_size: int = 1,
         replicas_per_gpu: int = 1,
+        ray_address: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
@@ -85,7 +86,7 @@ class VllmTokenEmbedder(VllmBackend, TokenEmbedderBase):
             revision=revision,
         )
         with self.closed_on_error():
-            info = self.start(ref, pooling_info, data_parallel_size, replicas_per_gpu)
+            info = self.start(ref, pooling_info, data_parallel_size, replicas_per_gpu, ray_address)
             if "token_embed" not in info["supported_tasks"]:
                 raise UsageError(
                     f"{ref.path}: vLLM runs this model for {', '.join(info['supported_tasks']) or 'nothing'}, "

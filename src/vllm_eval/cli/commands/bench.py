@@ -143,8 +143,9 @@ def _throughput(args: argparse.Namespace, engine: dict[str, Any]) -> int:
             "batch_size": opts.batch_size,
             "max_concurrency": opts.max_concurrency,
         }
+    ray = {"ray_address": args.ray_address} if args.ray_address else {}
     replicas = [
-        {"data_parallel_size": dp, "replicas_per_gpu": k}
+        {"data_parallel_size": dp, "replicas_per_gpu": k, **ray}
         for dp in args.data_parallel_size or [1]
         for k in args.replicas_per_gpu or [1]
     ]
@@ -200,6 +201,8 @@ def _suite(args: argparse.Namespace, engine: dict[str, Any]) -> int:
         if len(values) > 1:
             raise UsageError(f"--suite runs one layout: give one --{name.replace('_', '-')}")
         layout[name] = values[0]
+    if args.ray_address:
+        layout["ray_address"] = args.ray_address
     dtype = engine.pop("dtype", None) or (args.dtypes[0] if args.dtypes else None)
     engine.pop("use_tqdm_on_load", None)  # display only; each process sets its own
     out = Path(args.output_dir)
