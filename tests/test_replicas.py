@@ -70,9 +70,13 @@ def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypa
     assert [p.wave for p in own] == [0, 0, 0]
 
 
-def test_cpu_placement_splits_cores():
+def test_cpu_placement_splits_cores(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     ps = plan_replicas(2, cpu=True, devices=["0", "1", "2", "3", "4"])
     assert [p.env["VLLM_CPU_OMP_THREADS_BIND"] for p in ps] == ["0,1", "2,3"]
+    assert [p.env["OMP_NUM_THREADS"] for p in ps] == ["2", "2"]  # no OpenMP pool spans the other's cores
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert all("OMP_NUM_THREADS" not in p.env for p in plan_replicas(2, cpu=True, devices=["0", "1"]))
     assert all(p.engine_kwargs == {"kv_cache_memory_bytes": 1 << 30} for p in ps)
 
 
@@ -141,13 +145,26 @@ def test_two_replicas_give_the_same_task_scores(dp_encoder, vllm_encoder):
 
 
 def test_a_dead_replica_costs_time_not_results(dp_encoder, vllm_encoder):
-    # Last test using the fixture: it kills one of its replicas.
-    proc = dp_encoder.pool._procs[1]
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.join(30)
+    # Last test using the fixture: it kills one of its replicas, mid-run.
+    import threading
+    import time
+
+    pool = dp_encoder.pool
+    done_before = sum(pool.jobs_done.values())
+
+    def kill_after_first_jobs() -> None:
+        deadline = time.monotonic() + 60
+        while sum(pool.jobs_done.values()) < done_before + 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(pool._procs[1].pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_after_first_jobs, daemon=True)
     texts = [f"text number {i}" for i in range(400)]
+    killer.start()
     with pytest.warns(RuntimeWarning, match=r"replica 1 \(cores .*\) exited with code -9"):
         got = dp_encoder.encode_texts(texts)
+    killer.join(10)
+    assert list(pool.state().lost) == [1] and sum(pool.jobs_done.values()) > done_before + 2
     np.testing.assert_allclose(got, vllm_encoder.encode_texts(texts), atol=1e-5)
 
 
