@@ -10,6 +10,7 @@ every job already finished keeps its value.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import warnings
@@ -21,6 +22,8 @@ from typing import Any
 from .errors import ReplicaError
 
 __all__ = ["JobPool", "RETRY_BUDGET"]
+
+logger = logging.getLogger(__name__)
 
 #: How many times one job may be sent again after the replica running it was lost.
 RETRY_BUDGET = 3
@@ -103,6 +106,7 @@ class JobPool:
 
     def _ready(self, index: int) -> None:
         self.ready_seconds[index] = round(time.perf_counter() - self._started, 2)
+        logger.info("%s ready after %.1f s", self.describe(index), self.ready_seconds[index])
 
     def _started_all(self) -> None:
         self.start_seconds = round(time.perf_counter() - self._started, 2)
