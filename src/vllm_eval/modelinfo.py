@@ -218,6 +218,7 @@ def build_model_meta(
     framework: list[str] | None = None,
     use_instructions: bool = False,
     cross_encoder: bool = False,
+    modalities: list[str] | None = None,
 ):
     """A valid mteb ``ModelMeta`` for ``model`` from local files only.
 
@@ -228,6 +229,8 @@ def build_model_meta(
         model_name: name to record (must contain ``/``); defaults to the hub id, the known name of
             a packaged model, or ``local/<directory name>``.
         embed_dim: overrides the width read from the files (e.g. matryoshka ``dimensions``).
+        modalities: what the model takes (mteb's names: ``["text", "image"]``); default text only, and
+            mteb refuses tasks of other modalities for it.
         max_model_len: overrides the token limit read from the files.
         framework: mteb's framework list (default ``["PyTorch"]``).
         cross_encoder: metadata of a reranker (``model_type=["cross-encoder"]``, no embedding
@@ -276,6 +279,7 @@ def build_model_meta(
         use_instructions=use_instructions,
         training_datasets=None,
         reference=None if local_dir else f"https://huggingface.co/{ref.path}",
+        **({"modalities": modalities} if modalities else {}),
     )
     if cross_encoder:
         meta = meta.model_copy(update={"model_type": ["cross-encoder"], "embed_dim": None, "similarity_fn_name": None})

@@ -90,11 +90,11 @@ class TextPoolingBase(PoolingBackendBase):
                 order.append(rows[t])
             counts["unique"] += len(fresh)
             ids: list[list[int]] = []
-            if fresh and self.tokenizer is not None:
+            if fresh and self.tokenizer is not None and isinstance(fresh[0], str):
                 ids, n_cut = self.tokenizer(fresh)
                 counts["truncated"] += n_cut
-            # The exact model input keys the cache: token ids where we tokenize, else the text.
-            keys, hits = self._cached(ids or fresh) if fresh else ([], {})
+            # The exact model input keys the cache: token ids where we tokenize, else the text (an image: its pixels).
+            keys, hits = self._cached(ids or [_cache_form(x) for x in fresh]) if fresh else ([], {})
             item = _Chunk(fresh, ids, len(chunk), keys, hits)
             self._account(item)
             return item
@@ -139,3 +139,8 @@ class TextPoolingBase(PoolingBackendBase):
         future: Future = Future()
         future.set_result(self._pool_chunk(texts, ids))
         return future
+
+
+def _cache_form(model_input: Any) -> Any:
+    """What the cache keys an input by: a text itself, an image (:class:`~vllm_eval.images.ImageInput`) its pixels."""
+    return model_input.cache_form() if hasattr(model_input, "cache_form") else model_input

@@ -19,7 +19,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.types import PromptType
 
 from ..pooling import TextPoolingBase
-from ..prompts import PromptResolver, check_texts, texts_from
+from ..prompts import PromptResolver, check_texts
 from ..streaming import BatchTokenizer, flatten, loader_len
 
 
@@ -84,18 +84,20 @@ class EncoderBase(AbsEncoder, TextPoolingBase, ABC):
         prompt_type: PromptType | None = None,
         **kwargs: Any,
     ) -> np.ndarray:
-        """Embed every text of an mteb ``DataLoader`` (mteb's ``EncoderProtocol.encode``).
+        """Embed every text, or every image, of an mteb ``DataLoader`` (mteb's ``EncoderProtocol.encode``): a batch
+        of ``{"image": [...]}`` (mteb's image tasks) is embedded image by image (an image model: CLIP, SigLIP).
 
         Returns:
             float32 array of shape (n_texts, dim), rows in input order, normalised as the
             model's pooler config says (or as ``normalize`` was set).
 
         Raises:
-            OptionError: an input that is not a str (named by index).
+            OptionError: an input that is not a str (named by index), or an image of a bad shape.
+            UsageError: a batch of images and texts together (a fused input this encoder does not take).
         """
         # Progress is the backend's own setting: mteb's encode_kwargs show_progress_bar drives mteb's bars.
         show = self.show_progress_bar
-        batches = texts_from(inputs, self.prompting.prefix(task_metadata, prompt_type))
+        batches = _inputs_from(inputs, self.prompting.prefix(task_metadata, prompt_type), self.name)
         return self._pooled_stream(flatten(batches), total=loader_len(inputs), show_progress_bar=show)
 
     def encode_texts(self, texts: Sequence[str], *, show_progress_bar: bool | None = None) -> np.ndarray:
@@ -109,3 +111,25 @@ class EncoderBase(AbsEncoder, TextPoolingBase, ABC):
 
     def _output_width(self) -> int:
         return self.mteb_model_meta.embed_dim or 0
+
+
+def _inputs_from(inputs: Any, prefix: str, model: str):
+    """Batch by batch: the prefixed texts of an mteb ``DataLoader``, or its images as :class:`ImageInput`.
+
+    Raises:
+        UsageError: a batch with both texts and images (mteb's fused image+text input).
+    """
+    from ..errors import UsageError
+    from ..images import ImageInput
+
+    seen = 0
+    for batch in inputs:
+        if "image" not in batch:
+            texts = check_texts(batch["text"], seen)
+            yield [prefix + t for t in texts] if prefix else texts
+        elif "text" in batch:
+            raise UsageError(f"{model} embeds a text or an image, not both in one input (a fused image+text task)")
+        else:
+            texts = [ImageInput(image) for image in batch["image"]]
+            yield texts
+        seen += len(texts)

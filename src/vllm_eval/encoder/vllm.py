@@ -15,6 +15,7 @@ import numpy as np
 
 from ..engine_args import backend_engine_kwargs
 from ..errors import UsageError
+from ..images import ImageInput
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import InstructionTemplate, resolve_prompting
 from ..streaming import BatchTokenizer
@@ -38,7 +39,8 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             :mod:`vllm_eval.prompts`.
         dimensions: matryoshka output width, sent as ``PoolingParams(dimensions=...)``.
         normalize: force L2 normalisation on/off (``PoolingParams.use_activation``); None follows
-            the model's pooler config (sentence-transformers ``Normalize`` module).
+            the model's pooler config (sentence-transformers ``Normalize`` module); for an image-text model
+            (CLIP, SigLIP) without one, None is off, as its reference implementations give raw projections.
         chunk_size: texts tokenized and handed to the engine per step (mteb's ``batch_size`` is
             too small for vLLM's continuous batching and is not used).
         show_progress_bar: progress bar per ``encode`` call.
@@ -123,6 +125,10 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
         with self.closed_on_error():
             info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu, ray_address)
             self._check_dimensions(ref.path, info)
+            if normalize is None and info["is_multimodal"] and not _st_normalizes(ref.path):
+                # CLIP-like models give raw projections in transformers, sentence-transformers and mteb's
+                # wrappers; vLLM's embed pooler would L2-normalise them (a linear probe then scores otherwise).
+                self.normalize = False
             max_length = info["max_model_len"]
             meta = build_model_meta(
                 ref,
@@ -131,6 +137,7 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
                 embed_dim=dimensions,
                 max_model_len=max_length,
                 use_instructions=prompting.instruction_template is not None,
+                modalities=["text", "image"] if info["is_multimodal"] else None,
             )
             self._engine_facts = {k: info[k] for k in ("dtype", "quantization", "pooler")}
             super().__init__(
@@ -174,7 +181,10 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
         if not 1 <= self.dimensions <= width:
             raise UsageError(f"dimensions must be in [1, {width}] for model {model!r}, got {self.dimensions}")
 
-    def _payload(self, texts: list[str], ids: list[list[int]]) -> tuple[list[Any], int | None, bool | None]:
+    def _payload(self, texts: list[Any], ids: list[list[int]]) -> tuple[list[Any], int | None, bool | None]:
+        if texts and isinstance(texts[0], ImageInput):  # an image alone: an empty prompt (CLIP, SigLIP)
+            prompts = [{"prompt": "", "multi_modal_data": {"image": x.image}} for x in texts]
+            return prompts, self.dimensions, self.normalize
         return (ids if self.pretokenize else texts), self.dimensions, self.normalize
 
     def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
@@ -200,11 +210,12 @@ def engine_info(llm: Any) -> dict[str, Any]:
         "matryoshka_dimensions": list(config.matryoshka_dimensions or []),
         "embedding_size": int(config.embedding_size),
         "pooler": repr(getattr(config, "pooler_config", None)),
+        "is_multimodal": bool(config.is_multimodal_model),
     }
 
 
 def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]) -> np.ndarray:
-    """Embed one chunk on ``llm``: token-id lists (or texts) -> float32 (n, dim).
+    """Embed one chunk on ``llm``: token-id lists, texts, or prompts with ``multi_modal_data`` -> float32 (n, dim).
 
     The single code path of the in-process engine and of every replica.
 
@@ -216,10 +227,23 @@ def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]) -> n
 
     inputs, dimensions, normalize = payload
     params = PoolingParams(dimensions=dimensions, use_activation=normalize)
-    if inputs and isinstance(inputs[0], str):
+    if inputs and isinstance(inputs[0], dict):  # prompts with images
+        outputs = llm.embed(inputs, pooling_params=params, use_tqdm=False)
+    elif inputs and isinstance(inputs[0], str):
         outputs = llm.embed(
             inputs, pooling_params=params, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1}
         )
     else:
         outputs = llm.embed([TokensPrompt(prompt_token_ids=x) for x in inputs], pooling_params=params, use_tqdm=False)
     return np.asarray([o.outputs.embedding for o in check_outputs(outputs)], dtype=np.float32)
+
+
+def _st_normalizes(model: str) -> bool:
+    """Whether the model directory's sentence-transformers modules end with ``Normalize``."""
+    import json
+    from pathlib import Path
+
+    modules = Path(model) / "modules.json"
+    if not modules.is_file():
+        return False
+    return any(str(m.get("type", "")).endswith("Normalize") for m in json.loads(modules.read_text()))

@@ -11,7 +11,6 @@ score log-likelihoods (:attr:`~GeneratorBase.supports_loglikelihood`).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -23,6 +22,7 @@ import numpy as np
 
 from ..base import BackendBase
 from ..errors import OptionError, UsageError
+from ..images import image_digest, to_pil  # noqa: F401  (to_pil: part of this module's API)
 from ..progress import input_bar
 from ..streaming import chunked
 
@@ -62,26 +62,6 @@ def sampling_params(overrides: dict[str, Any] | None = None):
         return SamplingParams(**params)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"sampling options {overrides}: {exc}") from None
-
-
-def to_pil(image: Any):
-    """A PIL image from a PIL image or an array (H, W) / (H, W, C), uint8 or float in [0, 1].
-
-    Raises:
-        OptionError: an array of another shape.
-    """
-    from PIL import Image
-
-    if isinstance(image, Image.Image):
-        return image.convert("RGB")
-    arr = np.asarray(image)
-    if arr.dtype != np.uint8:
-        arr = np.clip(arr * (255.0 if arr.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8)
-    if arr.ndim == 2:
-        return Image.fromarray(arr, mode="L").convert("RGB")
-    if arr.ndim == 3 and arr.shape[-1] in (1, 3, 4):
-        return Image.fromarray(arr.squeeze(-1) if arr.shape[-1] == 1 else arr).convert("RGB")
-    raise OptionError(f"image of shape {arr.shape} is neither (H, W) nor (H, W, C)")
 
 
 class GeneratorBase(BackendBase, ABC):
@@ -348,8 +328,7 @@ class GeneratorBase(BackendBase, ABC):
 
     def _sample_input(self, text: str, images: Sequence[Any]) -> dict[str, Any]:
         """A sample as the cache keys it: the text and a digest of each image's pixels."""
-        digests = [hashlib.blake2b(np.asarray(to_pil(im)).tobytes(), digest_size=16).hexdigest() for im in images]
-        return {"text": text, "images": digests}
+        return {"text": text, "images": [image_digest(im) for im in images]}
 
     def generate(self, samples: Iterable[tuple[str, Sequence[Any]]], total: int | None = None) -> list[Generation]:
         """Generate one answer per ``(text, images)`` sample, in order, in one streamed pass.

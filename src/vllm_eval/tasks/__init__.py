@@ -12,25 +12,31 @@ class UnknownTaskError(UnknownNameError):
     """A task name that is neither an offline task nor an mteb task; the message lists close names."""
 
 
-def offline_tasks() -> dict[str, type]:
-    """Name → class of every offline task (importing mteb and reading gensim files lazily)."""
+def offline_tasks(images: bool = False) -> dict[str, type]:
+    """Name → class of every offline text task (the offline suite), and with ``images`` the offline image tasks
+    (:mod:`vllm_eval.tasks.images`), importing mteb and reading data files lazily."""
     from .offline import OFFLINE_TASKS
 
-    return {cls.metadata.name: cls for cls in OFFLINE_TASKS}
+    out = {cls.metadata.name: cls for cls in OFFLINE_TASKS}
+    if images:
+        from .images import IMAGE_TASKS
+
+        out.update({cls.metadata.name: cls for cls in IMAGE_TASKS})
+    return out
 
 
 def get_tasks(names: list[str] | None = None) -> list[Any]:
     """mteb task objects for ``names`` (default: the whole offline suite).
 
-    Offline tasks are matched case-insensitively; other names go to ``mteb.get_task`` (whose data
+    Offline tasks (text and image) are matched case-insensitively; other names go to ``mteb.get_task`` (whose data
     comes from the hub; see :func:`check_available`).
 
     Raises:
         UnknownTaskError: naming the unknown task and up to five close names.
     """
-    offline = offline_tasks()
     if not names:
-        return [cls() for cls in offline.values()]
+        return [cls() for cls in offline_tasks().values()]
+    offline = offline_tasks(images=True)
     by_lower = {n.lower(): cls for n, cls in offline.items()}
     out = []
     for name in names:
@@ -119,7 +125,7 @@ def unavailable(tasks: list[Any]) -> dict[str, str]:
 
     if not hub_offline():
         return {}
-    offline = set(offline_tasks())
+    offline = set(offline_tasks(images=True))
     out = {}
     for task in tasks:
         meta = task.metadata

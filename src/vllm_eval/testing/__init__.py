@@ -13,6 +13,8 @@ meaningless for quality. Build them once into a directory and reuse it.
   label, or ``Qwen2ForRewardModel`` (per-token scores, the last token's is the reward).
 * :func:`build_minilm_colbert` — ``HF_ColBERT`` (MiniLM plus a seeded projection): per-token vectors
   for late-interaction (MaxSim) retrieval.
+* :func:`build_tiny_clip` — a randomly initialised ``CLIPModel`` (text and image towers, PIL processor), for
+  image embedding tests.
 * :func:`build_tiny_llava` — a randomly initialised ``LlavaForConditionalGeneration`` (tiny CLIP
   vision tower, 2-layer Qwen2 text model) with a LLaVA processor, for vision-language tests.
 
@@ -44,7 +46,13 @@ from .text_models import (
     build_tiny_qwen3,
     build_tiny_reward_model,
 )
-from .vision_models import QWEN2_VL_TEMPLATE, build_tiny_idefics3, build_tiny_llava, build_tiny_qwen2_vl
+from .vision_models import (
+    QWEN2_VL_TEMPLATE,
+    build_tiny_clip,
+    build_tiny_idefics3,
+    build_tiny_llava,
+    build_tiny_qwen2_vl,
+)
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -56,6 +64,7 @@ __all__ = [
     "build_minilm_cross_encoder",
     "build_minilm_token_classifier",
     "build_random_embedding_model",
+    "build_tiny_clip",
     "build_tiny_idefics3",
     "build_tiny_llava",
     "build_tiny_qwen2_vl",

@@ -20,7 +20,9 @@ CHATML_TEMPLATE = (
 )
 
 
-def train_bpe_tokenizer(vocab_size: int):
+def train_bpe_tokenizer(vocab_size: int, special_tokens: list[str] | None = None):
+    """A byte-level BPE trained on gensim's Lee background corpus; ``special_tokens`` (default the ChatML
+    three) take the first ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from ..tasks.data import lee_background_documents
@@ -30,7 +32,7 @@ def train_bpe_tokenizer(vocab_size: int):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"] if special_tokens is None else special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )

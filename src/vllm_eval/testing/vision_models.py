@@ -178,3 +178,50 @@ def build_tiny_qwen2_vl(out_dir: str | Path, seed: int = 0) -> Path:
     Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=112 * 112).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def build_tiny_clip(out_dir: str | Path, seed: int = 0, image_size: int = 28) -> Path:
+    """Save a tiny randomly initialised ``CLIPModel`` (text and image towers into one space) with its processor.
+
+    Text: hidden 64, 2 layers, 77 positions, a byte-level BPE of 1,000 tokens trained on gensim's Lee corpus
+    with ``<|startoftext|>`` / ``<|endoftext|>`` added after the vocabulary (vLLM's CLIP uses token id 0 as its
+    image placeholder, so id 0 must be an ordinary token) and every text framed by them (CLIP pools the
+    end-of-text token). Vision: patch 14 on ``image_size`` px, hidden 64, 2 layers. Projection 64. The image
+    processor is the PIL one (no torchvision). Weights from ``torch.manual_seed(seed)``, float32: a plumbing
+    model, its similarities mean nothing.
+
+    Returns:
+        The model directory.
+    """
+    import torch
+    from tokenizers import processors
+    from transformers import CLIPConfig, CLIPModel, CLIPProcessor, PreTrainedTokenizerFast
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    from .shapes import train_bpe_tokenizer
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    tok = train_bpe_tokenizer(vocab_size=1000, special_tokens=[])
+    tok.add_special_tokens(["<|startoftext|>", "<|endoftext|>"])
+    bos, eos = tok.token_to_id("<|startoftext|>"), tok.token_to_id("<|endoftext|>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|startoftext|> $A <|endoftext|>", special_tokens=[("<|startoftext|>", bos), ("<|endoftext|>", eos)]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|startoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"
+    )
+    tokenizer.model_max_length = 77
+    torch.manual_seed(seed)
+    tower = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2}
+    text = {**tower, "vocab_size": len(tokenizer), "max_position_embeddings": 77, "projection_dim": 64}
+    text.update(bos_token_id=bos, eos_token_id=eos, pad_token_id=eos)
+    vision = {**tower, "image_size": image_size, "patch_size": 14, "projection_dim": 64}
+    model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=64)).to(torch.float32)
+    model.save_pretrained(out, safe_serialization=True)
+    crop = {"height": image_size, "width": image_size}
+    image_processor = CLIPImageProcessorPil(size={"shortest_edge": image_size}, crop_size=crop)
+    CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -64,7 +64,7 @@ def task_rows() -> list[dict[str, Any]]:
 
     ensure_offline_if_unreachable()  # a hub task is available offline only from the local cache
     rows = []
-    for name, cls in offline_tasks().items():
+    for name, cls in offline_tasks(images=True).items():
         retrieval = cls.metadata.type in _RETRIEVAL
         rows.append(
             {

@@ -1,0 +1,123 @@
+"""Images in embedding: a tiny random CLIP through vLLM (CPU build) against transformers, image batches as mteb
+sends them, repeats embedded once, cache keys that carry the pixels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vllm_eval.errors import UsageError
+
+
+def _digits(n: int, offset: int = 0) -> list:
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    images = load_digits().images[offset : offset + n]
+    return [Image.fromarray((im * 255 / 16).astype(np.uint8)).convert("RGB").resize((28, 28)) for im in images]
+
+
+def _reference(model_dir, texts, images) -> tuple[np.ndarray, np.ndarray]:
+    """transformers' CLIP features, L2-normalised (compared by cosine)."""
+    import torch
+    from transformers import AutoProcessor, CLIPModel
+
+    model = CLIPModel.from_pretrained(model_dir).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    with torch.no_grad():
+        text = model.get_text_features(**processor(text=texts, padding=True, return_tensors="pt"))
+        image = model.get_image_features(**processor(images=images, return_tensors="pt"))
+    text, image = (getattr(x, "pooler_output", x) for x in (text, image))
+    return (torch.nn.functional.normalize(x, dim=-1).numpy() for x in (text, image))
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    from vllm_eval import VllmEncoder
+    from vllm_eval.testing import build_tiny_clip
+
+    model_dir = build_tiny_clip(tmp_path_factory.mktemp("clip") / "model")
+    enc = VllmEncoder(str(model_dir), show_progress_bar=False)
+    yield model_dir, enc
+    enc.close()
+
+
+def test_clip_texts_and_images_match_transformers(clip):
+    from vllm_eval.tasks import get_tasks
+    from vllm_eval.testing import row_cosines
+
+    model_dir, enc = clip
+    assert enc.mteb_model_meta.modalities == ["text", "image"]  # mteb lets it run image tasks
+    images = _digits(12)
+    texts = ["a photo of the digit zero", "the number one", "two", "a handwritten seven"]
+    ref_text, ref_image = _reference(model_dir, texts, images)
+    meta = get_tasks(["WordSim353"])[0].metadata  # any task: only its prompts are read
+    batches = [{"image": images[:5]}, {"image": images[5:]}]  # as mteb's image dataloaders yield them
+    got_image = enc.encode(batches, task_metadata=meta, hf_split="test", hf_subset="default")
+    got_text = enc.encode_texts(texts)
+    assert got_image.shape == (12, 64) and got_text.shape == (4, 64)
+    assert row_cosines(got_image, ref_image).min() >= 0.99999 and row_cosines(got_text, ref_text).min() >= 0.99999
+    unit = got_image / np.linalg.norm(got_image, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    assert similarity[~np.eye(12, dtype=bool)].max() < 0.9999  # other images, other vectors
+    # Raw projections, as transformers gives them (not L2-normalised: no sentence-transformers Normalize).
+    assert np.linalg.norm(got_image, axis=1).min() > 1.5
+    with pytest.raises(UsageError, match="a text or an image, not both"):
+        enc.encode([{"image": images[:1], "text": ["x"]}], task_metadata=meta, hf_split="test", hf_subset="default")
+
+
+def test_images_repeat_once_and_are_cached_by_their_pixels(clip, tmp_path):
+    from vllm_eval.cache import OutputCache
+    from vllm_eval.tasks import get_tasks
+
+    _, enc = clip
+    meta = get_tasks(["WordSim353"])[0].metadata
+    images = _digits(3, offset=20)
+
+    def encode(batch):
+        return enc.encode([{"image": batch}], task_metadata=meta, hf_split="test", hf_subset="default")
+
+    enc.use_cache(OutputCache(tmp_path))
+    try:
+        before = enc.counters.distinct
+        first = encode([images[0], images[1], images[0].copy()])  # a copy: the same pixels
+        assert enc.counters.distinct - before == 2
+        np.testing.assert_array_equal(first[0], first[2])
+        hits = enc.counters.cache_hits
+        again = encode(images[:2])
+        assert enc.counters.cache_hits - hits == 2
+        np.testing.assert_array_equal(again, first[:2])
+        changed = np.asarray(images[0]).copy()
+        changed[0, 0, 0] ^= 1  # one pixel, one bit
+        hits = enc.counters.cache_hits
+        encode([changed])
+        assert enc.counters.cache_hits == hits  # other pixels, another key
+    finally:
+        enc.use_cache(None)
+
+
+def test_digit_image_tasks_score_as_mtebs_own_clip(clip, cli_in_process, tmp_path):
+    """The three offline digit tasks through `vllm-eval run` and through mteb's own CLIP wrapper (transformers)."""
+    import json
+
+    from mteb.models.model_implementations.clip_models import CLIPModel
+
+    from vllm_eval.results import evaluate
+    from vllm_eval.tasks.images import IMAGE_TASKS
+
+    model_dir, enc = clip
+    names = [cls.metadata.name for cls in IMAGE_TASKS]
+    out = ["--no-cache", "--no-progress", "--output-dir", str(tmp_path)]
+    code, err = cli_in_process("run", "--model", str(model_dir), "--tasks", *names, *out)
+    assert code == 0, err
+    ours = {s["task"]: s["main_score"] for s in json.loads((tmp_path / "summary.json").read_text())["scores"]}
+    reference = CLIPModel(str(model_dir), revision=None, device="cpu")
+    reference.mteb_model_meta = enc.mteb_model_meta.model_copy(update={"name": "local/mteb-clip-wrapper"})
+    theirs = {
+        r.task: r.main_score for r in evaluate(reference, [cls() for cls in IMAGE_TASKS], show_progress_bar=False)
+    }
+    print("\ndigit tasks, ours vs mteb's CLIP wrapper:", {n: (ours[n], theirs[n]) for n in names})
+    assert abs(ours["DigitsZeroShot"] - theirs["DigitsZeroShot"]) < 1e-6
+    assert abs(ours["DigitsTextToImageRetrieval"] - theirs["DigitsTextToImageRetrieval"]) < 1e-6
+    # A logistic regression on a random model's nearly collinear vectors: a few of 3,000 predictions may flip.
+    assert abs(ours["DigitsImageClassification"] - theirs["DigitsImageClassification"]) < 5e-3
