@@ -32,6 +32,9 @@ def test_tasks_lists_the_offline_suite(cli_in_process):
         "PangLeePolarity",
         "TwentyNewsgroupsMini",
         "LeeKnownItemRetrieval",
+        "DigitsZeroShot",  # the offline image tasks, for image models
+        "DigitsImageClassification",
+        "DigitsTextToImageRetrieval",
     ]
 
 

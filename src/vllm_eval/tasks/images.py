@@ -54,15 +54,38 @@ def digits(lo: int, hi: int) -> tuple[list[Any], list[int]]:
     return images, [int(t) for t in data.target[lo:hi]]
 
 
-def _metadata(name: str, description: str, **kwargs: Any) -> TaskMetadata:
+#: Per task: description, mteb type, category, modalities, and fields beyond the shared ones.
+_SPECS: dict[str, tuple[str, str, str, list[str], dict[str, Any]]] = {
+    "DigitsZeroShot": (
+        "Zero-shot classification of 300 handwritten digits against ten text prompts.",
+        "ZeroShotClassification", "i2t", ["image", "text"], {},
+    ),
+    "DigitsImageClassification": (
+        "Linear-probe classification of handwritten digit images (1,000 to train, 300 to evaluate).",
+        "ImageClassification", "i2c", ["image"], {},
+    ),
+    "DigitsTextToImageRetrieval": (
+        "Text-to-image retrieval: ten digit-name queries over 300 handwritten digit images.",
+        "Any2AnyRetrieval", "t2i", ["text", "image"],
+        {"main_score": "ndcg_at_10", "task_subtypes": ["Image Text Retrieval"]},
+    ),
+}  # fmt: skip
+
+
+def _metadata(name: str) -> TaskMetadata:
     import sklearn
 
+    description, type_, category, modalities, extra = _SPECS[name]
     revision = hashlib.sha256(f"sklearn-{sklearn.__version__}-{IMAGE_SIZE}-{TRAIN}-{TEST}".encode()).hexdigest()[:12]
+    fields: dict[str, Any] = {"main_score": "accuracy", "task_subtypes": ["Object recognition"], **extra}
     return TaskMetadata(
         name=name,
         description=description + " scikit-learn's handwritten digits (no network).",
         reference="https://archive.ics.uci.edu/dataset/80/optical+recognition+of+handwritten+digits",
         dataset={"path": "sklearn/digits", "revision": revision},
+        type=type_,
+        category=category,
+        modalities=modalities,
         eval_splits=["test"],
         eval_langs=["eng-Latn"],
         dialect=[],
@@ -73,7 +96,7 @@ def _metadata(name: str, description: str, **kwargs: Any) -> TaskMetadata:
         sample_creation="found",
         is_public=True,
         bibtex_citation=_CITATION,
-        **kwargs,
+        **fields,
     )
 
 
@@ -85,15 +108,7 @@ def prompt(label: int) -> str:
 class DigitsZeroShot(_OfflineTask, AbsTaskZeroShotClassification):
     """Each of 300 digit images classified by its nearest prompt among the ten "a photo of the digit {name}"."""
 
-    metadata = _metadata(
-        "DigitsZeroShot",
-        "Zero-shot classification of 300 handwritten digits against ten text prompts.",
-        type="ZeroShotClassification",
-        category="i2t",
-        modalities=["image", "text"],
-        main_score="accuracy",
-        task_subtypes=["Object recognition"],
-    )
+    metadata = _metadata("DigitsZeroShot")
 
     def _build(self) -> DatasetDict:
         images, labels = digits(TRAIN, TRAIN + TEST)
@@ -109,15 +124,7 @@ class DigitsImageClassification(_OfflineTask, AbsTaskClassification):
 
     input_column_name = "image"
     samples_per_label = 100
-    metadata = _metadata(
-        "DigitsImageClassification",
-        "Linear-probe classification of handwritten digit images (1,000 to train, 300 to evaluate).",
-        type="ImageClassification",
-        category="i2c",
-        modalities=["image"],
-        main_score="accuracy",
-        task_subtypes=["Object recognition"],
-    )
+    metadata = _metadata("DigitsImageClassification")
 
     def _build(self) -> DatasetDict:
         train, train_labels = digits(0, TRAIN)
@@ -133,15 +140,7 @@ class DigitsImageClassification(_OfflineTask, AbsTaskClassification):
 class DigitsTextToImageRetrieval(_OfflineTask, AbsTaskRetrieval):
     """Ten text queries ("a photo of the digit {name}") over 300 digit images; every image of the digit is relevant."""
 
-    metadata = _metadata(
-        "DigitsTextToImageRetrieval",
-        "Text-to-image retrieval: ten digit-name queries over 300 handwritten digit images.",
-        type="Any2AnyRetrieval",
-        category="t2i",
-        modalities=["text", "image"],
-        main_score="ndcg_at_10",
-        task_subtypes=["Image Text Retrieval"],
-    )
+    metadata = _metadata("DigitsTextToImageRetrieval")
 
     def _build(self) -> dict:
         images, labels = digits(TRAIN, TRAIN + TEST)
