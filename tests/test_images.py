@@ -121,3 +121,30 @@ def test_digit_image_tasks_score_as_mtebs_own_clip(clip, cli_in_process, tmp_pat
     assert abs(ours["DigitsTextToImageRetrieval"] - theirs["DigitsTextToImageRetrieval"]) < 1e-6
     # A logistic regression on a random model's nearly collinear vectors: a few of 3,000 predictions may flip.
     assert abs(ours["DigitsImageClassification"] - theirs["DigitsImageClassification"]) < 5e-3
+
+
+def test_sentence_transformers_reference_takes_images_and_compare_agrees(clip, cli_in_process, tmp_path):
+    """sentence-transformers loads the same CLIP (its image modality), and `compare` checks vLLM against it on the
+    image tasks, per task and per input."""
+    import json
+
+    from vllm_eval.encoder.st import SentenceTransformerEncoder
+    from vllm_eval.tasks import get_tasks
+    from vllm_eval.testing import row_cosines
+
+    model_dir, enc = clip
+    st = SentenceTransformerEncoder(str(model_dir), show_progress_bar=False)
+    assert st.mteb_model_meta.modalities == ["text", "image"]
+    meta = get_tasks(["WordSim353"])[0].metadata
+    batches = [{"image": _digits(6, offset=40)}]
+    ours, theirs = (m.encode(batches, task_metadata=meta, hf_split="test", hf_subset="default") for m in (enc, st))
+    assert row_cosines(ours, theirs).min() >= 0.99999
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), np.linalg.norm(theirs, axis=1), rtol=1e-4)
+    out = tmp_path / "cmp"
+    args = ["--tasks", "DigitsZeroShot", "DigitsTextToImageRetrieval", "--sample", "32", "--no-progress"]
+    code, err = cli_in_process("compare", "--model", str(model_dir), "--backends", "vllm", "st", *args,
+                               "--output-dir", str(out))  # fmt: skip
+    assert code == 0, err
+    report = json.loads((out / "compare.json").read_text())
+    assert report["passed"] and all(r["delta"] <= 1e-4 for r in report["rows"])
+    assert report["agreement"]["vllm default"]["min_cosine"] >= 0.99999

@@ -1,4 +1,4 @@
-"""Engine replicas: several plain vLLM engines, each in its own worker process, fed from one queue.
+"""Engine replicas: several plain vLLM engines, each in its own worker process, with an inbox and a result pipe each.
 
 Used for two things that are the same mechanism at two scales:
 
@@ -28,6 +28,7 @@ import os
 import queue
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -336,10 +337,10 @@ def _worker(
         llm = acquire_engine(model, **engine_kwargs)
         info = setup(llm) if setup is not None else None
     except BaseException as exc:  # the parent must hear why, not wait forever
-        results.put(("failed", index, f"{type(exc).__name__}: {exc}", index))
+        results.send(("failed", index, f"{type(exc).__name__}: {exc}", index))
         _release(llm)
         return
-    results.put(("ready", index, info, index))
+    results.send(("ready", index, info, index))
     try:
         while True:
             try:
@@ -352,19 +353,18 @@ def _worker(
                 break
             job_id, fn, payload = job
             try:
-                results.put(("done", job_id, fn(llm, payload), index))
+                results.send(("done", job_id, fn(llm, payload), index))
             except BaseException as exc:  # a bad job must not take the replica down
                 logger.debug("job %s failed:\n%s", job_id, traceback.format_exc())
                 # Our own errors go back as themselves (they pickle), so a refusal stays a UsageError and
                 # a failed request keeps its index; anything else is named with the replica.
                 own = isinstance(exc, VllmEvalError)
-                results.put(("error", job_id, exc if own else f"replica {index}: {type(exc).__name__}: {exc}", index))
+                results.send(("error", job_id, exc if own else f"replica {index}: {type(exc).__name__}: {exc}", index))
     finally:
         _release(llm)
         # The engine is shut down and our messages are flushed; skip interpreter finalization, where
         # vLLM's background threads (CUDA build) aborted with "PyEval_SaveThread: ... GIL is released".
         results.close()
-        results.join_thread()
         os._exit(0)
 
 
@@ -414,7 +414,10 @@ class ReplicaPool(JobPool):
         self.placements = placements
         # One inbox per replica: a replica killed while reading cannot block the others' queue.
         self._inboxes = [ctx.Queue() for _ in placements]
-        self._results = ctx.Queue()
+        # One result pipe per replica, one writer each: a shared queue's write lock, held by a replica killed
+        # while writing, would block every other replica's results for ever (seen in CI).
+        pipes = [ctx.Pipe(duplex=False) for _ in placements]
+        self._results = [reader for reader, _ in pipes]
         self._procs: list[Any] = []
         try:
             for wave in sorted({p.wave for p in placements}):
@@ -430,11 +433,12 @@ class ReplicaPool(JobPool):
                             p.env,
                             p.index,
                             self._inboxes[p.index],
-                            self._results,
+                            pipes[p.index][1],
                             setup,
                         ),
                     )
                     proc.start()
+                    pipes[p.index][1].close()  # the replica holds the writing end: its death ends the pipe
                     self._procs.append(proc)
                 self._await_ready(members, start_timeout)
         except BaseException:
@@ -451,9 +455,8 @@ class ReplicaPool(JobPool):
         waiting = {p.index: p for p in members}
         deadline = timeout
         while waiting:
-            try:
-                kind, index, info, _ = self._results.get(timeout=5.0)
-            except queue.Empty:
+            message = self._receive([p.index for p in waiting.values()], 5.0)
+            if message is None:
                 deadline -= 5.0
                 for p in waiting.values():
                     proc = self._procs[p.index]
@@ -464,6 +467,7 @@ class ReplicaPool(JobPool):
                         f"{', '.join(p.describe() for p in waiting.values())} not ready after {timeout:.0f} s"
                     ) from None
                 continue
+            kind, index, info, _ = message
             if kind == "failed":
                 raise ReplicaError(f"{waiting.get(index, members[0]).describe()} failed to start: {info}")
             if self.info is None:
@@ -474,17 +478,33 @@ class ReplicaPool(JobPool):
     def _send(self, index: int, job_id: int, fn: Callable[[Any, Any], Any], payload: Any) -> None:
         self._inboxes[index].put((job_id, fn, payload))
 
-    def _collect(self) -> None:
-        while True:
+    def _receive(self, indices: list[int], timeout: float) -> tuple | None:
+        """The next message from one of replicas ``indices``, or None after ``timeout`` seconds (or from a
+        replica whose pipe ended: its death is found by :meth:`_check`)."""
+        from multiprocessing.connection import wait
+
+        readers = [self._results[i] for i in indices if not self._results[i].closed]
+        if not readers:
+            time.sleep(timeout)
+            return None
+        for reader in wait(readers, timeout):
             try:
-                kind, job_id, value, index = self._results.get(timeout=2.0)
-            except queue.Empty:
-                if self._closed:
-                    return
+                return reader.recv()
+            except (EOFError, OSError):  # the replica is gone
+                reader.close()
+        return None
+
+    def _collect(self) -> None:
+        while not self._closed:
+            live = [i for i in self._outstanding if i not in self._dead]
+            try:
+                message = self._receive(live, 2.0)
+            except (OSError, ValueError):  # closed under us
+                return
+            if message is None:
                 self._check()
                 continue
-            except (EOFError, OSError):
-                return
+            kind, job_id, value, index = message
             self._finished(index, job_id, kind == "done", value)
 
     def _check(self) -> None:
@@ -512,6 +532,8 @@ class ReplicaPool(JobPool):
             if proc.exitcode not in (0, None):
                 _kill_group(proc.pid)
         self._fail_pending("the replica pool was closed")
-        for q in (*self._inboxes, self._results):
+        for q in self._inboxes:
             q.close()
             q.cancel_join_thread()
+        for reader in self._results:
+            reader.close()

@@ -100,11 +100,24 @@ class EncoderBase(AbsEncoder, TextPoolingBase, ABC):
         batches = _inputs_from(inputs, self.prompting.prefix(task_metadata, prompt_type), self.name)
         return self._pooled_stream(flatten(batches), total=loader_len(inputs), show_progress_bar=show)
 
-    def encode_texts(self, texts: Sequence[str], *, show_progress_bar: bool | None = None) -> np.ndarray:
-        """Embed ``texts`` exactly as given (no prompt or instruction), float32 (n_texts, dim)."""
-        texts = check_texts(texts)
+    def encode_texts(self, texts: Sequence[Any], *, show_progress_bar: bool | None = None) -> np.ndarray:
+        """Embed ``texts`` exactly as given (no prompt or instruction), float32 (n_texts, dim); items that are
+        :class:`~vllm_eval.images.ImageInput` are embedded as images (an image model), rows kept in order.
+
+        Raises:
+            OptionError: an item that is neither a str nor an image input (named by index).
+        """
+        items = _texts_or_images(texts)
         show = self.show_progress_bar if show_progress_bar is None else show_progress_bar
-        return self._pooled_stream(iter(texts), total=len(texts), show_progress_bar=show)
+        images = {i for i, x in enumerate(items) if not isinstance(x, str)}
+        if not images or len(images) == len(items):
+            return self._pooled_stream(iter(items), total=len(items), show_progress_bar=show)
+        out: np.ndarray | None = None
+        for where in ([i for i in range(len(items)) if i not in images], sorted(images)):  # one stream per kind
+            rows = self._pooled_stream(iter([items[i] for i in where]), total=len(where), show_progress_bar=show)
+            out = np.empty((len(items), rows.shape[1]), dtype=np.float32) if out is None else out
+            out[where] = rows
+        return out
 
     def _pool_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
         return self._embed_chunk(texts, ids)
@@ -133,3 +146,20 @@ def _inputs_from(inputs: Any, prefix: str, model: str):
             texts = [ImageInput(image) for image in batch["image"]]
             yield texts
         seen += len(texts)
+
+
+def _texts_or_images(items: Any) -> list[Any]:
+    """``items`` as a list of str and :class:`ImageInput`.
+
+    Raises:
+        OptionError: a single str, or an item of another type (named by index).
+    """
+    from ..images import ImageInput
+
+    if isinstance(items, str):
+        return check_texts(items)
+    items = list(items)
+    for i, x in enumerate(items):
+        if not isinstance(x, (str, ImageInput)):
+            check_texts(items[i : i + 1], i)  # names the item
+    return items

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..base import torch_dtype_name
 from ..errors import UsageError
+from ..images import ImageInput
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import InstructionTemplate, resolve_prompting
 from ..streaming import BatchTokenizer
@@ -30,7 +31,7 @@ class SentenceTransformerEncoder(EncoderBase):
         max_model_len: token limit (sentence-transformers' ``max_seq_length``); None keeps the model's.
         batch_size: sentence-transformers batch size.
         dimensions: matryoshka width (sentence-transformers' ``truncate_dim``).
-        normalize: force L2 normalisation; None follows the model's modules.
+        normalize: force L2 normalisation; None follows the model's modules (a CLIP-style model: raw projections).
         trust_remote_code: allow the model repository's own code (default False).
         preset, model_name, prompts, instruction_template, instructions,
         apply_instruction_to_documents, chunk_size, show_progress_bar: as for
@@ -91,7 +92,8 @@ class SentenceTransformerEncoder(EncoderBase):
         )
         if max_model_len is not None:
             self.st.max_seq_length = int(max_model_len)
-        max_length = int(self.st.max_seq_length)
+        max_length = int(self.st.max_seq_length or getattr(self.st.tokenizer, "model_max_length", 0) or 512)
+        takes_images = "image" in self.st.modalities  # CLIP-style: text and image towers
         self.dtype = torch_dtype
         self.normalize = normalize
         self.batch_size = batch_size
@@ -104,6 +106,7 @@ class SentenceTransformerEncoder(EncoderBase):
             max_model_len=max_length,
             framework=["Sentence Transformers", "PyTorch"],
             use_instructions=prompting.instruction_template is not None,
+            modalities=["text", "image"] if takes_images else None,
         )
         self.dimensions = dimensions
         super().__init__(
@@ -130,7 +133,7 @@ class SentenceTransformerEncoder(EncoderBase):
     def _embed_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
         del ids  # sentence-transformers tokenizes itself; ids only served the truncation count
         emb = self.st.encode(
-            texts,
+            [x.image if isinstance(x, ImageInput) else x for x in texts],  # PIL images: its image modality
             batch_size=self.batch_size,
             show_progress_bar=False,
             convert_to_numpy=True,
