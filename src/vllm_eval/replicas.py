@@ -523,8 +523,13 @@ class ReplicaPool(JobPool):
         for p, proc in zip(self.placements, self._procs):
             if proc.is_alive():
                 self._inboxes[p.index].put(None)
+        deadline = time.monotonic() + timeout
         for proc in self._procs:
-            proc.join(timeout)
+            while proc.is_alive() and time.monotonic() < deadline:
+                # Results still coming are read and dropped: a replica blocked sending one would never
+                # read its stop (a pipe holds little; the queue before it buffered in a thread).
+                self._receive(list(range(len(self._results))), 0.1)
+                proc.join(0.1)
             if proc.is_alive():
                 logger.warning("replica process %s did not stop in %.0f s; terminating", proc.name, timeout)
                 proc.terminate()
