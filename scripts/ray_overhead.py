@@ -1,7 +1,9 @@
 """Ray actors against local replicas on the same work, side by side in one run: the same encoder, the same
-texts, ``--data-parallel-size N`` local processes, then N Ray actors.
+texts, ``--data-parallel-size N`` local processes, then N Ray actors (``--per-gpu``: N replicas sharing one GPU,
+``--replicas-per-gpu N``, both ways).
 
-    python scripts/ray_overhead.py [--address auto] [--replicas 2] [--n-texts 20000] [--model PATH] [--dtype D]
+    python scripts/ray_overhead.py [--address auto] [--replicas 2] [--per-gpu] [--n-texts 20000] [--model PATH]
+                                   [--dtype D]
 
 Without ``--address`` a loopback CPU cluster is started (vllm_eval.testing.ray_cluster) and stopped again.
 Prints, per layout and round, seconds until the replicas were ready, encode seconds, texts/s and tokens/s, and the
@@ -52,6 +54,7 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="default: the packaged all-MiniLM-L6-v2")
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--lengths", default="mixed:16-250", help="token counts, as bench --lengths")
+    parser.add_argument("--per-gpu", action="store_true", help="the replicas share one GPU (replicas_per_gpu)")
     parser.add_argument("--rounds", type=int, default=1, help="local then Ray, this many times (order effects)")
     args = parser.parse_args()
     model = args.model or str(packaged_model_path())
@@ -62,7 +65,8 @@ def main() -> None:
     texts, counts = make_texts(tokenizer, args.n_texts, args.lengths, seed=0)
     tokens = sum(min(c, tokenizer.model_max_length) for c in counts)  # as the engine sees them (truncated)
     cluster = contextlib.nullcontext(args.address) if args.address else ray_cluster(num_cpus=args.replicas)
-    layout = {"model": model, "data_parallel_size": args.replicas, **engine}
+    split = {"replicas_per_gpu": args.replicas} if args.per_gpu else {"data_parallel_size": args.replicas}
+    layout = {"model": model, **split, **engine}
     with cluster as address:
         for _ in range(args.rounds):
             local, row_local = _measure(f"local, {args.replicas} replicas", texts, tokens, **layout)

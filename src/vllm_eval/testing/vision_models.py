@@ -180,7 +180,18 @@ def build_tiny_qwen2_vl(out_dir: str | Path, seed: int = 0) -> Path:
     return out
 
 
-def build_tiny_clip(out_dir: str | Path, seed: int = 0, image_size: int = 28) -> Path:
+def _tower(hidden: int, layers: int, heads: int) -> dict[str, int]:
+    return {"hidden_size": hidden, "intermediate_size": 4 * hidden, "num_hidden_layers": layers, "num_attention_heads": heads}
+
+
+# shape -> (text tower, vision tower, patch size, projection dim)
+_CLIP_SHAPES = {
+    "tiny": ({**_tower(64, 2, 2), "intermediate_size": 128}, {**_tower(64, 2, 2), "intermediate_size": 128}, 14, 64),
+    "vit-b-32": (_tower(512, 12, 8), _tower(768, 12, 12), 32, 512),
+}
+
+
+def build_tiny_clip(out_dir: str | Path, seed: int = 0, image_size: int = 28, shape: str = "tiny") -> Path:
     """Save a tiny randomly initialised ``CLIPModel`` (text and image towers into one space) with its processor.
 
     Text: hidden 64, 2 layers, 77 positions, a byte-level BPE of 1,000 tokens trained on gensim's Lee corpus
@@ -188,7 +199,9 @@ def build_tiny_clip(out_dir: str | Path, seed: int = 0, image_size: int = 28) ->
     image placeholder, so id 0 must be an ordinary token) and every text framed by them (CLIP pools the
     end-of-text token). Vision: patch 14 on ``image_size`` px, hidden 64, 2 layers. Projection 64. The image
     processor is the PIL one (no torchvision). Weights from ``torch.manual_seed(seed)``, float32: a plumbing
-    model, its similarities mean nothing.
+    model, its similarities mean nothing. ``shape="vit-b-32"`` gives the towers of openai/clip-vit-base-patch32
+    instead (text 512 wide, 12 layers, 8 heads; vision 768 wide, 12 layers, 12 heads, patch 32 on 224 px;
+    projection 512), with the same small vocabulary: for throughput measurements (``scripts/clip_bench.py``).
 
     Returns:
         The model directory.
@@ -196,7 +209,10 @@ def build_tiny_clip(out_dir: str | Path, seed: int = 0, image_size: int = 28) ->
     import torch
     from tokenizers import processors
     from transformers import CLIPConfig, CLIPModel, CLIPProcessor, PreTrainedTokenizerFast
-    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+    try:
+        from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+    except ImportError:  # transformers before the PIL/torchvision split of image processors
+        from transformers import CLIPImageProcessor as CLIPImageProcessorPil
 
     from .shapes import train_bpe_tokenizer
 
@@ -214,11 +230,12 @@ def build_tiny_clip(out_dir: str | Path, seed: int = 0, image_size: int = 28) ->
     )
     tokenizer.model_max_length = 77
     torch.manual_seed(seed)
-    tower = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2}
-    text = {**tower, "vocab_size": len(tokenizer), "max_position_embeddings": 77, "projection_dim": 64}
+    text_tower, vision_tower, patch, proj = _CLIP_SHAPES[shape]
+    image_size = 224 if shape == "vit-b-32" else image_size
+    text = {**text_tower, "vocab_size": len(tokenizer), "max_position_embeddings": 77, "projection_dim": proj}
     text.update(bos_token_id=bos, eos_token_id=eos, pad_token_id=eos)
-    vision = {**tower, "image_size": image_size, "patch_size": 14, "projection_dim": 64}
-    model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=64)).to(torch.float32)
+    vision = {**vision_tower, "image_size": image_size, "patch_size": patch, "projection_dim": proj}
+    model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=proj)).to(torch.float32)
     model.save_pretrained(out, safe_serialization=True)
     crop = {"height": image_size, "width": image_size}
     image_processor = CLIPImageProcessorPil(size={"shortest_edge": image_size}, crop_size=crop)

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Image throughput, Ray overhead and the VLM log-likelihood engine on the lent GPU. After staging vLLM with
+#   bash ../shared/device/stage-vllm.sh --with-project-deps sentence-transformers ray==2.60.0 msgpack py-spy click
+# on the device:  source .devstage/bin/on-device.sh && bash scripts/gpu_images_ray.sh $OUT PART
+# PART: clip | ray | vlm-loglik.
+#   clip: scripts/clip_bench.py (CLIP ViT-B/32 shape, random weights): vLLM one engine, $RPG (default 2) replicas
+#         on the GPU, sentence-transformers; $N images and $N texts (default 20000).
+#   ray: scripts/ray_overhead.py on a one-node Ray cluster of this machine (its GPUs), BERT-base shape (tokenizer
+#        in .devtok/bert), $N_TEXTS (default 200000) mixed 16-500 tokens; --per-gpu when the machine has one GPU.
+#   vlm-loglik: scripts/gpu_vlm.sh's log-likelihood engine alone (tiny Qwen2-VL) with vLLM's INFO log, and a
+#        py-spy dump of every Python process after $DUMP_AFTER s (default 100) if it has not finished.
+set -uo pipefail
+out=${1:?output dir}; part=${2:?part}
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+models=${MODELS_DIR:-/root/models}
+mkdir -p "$out/$part"
+case $part in
+  clip)
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/clip/gpu.txt"
+    timeout -k 10 "${LIMIT:-520}" python3 scripts/clip_bench.py --n-images "${N:-20000}" --n-texts "${N:-20000}" \
+      --replicas-per-gpu "${RPG:-2}" --model-dir "$models/clip-vit-b-32" --out "$out/clip" 2>&1 \
+      | grep -v "it/s\]" > "$out/clip/log.txt"
+    echo "exit ${PIPESTATUS[0]}" >> "$out/clip/log.txt"
+    grep -E "^(vllm|st)" "$out/clip/log.txt" > "$out/clip/result.txt" ;;
+  ray)
+    python3 -c "
+from vllm_eval.testing import build_random_embedding_model
+build_random_embedding_model('$models/bert-base', 'bert-base', '.devtok/bert', dtype='float16')" > /dev/null 2>&1
+    gpus=$(nvidia-smi -L | wc -l); perg=(); [ "$gpus" = 1 ] && perg=(--per-gpu)
+    ray_cli() { python3 -c "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()" "$@"; }
+    ray_cli start --head --node-ip-address 127.0.0.1 --port 6390 --num-gpus "$gpus" --include-dashboard=false \
+      --disable-usage-stats > "$out/ray/ray-start.txt" 2>&1
+    timeout -k 10 "${LIMIT:-480}" python3 scripts/ray_overhead.py --address 127.0.0.1:6390 --replicas "${REPLICAS:-2}" \
+      "${perg[@]}" --model "$models/bert-base" --dtype float16 --n-texts "${N_TEXTS:-200000}" --lengths mixed:16-500 \
+      --rounds "${ROUNDS:-1}" 2>&1 | grep -v "it/s\]" > "$out/ray/log.txt"
+    echo "exit ${PIPESTATUS[0]}" >> "$out/ray/log.txt"
+    ray_cli stop --force > /dev/null 2>&1
+    grep -E "^(local|Ray)" "$out/ray/log.txt" > "$out/ray/result.txt" ;;
+  vlm-loglik)
+    model=$models/tiny-qwen2-vl
+    python3 -c "from vllm_eval.testing import build_tiny_qwen2_vl; build_tiny_qwen2_vl('$model')" > /dev/null 2>&1
+    (sleep "${DUMP_AFTER:-100}"; for p in $(pgrep -f "python3"); do
+       echo "== $p $(tr '\0' ' ' < /proc/$p/cmdline | cut -c1-150)"; "$(command -v py-spy || echo /root/site/bin/py-spy)" dump --pid "$p" 2>&1 | head -60
+     done > "$out/vlm-loglik/py-spy.txt") &
+    dumper=$!
+    VLLM_LOGGING_LEVEL=INFO timeout -k 10 "${LIMIT:-240}" python3 -m vllm_eval.cli generate --model "$model" \
+      --tasks Digits --limit 40 --scoring loglikelihood --dtype float32 --enforce-eager \
+      --output-dir "$out/vlm-loglik/digits" --no-progress --no-cache > "$out/vlm-loglik/log.txt" 2>&1
+    echo "exit $?" >> "$out/vlm-loglik/log.txt"
+    kill "$dumper" 2>/dev/null ;;
+esac
