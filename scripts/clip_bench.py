@@ -44,7 +44,8 @@ def make_texts(n: int, seed: int = 0) -> list[str]:
     words = open(datapath("lee_background.cor"), encoding="utf-8").read().split()
     rng = np.random.default_rng(seed)
     return [
-        f"a photo of the digit {i % 10}, " + " ".join(words[j] for j in rng.integers(len(words), size=rng.integers(3, 12)))
+        f"a photo of the digit {i % 10}, "
+        + " ".join(words[j] for j in rng.integers(len(words), size=rng.integers(3, 12)))
         for i in range(n)
     ]
 
@@ -71,10 +72,21 @@ def measure(backend: str, model: str, dtype: str, replicas_per_gpu: int, inputs:
             t = time.perf_counter()
             vectors[kind] = enc.encode_texts(items)
             seconds = time.perf_counter() - t
-            rows.append({"backend": backend, "input": kind, "n": len(items), "seconds": seconds,
-                         "per_s": len(items) / seconds, "ready_s": ready})
-            print(f"{backend:14s} {kind:6s} ready {ready:6.1f} s  {len(items):7d} in {seconds:8.2f} s  "
-                  f"{len(items) / seconds:10,.0f} /s", flush=True)
+            rows.append(
+                {
+                    "backend": backend,
+                    "input": kind,
+                    "n": len(items),
+                    "seconds": seconds,
+                    "per_s": len(items) / seconds,
+                    "ready_s": ready,
+                }
+            )
+            print(
+                f"{backend:14s} {kind:6s} ready {ready:6.1f} s  {len(items):7d} in {seconds:8.2f} s  "
+                f"{len(items) / seconds:10,.0f} /s",
+                flush=True,
+            )
     finally:
         enc.close()
     return rows, vectors

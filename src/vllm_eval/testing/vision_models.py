@@ -181,7 +181,12 @@ def build_tiny_qwen2_vl(out_dir: str | Path, seed: int = 0) -> Path:
 
 
 def _tower(hidden: int, layers: int, heads: int) -> dict[str, int]:
-    return {"hidden_size": hidden, "intermediate_size": 4 * hidden, "num_hidden_layers": layers, "num_attention_heads": heads}
+    return {
+        "hidden_size": hidden,
+        "intermediate_size": 4 * hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+    }
 
 
 # shape -> (text tower, vision tower, patch size, projection dim)
@@ -209,6 +214,7 @@ def build_tiny_clip(out_dir: str | Path, seed: int = 0, image_size: int = 28, sh
     import torch
     from tokenizers import processors
     from transformers import CLIPConfig, CLIPModel, CLIPProcessor, PreTrainedTokenizerFast
+
     try:
         from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
     except ImportError:  # transformers before the PIL/torchvision split of image processors
