@@ -50,19 +50,21 @@ def make_texts(n: int, seed: int = 0) -> list[str]:
     ]
 
 
-def _encoder(backend: str, model: str, dtype: str, replicas_per_gpu: int):
+def _encoder(backend: str, model: str, dtype: str, replicas_per_gpu: int, engine: dict):
     from vllm_eval import VllmEncoder
     from vllm_eval.encoder.st import SentenceTransformerEncoder
 
     if backend == "st":
         return SentenceTransformerEncoder(model, dtype=dtype, batch_size=256, show_progress_bar=False)
     per_gpu = replicas_per_gpu if backend == "vllm-replicas" else 1
-    return VllmEncoder(model, dtype=dtype, replicas_per_gpu=per_gpu, show_progress_bar=False)
+    return VllmEncoder(model, dtype=dtype, replicas_per_gpu=per_gpu, show_progress_bar=False, **engine)
 
 
-def measure(backend: str, model: str, dtype: str, replicas_per_gpu: int, inputs: dict) -> tuple[list, dict]:
+def measure(
+    backend: str, model: str, dtype: str, replicas_per_gpu: int, inputs: dict, engine: dict
+) -> tuple[list, dict]:
     started = time.perf_counter()
-    enc = _encoder(backend, model, dtype, replicas_per_gpu)
+    enc = _encoder(backend, model, dtype, replicas_per_gpu, engine)
     ready = time.perf_counter() - started
     rows, vectors = [], {}
     try:
@@ -103,12 +105,15 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["vllm", "vllm-replicas", "st"])
     parser.add_argument("--model-dir", default="/tmp/clip-vit-b-32-random")
     parser.add_argument("--out", default=".")
+    parser.add_argument("--engine-kwargs", default="{}", help="JSON: more vLLM EngineArgs for the vLLM backends")
     args = parser.parse_args()
     model = str(build_tiny_clip(args.model_dir, shape="vit-b-32"))
     inputs = {"image": make_images(args.n_images + 64), "text": make_texts(args.n_texts + 64)}
     rows, first = [], None
     for backend in args.backends:
-        got, vectors = measure(backend, model, args.dtype, args.replicas_per_gpu, inputs)
+        got, vectors = measure(
+            backend, model, args.dtype, args.replicas_per_gpu, inputs, json.loads(args.engine_kwargs)
+        )
         rows += got
         if first is None:
             first = (backend, vectors)

@@ -2,7 +2,7 @@
 # Image throughput, Ray overhead and the VLM log-likelihood engine on the lent GPU. After staging vLLM with
 #   bash ../shared/device/stage-vllm.sh --with-project-deps sentence-transformers ray==2.60.0 msgpack py-spy click
 # on the device:  source .devstage/bin/on-device.sh && bash scripts/gpu_images_ray.sh $OUT PART
-# PART: clip | ray | vlm-loglik.
+# PART: clip | clip-profile | ray | vlm-loglik.
 #   clip: scripts/clip_bench.py (CLIP ViT-B/32 shape, random weights): vLLM one engine, $RPG (default 2) replicas
 #         on the GPU, sentence-transformers; $N images and $N texts (default 20000).
 #   ray: scripts/ray_overhead.py on a one-node Ray cluster of this machine (its GPUs), BERT-base shape (tokenizer
@@ -22,6 +22,15 @@ case $part in
       | grep -v "it/s\]" > "$out/clip/log.txt"
     echo "exit ${PIPESTATUS[0]}" >> "$out/clip/log.txt"
     grep -E "^(vllm|st)" "$out/clip/log.txt" > "$out/clip/result.txt" ;;
+  clip-profile)  # where the vLLM image path spends its time: py-spy (raw stacks, every process) over clip_bench
+    spy=$(command -v py-spy || echo /root/site/bin/py-spy)
+    for b in vllm vllm-replicas; do
+      timeout -k 10 "${LIMIT:-240}" "$spy" record -r 100 -f raw --subprocesses -o "$out/clip-profile/$b.txt" -- \
+        python3 scripts/clip_bench.py --n-images "${N:-5000}" --n-texts 500 --backends $b --replicas-per-gpu "${RPG:-2}" \
+        --model-dir "$models/clip-vit-b-32" --out "$out/clip-profile" > "$out/clip-profile/$b.log" 2>&1
+      grep -E "^(vllm|st)" "$out/clip-profile/$b.log"
+    done
+    gzip "$out"/clip-profile/*.txt ;;
   ray)
     python3 -c "
 from vllm_eval.testing import build_random_embedding_model
