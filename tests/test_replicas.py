@@ -12,8 +12,11 @@ from vllm_eval.replicas import ReplicaError, plan_replicas
 from vllm_eval.testing import row_cosines, run_cli, score_deltas
 
 
-def test_gpu_placement_groups_waves_and_memory_share():
+def test_gpu_placement_groups_waves_and_memory_share(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     ps = plan_replicas(2, 2, tensor_parallel_size=2, cpu=False, devices=list("0123"))
+    share = str(max(1, len(os.sched_getaffinity(0)) // 4))
+    assert {p.env["OMP_NUM_THREADS"] for p in ps} == {share}  # image preprocessing: no pool over every core
     assert [p.env["CUDA_VISIBLE_DEVICES"] for p in ps] == ["0,1", "0,1", "2,3", "2,3"]
     assert [p.env["VLLM_PORT"] for p in ps] == ["38000", "38100", "38200", "38300"]  # no shared port search
     assert [p.wave for p in ps] == [0, 1, 0, 1]  # replicas sharing a GPU start one after another

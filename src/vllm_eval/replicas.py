@@ -247,6 +247,13 @@ def plan_replicas(
     out = []
     base_port = int(os.environ.get("VLLM_PORT") or REPLICA_BASE_PORT)
     inproc = _engine_core_in_process(tensor_parallel_size)
+    # Image preprocessing runs on the CPU in every replica (torch, torchvision): one OpenMP pool over every
+    # core per replica oversubscribes the machine.
+    threads = (
+        {}
+        if "OMP_NUM_THREADS" in os.environ
+        else {"OMP_NUM_THREADS": str(max(1, len(_cpu_cores()) // (data_parallel_size * replicas_per_gpu)))}
+    )
     for g in range(data_parallel_size):
         group = gpus[g * tensor_parallel_size : (g + 1) * tensor_parallel_size]
         for k in range(replicas_per_gpu):
@@ -259,6 +266,7 @@ def plan_replicas(
                         "CUDA_VISIBLE_DEVICES": ",".join(group),
                         "VLLM_PORT": str(base_port + 100 * len(out)),
                         **inproc,
+                        **threads,
                     },
                     wave=0 if together else k,
                     engine_kwargs=extra,
