@@ -99,15 +99,24 @@ class BatchTokenizer:
         do_lower_case: lower-case texts before tokenizing.
         add_special_tokens: add the tokenizer's special tokens (False for text a chat template
             rendered, which carries them already).
+        pad_to_max_length: pad every text's ids to ``max_length`` with the tokenizer's pad token, as
+            SigLIP's text tower was trained (``padding="max_length"``; it pools the last position and has no
+            attention mask, so the padding changes the vector).
     """
 
     def __init__(
-        self, tokenizer: Any, max_length: int, do_lower_case: bool = False, add_special_tokens: bool = True
+        self,
+        tokenizer: Any,
+        max_length: int,
+        do_lower_case: bool = False,
+        add_special_tokens: bool = True,
+        pad_to_max_length: bool = False,
     ) -> None:
         self.tokenizer = private_tokenizer(tokenizer)
         self.max_length = int(max_length)
         self.do_lower_case = do_lower_case
         self.add_special_tokens = add_special_tokens
+        self.pad_id = tokenizer.pad_token_id if pad_to_max_length else None
 
     def _encode(self, texts: list[str], max_length: int) -> list[list[int]]:
         enc = self.tokenizer(
@@ -131,4 +140,6 @@ class BatchTokenizer:
         if over:
             for i, x in zip(over, self._encode([texts[i] for i in over], self.max_length), strict=True):
                 ids[i] = x
+        if self.pad_id is not None:
+            ids = [x + [self.pad_id] * (self.max_length - len(x)) for x in ids]
         return ids, len(over)

@@ -45,7 +45,8 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             too small for vLLM's continuous batching and is not used).
         show_progress_bar: progress bar per ``encode`` call.
         pretokenize: send token ids tokenized here (default, faster); False sends text and lets
-            vLLM tokenize (its own path, kept for comparison and parity tests).
+            vLLM tokenize (its own path, kept for comparison and parity tests). Always token ids for SigLIP,
+            whose texts are padded to its 64 positions as it was trained (vLLM does not pad them).
         data_parallel_size: engine replicas over the machine's GPUs (each with
             ``tensor_parallel_size`` GPUs), or over disjoint core sets on the CPU build; chunks are
             spread over them and results kept in input order. See :mod:`vllm_eval.replicas`.
@@ -130,6 +131,8 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
                 # wrappers; vLLM's embed pooler would L2-normalise them (a linear probe then scores otherwise).
                 self.normalize = False
             max_length = info["max_model_len"]
+            if info["pads_text"]:  # vLLM's own text path does not pad: SigLIP's texts go as padded ids
+                self.pretokenize = True
             meta = build_model_meta(
                 ref,
                 revision=revision,
@@ -146,7 +149,9 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
                 meta=meta,
                 prompting=prompting,
                 max_length=max_length,
-                tokenizer=BatchTokenizer(info["tokenizer"], max_length, info["do_lower_case"]),
+                tokenizer=BatchTokenizer(
+                    info["tokenizer"], max_length, info["do_lower_case"], pad_to_max_length=info["pads_text"]
+                ),
                 chunk_size=chunk_size,
                 show_progress_bar=show_progress_bar,
             )
@@ -211,6 +216,7 @@ def engine_info(llm: Any) -> dict[str, Any]:
         "embedding_size": int(config.embedding_size),
         "pooler": repr(getattr(config, "pooler_config", None)),
         "is_multimodal": bool(config.is_multimodal_model),
+        "pads_text": getattr(config.hf_config, "model_type", None) == "siglip",
     }
 
 

@@ -15,6 +15,8 @@ meaningless for quality. Build them once into a directory and reuse it.
   for late-interaction (MaxSim) retrieval.
 * :func:`build_tiny_clip` — a randomly initialised ``CLIPModel`` (text and image towers, PIL processor), for
   image embedding tests.
+* :func:`build_tiny_siglip` — a randomly initialised ``SiglipModel`` (texts padded to 64 positions, no
+  attention mask, as SigLIP), for image embedding tests.
 * :func:`build_tiny_llava` — a randomly initialised ``LlavaForConditionalGeneration`` (tiny CLIP
   vision tower, 2-layer Qwen2 text model) with a LLaVA processor, for vision-language tests.
 
@@ -52,6 +54,7 @@ from .vision_models import (
     build_tiny_idefics3,
     build_tiny_llava,
     build_tiny_qwen2_vl,
+    build_tiny_siglip,
 )
 
 __all__ = [
@@ -65,6 +68,7 @@ __all__ = [
     "build_minilm_token_classifier",
     "build_random_embedding_model",
     "build_tiny_clip",
+    "build_tiny_siglip",
     "build_tiny_idefics3",
     "build_tiny_llava",
     "build_tiny_qwen2_vl",

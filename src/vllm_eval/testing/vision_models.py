@@ -248,3 +248,50 @@ def build_tiny_clip(out_dir: str | Path, seed: int = 0, image_size: int = 28, sh
     CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def build_tiny_siglip(out_dir: str | Path, seed: int = 0, image_size: int = 28) -> Path:
+    """Save a tiny randomly initialised ``SiglipModel`` (text and image towers into one space) with its processor.
+
+    Text: hidden 64, 2 layers, 64 positions (SigLIP's text length: its texts are padded to 64 tokens), a
+    byte-level BPE of 1,000 tokens trained on gensim's Lee corpus with ``</s>`` appended to every text and used
+    as the padding (as SigLIP's tokenizer); the text tower pools the last position. Vision: patch 14 on
+    ``image_size`` px, hidden 64, 2 layers, the attention-pooling head. Image processor: the PIL one. Weights
+    from ``torch.manual_seed(seed)``, float32: a plumbing model, its similarities mean nothing.
+
+    Returns:
+        The model directory.
+    """
+    import torch
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast, SiglipConfig, SiglipModel, SiglipProcessor
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    from .shapes import train_bpe_tokenizer
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    tok = train_bpe_tokenizer(vocab_size=1000, special_tokens=[])
+    tok.add_special_tokens(["</s>", "<unk>"])
+    eos = tok.token_to_id("</s>")
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", eos)])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="</s>",
+        pad_token="</s>",
+        unk_token="<unk>",
+        model_max_length=64,
+        model_input_names=["input_ids"],  # as SigLIP's own tokenizer: no attention mask, the model attends to pads
+    )
+    torch.manual_seed(seed)
+    tower = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2}
+    text = {**tower, "vocab_size": len(tokenizer), "max_position_embeddings": 64, "pad_token_id": eos}
+    text.update(bos_token_id=eos, eos_token_id=eos, projection_size=64)
+    vision = {**tower, "image_size": image_size, "patch_size": 14}
+    model = SiglipModel(SiglipConfig(text_config=text, vision_config=vision)).to(torch.float32)
+    model.save_pretrained(out, safe_serialization=True)
+    size = {"height": image_size, "width": image_size}
+    SiglipProcessor(image_processor=SiglipImageProcessorPil(size=size), tokenizer=tokenizer).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
