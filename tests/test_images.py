@@ -178,3 +178,16 @@ def test_siglip_texts_padded_as_trained_and_images_match_transformers(tmp_path):
     assert row_cosines(got_text, ref_text).min() >= 0.99999
     assert row_cosines(got_image, ref_image).min() >= 0.99999
     assert np.abs(row_cosines(got_text[:1], got_text[1:2])).max() < 0.9999  # other texts, other vectors
+
+
+def test_an_image_task_for_a_text_only_model_is_refused_before_its_engine(cli_in_process, monkeypatch):
+    from vllm_eval import engine
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("an engine started")
+
+    monkeypatch.setattr(engine, "acquire_engine", no_engine)
+    code, err = cli_in_process("run", "--tasks", "DigitsZeroShot", "--no-progress", "--no-cache")
+    assert code == 2, err
+    assert "task DigitsZeroShot needs a model that takes images" in err and "(BertModel, no vision tower" in err
+    assert "Traceback" not in err

@@ -131,3 +131,31 @@ def open_cache(args: argparse.Namespace) -> Any:
             raise UsageError("give --cache-dir or --no-cache, not both")
         return None
     return OutputCache(args.cache_dir or default_cache_dir())
+
+
+def check_image_tasks(model: Any, tasks: list[Any]) -> None:
+    """Refuse image tasks for a local model whose ``config.json`` has no vision tower, before its engine starts
+    (mteb would refuse after it, with a traceback). A served model, or one whose config cannot be read, is
+    left to mteb's own check.
+
+    Raises:
+        UsageError: names the first image task and the model's architecture.
+    """
+    import json
+    from pathlib import Path
+
+    image_tasks = [t.metadata.name for t in tasks if "image" in (getattr(t.metadata, "modalities", None) or [])]
+    path = Path(str(getattr(model, "path", ""))) / "config.json"
+    if not image_tasks or not path.is_file():
+        return
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if any("vision" in key or key in ("vlm_config", "img_processor") for key in config):  # Phi-3-V, ColPali
+        return
+    arch = ", ".join(config.get("architectures") or []) or config.get("model_type", "?")
+    raise UsageError(
+        f"task {image_tasks[0]} needs a model that takes images; {model.path} takes text only ({arch}, no "
+        "vision tower in its config.json)"
+    )

@@ -10,7 +10,7 @@ from typing import Any
 from ...errors import UsageError, VllmEvalError
 from ...timeline import phase
 from ..base import Command, Context
-from ..checks import open_cache, resolve_model
+from ..checks import check_image_tasks, open_cache, resolve_model
 from ..options import (
     add_backend,
     add_common,
@@ -181,6 +181,7 @@ class RunCommand(Command):
             model = resolve_model(args.model, spec.remote, revision=args.revision)
         with phase("tasks"):
             tasks = _tasks(args, spec.kind)
+            check_image_tasks(model, tasks)
             missing = unavailable(tasks)
         if missing and (not args.continue_on_error or len(missing) == len(tasks)):  # nothing to run: say so now
             raise DataUnavailableError(next(iter(missing.values())))
