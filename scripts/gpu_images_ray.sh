@@ -4,7 +4,7 @@
 # on the device:  source .devstage/bin/on-device.sh && bash scripts/gpu_images_ray.sh $OUT PART
 # PART: clip | clip-profile | ray | vlm-loglik.
 #   clip: scripts/clip_bench.py (CLIP ViT-B/32 shape, random weights): vLLM one engine, $RPG (default 2) replicas
-#         on the GPU, sentence-transformers; $N images and $N texts (default 20000).
+#         on the GPU, sentence-transformers ($BACKENDS picks); $N images and $N texts (default 20000).
 #   ray: scripts/ray_overhead.py on a one-node Ray cluster of this machine (its GPUs), BERT-base shape (tokenizer
 #        in .devtok/bert), $N_TEXTS (default 200000) mixed 16-500 tokens; --per-gpu when the machine has one GPU.
 #   vlm-loglik: scripts/gpu_vlm.sh's log-likelihood engine alone (tiny Qwen2-VL) with vLLM's INFO log, and a
@@ -18,7 +18,8 @@ case $part in
   clip)
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/clip/gpu.txt"
     timeout -k 10 "${LIMIT:-520}" python3 scripts/clip_bench.py --n-images "${N:-20000}" --n-texts "${N:-20000}" \
-      --replicas-per-gpu "${RPG:-2}" --model-dir "$models/clip-vit-b-32" --out "$out/clip" 2>&1 \
+      --replicas-per-gpu "${RPG:-2}" --backends ${BACKENDS:-vllm vllm-replicas st} --model-dir "$models/clip-vit-b-32" \
+      --out "$out/clip" 2>&1 \
       | grep -v "it/s\]" > "$out/clip/log.txt"
     echo "exit ${PIPESTATUS[0]}" >> "$out/clip/log.txt"
     grep -E "^(vllm|st)" "$out/clip/log.txt" > "$out/clip/result.txt" ;;
