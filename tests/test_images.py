@@ -191,3 +191,15 @@ def test_an_image_task_for_a_text_only_model_is_refused_before_its_engine(cli_in
     assert code == 2, err
     assert "task DigitsZeroShot needs a model that takes images" in err and "(BertModel, no vision tower" in err
     assert "Traceback" not in err
+
+
+def test_evaluate_refuses_image_tasks_for_a_text_only_model_in_one_line():
+    """Any backend (a served model too, whose config is not read before it starts): before mteb's traceback."""
+    from types import SimpleNamespace
+
+    from vllm_eval.results import evaluate
+    from vllm_eval.tasks import get_tasks
+
+    text_only = SimpleNamespace(mteb_model_meta=SimpleNamespace(modalities=["text"], name="served"))
+    with pytest.raises(UsageError, match="task DigitsZeroShot has image and text inputs; the model takes text only"):
+        evaluate(text_only, get_tasks(["WordSim353", "DigitsZeroShot"]), show_progress_bar=False)

@@ -151,7 +151,7 @@ def evaluate(
         One :class:`TaskScore` per task, in task order.
 
     Raises:
-        UsageError: an unknown ``overwrite_strategy``.
+        UsageError: an unknown ``overwrite_strategy``; a task with images for a model without them.
         Whatever the model raises (an ``EngineError``, ``EndpointError`` ...) or mteb raises for a task.
     """
     import mteb
@@ -160,6 +160,7 @@ def evaluate(
         raise UsageError(
             f"overwrite_strategy must be one of {', '.join(OVERWRITE_STRATEGIES)}, got {overwrite_strategy!r}"
         )
+    _check_modalities(model, tasks)
     tag_experiment(model)
     out = Path(output_dir) if output_dir else None
     cache = mteb.ResultCache(out) if out else None
@@ -192,6 +193,18 @@ def evaluate(
     finally:
         prefetch.close()
     return rows
+
+
+def _check_modalities(model: Any, tasks: list[Any]) -> None:
+    """mteb refuses a task none of whose modalities the model has, with a traceback: say it in one line."""
+    have = set(getattr(getattr(model, "mteb_model_meta", None), "modalities", None) or ["text"])
+    for task in tasks:
+        wants = set(getattr(task.metadata, "modalities", None) or ["text"])
+        if not have & wants or ("image" in wants and "image" not in have):
+            raise UsageError(
+                f"task {task.metadata.name} has {' and '.join(sorted(wants))} inputs; the model takes "
+                f"{' and '.join(sorted(have))} only"
+            )
 
 
 def _reused(cache: Any, name: str, model: Any, strategy: str) -> bool:
