@@ -135,8 +135,8 @@ def open_cache(args: argparse.Namespace) -> Any:
 
 def check_image_tasks(model: Any, tasks: list[Any]) -> None:
     """Refuse image tasks for a local model whose ``config.json`` has no vision tower, before its engine starts
-    (mteb would refuse after it, with a traceback). A served model, or one whose config cannot be read, is
-    left to mteb's own check.
+    (spares the engine start). A served model, or one whose config cannot be read, is refused by
+    :func:`vllm_eval.results.evaluate` once its metadata is known.
 
     Raises:
         UsageError: names the first image task and the model's architecture.
