@@ -189,9 +189,11 @@ def _tower(hidden: int, layers: int, heads: int) -> dict[str, int]:
     }
 
 
+_TINY_TOWER = {**_tower(64, 2, 2), "intermediate_size": 128}  # CLIP's and SigLIP's tiny text and vision towers
+
 # shape -> (text tower, vision tower, patch size, projection dim)
 _CLIP_SHAPES = {
-    "tiny": ({**_tower(64, 2, 2), "intermediate_size": 128}, {**_tower(64, 2, 2), "intermediate_size": 128}, 14, 64),
+    "tiny": (_TINY_TOWER, _TINY_TOWER, 14, 64),
     "vit-b-32": (_tower(512, 12, 8), _tower(768, 12, 12), 32, 512),
 }
 
@@ -285,10 +287,9 @@ def build_tiny_siglip(out_dir: str | Path, seed: int = 0, image_size: int = 28) 
         model_input_names=["input_ids"],  # as SigLIP's own tokenizer: no attention mask, the model attends to pads
     )
     torch.manual_seed(seed)
-    tower = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2}
-    text = {**tower, "vocab_size": len(tokenizer), "max_position_embeddings": 64, "pad_token_id": eos}
+    text = {**_TINY_TOWER, "vocab_size": len(tokenizer), "max_position_embeddings": 64, "pad_token_id": eos}
     text.update(bos_token_id=eos, eos_token_id=eos, projection_size=64)
-    vision = {**tower, "image_size": image_size, "patch_size": 14}
+    vision = {**_TINY_TOWER, "image_size": image_size, "patch_size": 14}
     model = SiglipModel(SiglipConfig(text_config=text, vision_config=vision)).to(torch.float32)
     model.save_pretrained(out, safe_serialization=True)
     size = {"height": image_size, "width": image_size}
