@@ -2,13 +2,18 @@
 # Image throughput, Ray overhead and the VLM log-likelihood engine on the lent GPU. After staging vLLM with
 #   bash ../shared/device/stage-vllm.sh --with-project-deps sentence-transformers ray==2.60.0 msgpack py-spy click
 # on the device:  source .devstage/bin/on-device.sh && bash scripts/gpu_images_ray.sh $OUT PART
-# PART: clip | clip-profile | ray | vlm-loglik.
+# PART: clip | clip-profile | ray | vlm-loglik | vlm-pool | bert-profile.
 #   clip: scripts/clip_bench.py (CLIP ViT-B/32 shape, random weights): vLLM one engine, $RPG (default 2) replicas
 #         on the GPU, sentence-transformers ($BACKENDS picks); $N images and $N texts (default 20000).
 #   ray: scripts/ray_overhead.py on a one-node Ray cluster of this machine (its GPUs), BERT-base shape (tokenizer
 #        in .devtok/bert), $N_TEXTS (default 200000) mixed 16-500 tokens; --per-gpu when the machine has one GPU.
 #   vlm-loglik: scripts/gpu_vlm.sh's log-likelihood engine alone (tiny Qwen2-VL) with vLLM's INFO log, and a
 #        py-spy dump of every Python process after $DUMP_AFTER s (default 100) if it has not finished.
+#   vlm-pool: scripts/vlm_pooling_bench.py: a tiny Qwen2-VL as embedder and reranker against transformers, then
+#        `vllm-eval run` on the three digit image tasks with the VLM2Vec prompts (timed), then images/s of a
+#        Qwen2-VL-2B-shaped random embedder against transformers ($N_IMAGES, default 5000).
+#   bert-profile: py-spy (raw stacks, every process) over one engine of a BERT-base shape embedding $N_TEXTS
+#        (default 100000) texts of fixed 130 tokens, where one engine was slower than sentence-transformers.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
@@ -58,4 +63,28 @@ build_random_embedding_model('$models/bert-base', 'bert-base', '.devtok/bert', d
       --output-dir "$out/vlm-loglik/digits" --no-progress --no-cache > "$out/vlm-loglik/log.txt" 2>&1
     echo "exit $?" >> "$out/vlm-loglik/log.txt"
     kill "$dumper" 2>/dev/null ;;
+  vlm-pool)
+    o=$out/vlm-pool
+    timeout -k 10 "${LIMIT:-200}" python3 scripts/vlm_pooling_bench.py --model-dir "$models/q2vl" --shape tiny \
+      --steps parity rerank --out "$o" > "$o/parity.log" 2>&1; echo "exit $?" >> "$o/parity.log"
+    start=$(date +%s%N)
+    timeout -k 10 "${LIMIT:-200}" python3 -m vllm_eval.cli run --model "$models/q2vl" --preset vlm2vec-qwen2vl \
+      --tasks DigitsZeroShot DigitsImageClassification DigitsTextToImageRetrieval --dtype float32 \
+      --output-dir "$o/run" --no-progress --no-cache > "$o/run.log" 2>&1; rc=$?
+    echo "exit $rc wall $(( ($(date +%s%N) - start) / 1000000 )) ms" >> "$o/run.log"
+    timeout -k 10 "${LIMIT2:-300}" python3 scripts/vlm_pooling_bench.py --model-dir "$models/q2vl-2b" \
+      --shape qwen2-vl-2b --steps throughput --n-images "${N_IMAGES:-5000}" --out "$o" > "$o/throughput.log" 2>&1
+    echo "exit $?" >> "$o/throughput.log"
+    grep -hE "^(parity|rerank|vllm|hf|model)|exit" "$o"/*.log ;;
+  bert-profile)
+    python3 -c "
+from vllm_eval.testing import build_random_embedding_model
+build_random_embedding_model('$models/bert-base', 'bert-base', '.devtok/bert', dtype='float16')" > /dev/null 2>&1
+    spy=$(command -v py-spy || echo /root/site/bin/py-spy)
+    timeout -k 10 "${LIMIT:-240}" "$spy" record -r 200 -f raw --subprocesses -o "$out/bert-profile/one-engine.txt" -- \
+      python3 -m vllm_eval.cli bench --model "$models/bert-base" --backends vllm --dtype float16 \
+      --n-texts "${N_TEXTS:-100000}" --lengths fixed:130 --batch-sizes 1024 > "$out/bert-profile/log.txt" 2>&1
+    echo "exit $?" >> "$out/bert-profile/log.txt"
+    gzip "$out/bert-profile/one-engine.txt"
+    grep -E "tok/s|exit" "$out/bert-profile/log.txt" ;;
 esac

@@ -203,3 +203,58 @@ def test_evaluate_refuses_image_tasks_for_a_text_only_model_in_one_line():
     text_only = SimpleNamespace(mteb_model_meta=SimpleNamespace(modalities=["text"], name="served"))
     with pytest.raises(UsageError, match="task DigitsZeroShot has image and text inputs; the model takes text only"):
         evaluate(text_only, get_tasks(["WordSim353", "DigitsZeroShot"]), show_progress_bar=False)
+
+
+def _write_digit_files(root, n_classify: int = 40):
+    """The digit retrieval task's images, queries and qrels as files (BEIR layout, PNG paths), and an image
+    classification file: what a user's own image data looks like."""
+    import json
+
+    from vllm_eval.tasks.images import TEST, TRAIN, digits, prompt
+
+    images, labels = digits(TRAIN, TRAIN + TEST)
+    (root / "imgs").mkdir(parents=True)
+    for i, im in enumerate(images):
+        im.save(root / "imgs" / f"{i}.png")
+    beir = root / "beir"
+    beir.mkdir()
+    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"digit-{i}", "image": f"../imgs/{i}.png"}) + "\n"
+                                               for i in range(len(images))))  # fmt: skip
+    (beir / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"q{k}", "text": prompt(k)}) + "\n" for k in range(10))
+    )
+    (beir / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{label}\tdigit-{i}\t1\n" for i, label in enumerate(labels)))  # fmt: skip
+    rows = [{"image": f"imgs/{i}.png", "label": prompt(labels[i])} for i in range(n_classify)]
+    (root / "mydigits.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return beir, root / "mydigits.jsonl"
+
+
+def test_own_image_files_as_mteb_tasks(clip, cli_in_process, tmp_path):
+    """A BEIR directory whose corpus names image files scores as the built-in digit retrieval task on the same
+    images; an (image, label) file runs as image classification; a missing image is named by file and line."""
+    import json
+
+    from vllm_eval.results import evaluate
+    from vllm_eval.tasks.images import DigitsTextToImageRetrieval
+    from vllm_eval.tasks.owntasks import own_mteb_task
+
+    model_dir, enc = clip
+    beir, labelled = _write_digit_files(tmp_path / "data")
+    own = own_mteb_task(beir)
+    assert (own.metadata.type, own.metadata.category, own.metadata.modalities) == (
+        "Any2AnyRetrieval",
+        "t2i",
+        ["text", "image"],
+    )
+    rows = evaluate(enc, [own, DigitsTextToImageRetrieval()], show_progress_bar=False)
+    assert rows[0].status == "computed" and rows[0].main_score == rows[1].main_score
+    out = tmp_path / "run"
+    code, err = cli_in_process("run", "--model", str(model_dir), "--data", str(labelled), "--no-cache", "--no-progress",
+                               "--output-dir", str(out))  # fmt: skip
+    assert code == 0, err
+    (score,) = json.loads((out / "summary.json").read_text())["scores"]
+    assert score["task"] == "mydigits" and 0.0 <= score["main_score"] <= 1.0
+    labelled.write_text(labelled.read_text() + json.dumps({"image": "imgs/missing.png", "label": "x"}) + "\n")
+    code, err = cli_in_process("run", "--model", str(model_dir), "--data", str(labelled), "--no-cache")
+    assert code == 2 and "mydigits.jsonl:41: field 'image' 'imgs/missing.png': no such file" in err

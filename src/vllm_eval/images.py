@@ -10,7 +10,7 @@ import numpy as np
 
 from .errors import OptionError
 
-__all__ = ["ImageInput", "image_digest", "to_pil"]
+__all__ = ["ImageInput", "cache_form", "image_digest", "prompt_of", "texts_or_images", "to_pil", "with_prompt"]
 
 
 def to_pil(image: Any):
@@ -39,34 +39,76 @@ def image_digest(image: Any) -> str:
 
 
 class ImageInput:
-    """One image of an encoder's input stream: equal (and hashed) by its pixels and size, so repeats are
-    embedded once, and keyed in the cache by :meth:`cache_form`.
+    """One image of an encoder's input stream, with the prompt it goes with: equal (and hashed) by its pixels,
+    size and prompt, so repeats are embedded once, and keyed in the cache by :meth:`cache_form`.
 
     Args:
         image: a PIL image or an array (see :func:`to_pil`); kept as RGB.
+        prompt: the text prompt sent with it, holding the model's image placeholder (a vision-language
+            embedder, see :class:`~vllm_eval.presets.ImagePrompts`); empty for CLIP and SigLIP, which take
+            an image alone.
     """
 
-    __slots__ = ("image", "digest")
+    __slots__ = ("image", "digest", "prompt")
 
-    def __init__(self, image: Any) -> None:
+    def __init__(self, image: Any, prompt: str = "") -> None:
         self.image = to_pil(image)
         self.digest = f"{image_digest(self.image)}:{self.image.width}x{self.image.height}"
+        self.prompt = prompt
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ImageInput) and other.digest == self.digest
+        return isinstance(other, ImageInput) and (other.digest, other.prompt) == (self.digest, self.prompt)
 
     def __hash__(self) -> int:
-        return hash(self.digest)
+        return hash((self.digest, self.prompt))
 
     def __repr__(self) -> str:
-        return f"<image {self.digest}>"
+        return f"<image {self.digest}{' ' + repr(self.prompt) if self.prompt else ''}>"
 
-    def __getstate__(self) -> tuple[Any, str]:
-        return self.image, self.digest
+    def __getstate__(self) -> tuple[Any, str, str]:
+        return self.image, self.digest, self.prompt
 
-    def __setstate__(self, state: tuple[Any, str]) -> None:
-        self.image, self.digest = state
+    def __setstate__(self, state: tuple[Any, str, str]) -> None:
+        self.image, self.digest, self.prompt = state
+
+    def with_prompt(self, prompt: str) -> ImageInput:
+        """The same image with another prompt (the pixels are not hashed again)."""
+        out = ImageInput.__new__(ImageInput)
+        out.image, out.digest, out.prompt = self.image, self.digest, prompt
+        return out
 
     def cache_form(self) -> dict[str, str]:
-        """What the cache keys this input by: its pixel digest and size."""
-        return {"image": self.digest}
+        """What the cache keys this input by: its pixel digest and size, and its prompt when it has one."""
+        return {"image": self.digest, "prompt": self.prompt} if self.prompt else {"image": self.digest}
+
+
+def prompt_of(model_input: Any) -> str:
+    """The text of a model input: a text itself, an image input its prompt."""
+    return model_input.prompt if isinstance(model_input, ImageInput) else model_input
+
+
+def with_prompt(model_input: Any, text: str) -> Any:
+    """``model_input`` with its text replaced: a text becomes ``text``, an image input keeps its image."""
+    return model_input.with_prompt(text) if isinstance(model_input, ImageInput) else text
+
+
+def cache_form(model_input: Any) -> Any:
+    """What the cache keys an input by: a text itself, an image input its pixels (and prompt)."""
+    return model_input.cache_form() if isinstance(model_input, ImageInput) else model_input
+
+
+def texts_or_images(items: Any) -> list[Any]:
+    """``items`` as a list of str and :class:`ImageInput`.
+
+    Raises:
+        OptionError: a single str, or an item of another type (named by index).
+    """
+    from .prompts import check_texts
+
+    if isinstance(items, str):
+        return check_texts(items)
+    items = list(items)
+    for i, x in enumerate(items):
+        if not isinstance(x, (str, ImageInput)):
+            check_texts(items[i : i + 1], i)  # names the item
+    return items

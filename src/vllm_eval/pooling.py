@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .base import PoolingBackendBase
+from .images import cache_form
 from .progress import input_bar
 from .streaming import chunked, prefetched, warn_truncated
 
@@ -94,7 +95,7 @@ class TextPoolingBase(PoolingBackendBase):
                 ids, n_cut = self.tokenizer(fresh)
                 counts["truncated"] += n_cut
             # The exact model input keys the cache: token ids where we tokenize, else the text (an image: its pixels).
-            keys, hits = self._cached(ids or [_cache_form(x) for x in fresh]) if fresh else ([], {})
+            keys, hits = self._cached(ids or [cache_form(x) for x in fresh]) if fresh else ([], {})
             item = _Chunk(fresh, ids, len(chunk), keys, hits)
             self._account(item)
             return item
@@ -139,8 +140,3 @@ class TextPoolingBase(PoolingBackendBase):
         future: Future = Future()
         future.set_result(self._pool_chunk(texts, ids))
         return future
-
-
-def _cache_form(model_input: Any) -> Any:
-    """What the cache keys an input by: a text itself, an image (:class:`~vllm_eval.images.ImageInput`) its pixels."""
-    return model_input.cache_form() if hasattr(model_input, "cache_form") else model_input

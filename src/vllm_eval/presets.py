@@ -62,6 +62,64 @@ class ScoreTemplate:
 
 
 @dataclass(frozen=True)
+class ImagePrompts:
+    """How a vision-language embedder (a generative VLM pooled at its last token: E5-V, VLM2Vec, GME-style
+    models) is prompted for each kind of input, following vLLM's ``vision_language_pooling.py`` example.
+
+    ``text`` formats a text alone (``{text}``), ``image`` an image alone and ``text_image`` an image with
+    its text (mteb's fused inputs; ``{image}`` and ``{text}``). ``{image}`` becomes ``image_token`` when
+    given, else the model's own placeholder as vLLM's chat parser writes it (``<image>``, ``<|image_1|>``,
+    ``<|vision_start|><|image_pad|><|vision_end|>`` ...), which vLLM's processor expands into the image's
+    tokens. A ``text_image`` of None refuses fused inputs.
+
+    Raises:
+        UsageError: ``text`` without ``{text}``, ``image`` without ``{image}``, ``text_image`` without both.
+    """
+
+    text: str = "{text}"
+    image: str = "{image}"
+    text_image: str | None = "{image}\n{text}"
+    image_token: str | None = None
+
+    def __post_init__(self) -> None:
+        needs = {"text": ("{text}",), "image": ("{image}",), "text_image": ("{image}", "{text}")}
+        for name, marks in needs.items():
+            value = getattr(self, name)
+            if value is not None and not all(m in value for m in marks):
+                raise UsageError(f"image prompt {name!r} must contain {' and '.join(marks)}: {value!r}")
+
+    @classmethod
+    def coerce(cls, value: ImagePrompts | dict[str, Any] | None) -> ImagePrompts | None:
+        """``value`` as :class:`ImagePrompts` (a dict by field names, e.g. from ``--image-prompts`` JSON).
+
+        Raises:
+            UsageError: an unknown key or a template without its fields.
+        """
+        if value is None or isinstance(value, ImagePrompts):
+            return value
+        unknown = set(value) - {f.name for f in fields(cls)}
+        if unknown:
+            known = ", ".join(f.name for f in fields(cls))
+            raise UsageError(f"unknown image prompt keys {sorted(unknown)}; known: {known}")
+        return cls(**value)
+
+    def format(self, text: str | None, has_image: bool, placeholder: str) -> str:
+        """The prompt for one input: a text alone, an image alone (``text`` None) or both.
+
+        Raises:
+            UsageError: an image with text when ``text_image`` is None.
+        """
+        token = self.image_token or placeholder
+        if not has_image:
+            return self.text.replace("{text}", text or "")
+        if text is None:
+            return self.image.replace("{image}", token)
+        if self.text_image is None:
+            raise UsageError("these image prompts take a text or an image, not both in one input (no text_image)")
+        return self.text_image.replace("{image}", token).replace("{text}", text)
+
+
+@dataclass(frozen=True)
 class ModelPreset:
     """A named recipe for a model.
 
@@ -73,6 +131,7 @@ class ModelPreset:
             automatically, e.g. ``"*qwen3-reranker*"``.
         engine_kwargs: vLLM ``EngineArgs`` the model needs (e.g. ``hf_overrides``); user options win.
         score_template: reranker prompt recipe.
+        image_prompts: how a vision-language embedder is prompted per input kind (:class:`ImagePrompts`).
         prompts: static prompts for embedding models (see :mod:`vllm_eval.prompts`).
         instruction_template: embedding-model instruction template.
         chat_template: chat template override for generative models.
@@ -91,6 +150,7 @@ class ModelPreset:
     patterns: tuple[str, ...] = ()
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     score_template: ScoreTemplate | None = None
+    image_prompts: ImagePrompts | None = None
     prompts: dict[str, str] | None = None
     instruction_template: str | None = None
     chat_template: str | None = None
@@ -310,4 +370,86 @@ def _llava() -> ModelPreset:
         patterns=("*llava-1.5*",),
         image_position="before",
         description="LLaVA 1.5 (llava-hf); images before the text",
+    )
+
+
+# Vision-language embedders: the prompts of vLLM's examples/pooling/pooling/vision_language_pooling.py.
+_LLAMA3_USER = (
+    "<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n \n"
+)
+
+
+@register_preset("e5-v")
+def _e5_v() -> ModelPreset:
+    return ModelPreset(
+        name="e5-v",
+        kind="embedding",
+        model="royokong/e5-v",
+        patterns=("*e5-v",),
+        engine_kwargs={"max_model_len": 4096},
+        image_prompts=ImagePrompts(
+            text=_LLAMA3_USER.format("{text}\nSummary above sentence in one word: "),
+            image=_LLAMA3_USER.format("{image}\nSummary above image in one word: "),
+            text_image=None,
+        ),
+        description="E5-V (LLaVA-NeXT Llama 3): one-word summary prompts for a text or an image (Jiang et al. 2024)",
+    )
+
+
+_VLM2VEC = {
+    "text": "Find me an everyday image that matches the given caption: {text}",
+    "image": "{image} Find a day-to-day image that looks similar to the provided image.",
+    "text_image": "{image} Represent the given image with the following question: {text}",
+}
+
+
+@register_preset("vlm2vec-phi3v")
+def _vlm2vec_phi3v() -> ModelPreset:
+    return ModelPreset(
+        name="vlm2vec-phi3v",
+        kind="embedding",
+        model="TIGER-Lab/VLM2Vec-Full",
+        patterns=("*vlm2vec-full*", "*vlm2vec-lora*"),
+        engine_kwargs={"max_model_len": 4096, "mm_processor_kwargs": {"num_crops": 4}},
+        image_prompts=ImagePrompts(**_VLM2VEC, image_token="<|image_1|>"),
+        description="VLM2Vec on Phi-3-Vision (needs trust_remote_code): its retrieval prompts (Jiang et al. 2024)",
+    )
+
+
+@register_preset("vlm2vec-qwen2vl")
+def _vlm2vec_qwen2vl() -> ModelPreset:
+    return ModelPreset(
+        name="vlm2vec-qwen2vl",
+        kind="embedding",
+        model="TIGER-Lab/VLM2Vec-Qwen2VL-2B",
+        patterns=("*vlm2vec-qwen2vl*",),
+        engine_kwargs={"max_model_len": 4096},
+        image_prompts=ImagePrompts(**_VLM2VEC, image_token="<|image_pad|>"),
+        description="VLM2Vec on Qwen2-VL (its LoRA merged first, as vLLM's example does): its retrieval prompts",
+    )
+
+
+@register_preset("qwen3-vl-reranker")
+def _qwen3_vl_reranker() -> ModelPreset:
+    # vLLM's examples/pooling/score/template/qwen3_vl_reranker.jinja as a score template; an image document's
+    # placeholder (<|vision_start|><|image_pad|><|vision_end|>) stands where its text would.
+    return ModelPreset(
+        name="qwen3-vl-reranker",
+        kind="reranker",
+        model="Qwen/Qwen3-VL-Reranker-2B",
+        patterns=("*qwen3-vl-reranker*",),
+        engine_kwargs={
+            "hf_overrides": {
+                "architectures": ["Qwen3VLForSequenceClassification"],
+                "classifier_from_token": ["no", "yes"],
+                "is_original_qwen3_reranker": True,
+                "use_sep_token": False,
+            }
+        },
+        score_template=ScoreTemplate(
+            query_template=QWEN3_RERANKER_PREFIX + "<Instruct>: {instruction}<Query>:{query}\n",
+            document_template="<Document>:{document}<|im_end|>\n<|im_start|>assistant\n\n",
+            default_instruction="Given a search query, retrieve relevant candidates that answer the query.",
+        ),
+        description="Qwen3-VL-Reranker: P(yes) of its judge template; documents may be images",
     )

@@ -120,13 +120,23 @@ def check_texts(texts: Any, offset: int = 0) -> list[str]:
     return out
 
 
-def texts_from(inputs: Any, prefix: str = "", key: str = "text"):
-    """Yield the prefixed texts of an mteb ``DataLoader`` batch by batch (never all at once)."""
+def inputs_from(inputs: Any, prefix: str, model_inputs: Any):
+    """Batch by batch (never all at once), the model inputs of an mteb ``DataLoader``: ``model_inputs(texts,
+    images)`` of each batch's prefixed texts and its images (either may be None: mteb's image tasks send
+    ``{"image": [...]}``, fused ones both).
+
+    Raises:
+        OptionError: a text that is not a str (named by its index in the loader).
+    """
     seen = 0
     for batch in inputs:
-        texts = check_texts(batch[key], seen)
-        seen += len(texts)
-        yield [prefix + t for t in texts] if prefix else texts
+        texts = batch.get("text")
+        if texts is not None:
+            texts = check_texts(texts, seen)
+            texts = [prefix + t for t in texts] if prefix else texts
+        items = model_inputs(texts, batch.get("image"))
+        seen += len(items)
+        yield items
 
 
 def resolve_prompting(

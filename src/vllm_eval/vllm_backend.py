@@ -87,7 +87,8 @@ def refusals_as_usage_errors(what: str) -> Iterator[None]:
 
 def pooling_info(llm: Any) -> dict[str, Any]:
     """What a classifier, token classifier or token embedder needs from an engine: tokenizer, limits,
-    pooling tasks, the HF config (labels), dtype (picklable: a replica sends it to the parent)."""
+    pooling tasks, the HF config (labels), dtype, the image placeholder of a vision-language model (picklable: a
+    replica sends it to the parent)."""
     config = llm.model_config
     encoder_config = getattr(config, "encoder_config", None) or {}
     return {
@@ -98,7 +99,21 @@ def pooling_info(llm: Any) -> dict[str, Any]:
         "hf_config": config.hf_config.to_dict(),
         "dtype": str(config.dtype),
         "quantization": config.quantization,
+        "image_placeholder": image_placeholder(config),
     }
+
+
+def image_placeholder(config: Any) -> str | None:
+    """The image placeholder of a vision-language model that takes prompts around its images (what vLLM's chat
+    parser writes for one image), or None: a text model, or CLIP / SigLIP (an image alone, no prompt)."""
+    if not config.is_multimodal_model or getattr(config.hf_config, "model_type", None) in ("clip", "siglip"):
+        return None
+    from vllm.model_executor.model_loader import get_model_cls
+
+    try:
+        return get_model_cls(config).get_placeholder_str("image", 1)
+    except ValueError:  # a model without an image placeholder (audio or video only): prompts do not apply
+        return None
 
 
 def guarded(fn: Callable[[Any, Any], Any], llm: Any, payload: Any) -> Any:

@@ -18,8 +18,9 @@ import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.types import PromptType
 
+from ..images import texts_or_images
 from ..pooling import TextPoolingBase
-from ..prompts import PromptResolver, check_texts
+from ..prompts import PromptResolver, inputs_from
 from ..streaming import BatchTokenizer, flatten, loader_len
 
 
@@ -97,7 +98,7 @@ class EncoderBase(AbsEncoder, TextPoolingBase, ABC):
         """
         # Progress is the backend's own setting: mteb's encode_kwargs show_progress_bar drives mteb's bars.
         show = self.show_progress_bar
-        batches = _inputs_from(inputs, self.prompting.prefix(task_metadata, prompt_type), self.name)
+        batches = inputs_from(inputs, self.prompting.prefix(task_metadata, prompt_type), self._model_inputs)
         return self._pooled_stream(flatten(batches), total=loader_len(inputs), show_progress_bar=show)
 
     def encode_texts(self, texts: Sequence[Any], *, show_progress_bar: bool | None = None) -> np.ndarray:
@@ -107,7 +108,7 @@ class EncoderBase(AbsEncoder, TextPoolingBase, ABC):
         Raises:
             OptionError: an item that is neither a str nor an image input (named by index).
         """
-        items = _texts_or_images(texts)
+        items = texts_or_images(texts)
         show = self.show_progress_bar if show_progress_bar is None else show_progress_bar
         images = {i for i, x in enumerate(items) if not isinstance(x, str)}
         if not images or len(images) == len(items):
@@ -119,47 +120,25 @@ class EncoderBase(AbsEncoder, TextPoolingBase, ABC):
             out[where] = rows
         return out
 
+    def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
+        """One batch of mteb inputs as model inputs: texts alone (as they are), images alone (each an
+        :class:`~vllm_eval.images.ImageInput`), or image+text pairs (a fused input; refused here, taken by an
+        encoder that prompts a vision-language model).
+
+        Raises:
+            UsageError: images with texts.
+        """
+        from ..errors import UsageError
+        from ..images import ImageInput
+
+        if images is None:
+            return texts or []
+        if texts is not None:
+            raise UsageError(f"{self.name} embeds a text or an image, not both in one input (a fused image+text task)")
+        return [ImageInput(image) for image in images]
+
     def _pool_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
         return self._embed_chunk(texts, ids)
 
     def _output_width(self) -> int:
         return self.mteb_model_meta.embed_dim or 0
-
-
-def _inputs_from(inputs: Any, prefix: str, model: str):
-    """Batch by batch: the prefixed texts of an mteb ``DataLoader``, or its images as :class:`ImageInput`.
-
-    Raises:
-        UsageError: a batch with both texts and images (mteb's fused image+text input).
-    """
-    from ..errors import UsageError
-    from ..images import ImageInput
-
-    seen = 0
-    for batch in inputs:
-        if "image" not in batch:
-            texts = check_texts(batch["text"], seen)
-            yield [prefix + t for t in texts] if prefix else texts
-        elif "text" in batch:
-            raise UsageError(f"{model} embeds a text or an image, not both in one input (a fused image+text task)")
-        else:
-            texts = [ImageInput(image) for image in batch["image"]]
-            yield texts
-        seen += len(texts)
-
-
-def _texts_or_images(items: Any) -> list[Any]:
-    """``items`` as a list of str and :class:`ImageInput`.
-
-    Raises:
-        OptionError: a single str, or an item of another type (named by index).
-    """
-    from ..images import ImageInput
-
-    if isinstance(items, str):
-        return check_texts(items)
-    items = list(items)
-    for i, x in enumerate(items):
-        if not isinstance(x, (str, ImageInput)):
-            check_texts(items[i : i + 1], i)  # names the item
-    return items

@@ -17,6 +17,7 @@ from ..engine_args import backend_engine_kwargs
 from ..errors import UsageError
 from ..images import ImageInput
 from ..modelinfo import ModelRef, build_model_meta
+from ..presets import ImagePrompts
 from ..prompts import InstructionTemplate, resolve_prompting
 from ..streaming import BatchTokenizer
 from ..vllm_backend import VllmBackend, check_outputs, pooling_info
@@ -37,6 +38,11 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
         model_name: name recorded in results (``org/name``); read from the files when None.
         prompts, instruction_template, instructions, apply_instruction_to_documents: see
             :mod:`vllm_eval.prompts`.
+        image_prompts: how a vision-language embedder (a generative VLM pooled at its last token: E5-V,
+            VLM2Vec, Qwen-VL embedders) is prompted for a text, an image and an image with text
+            (:class:`~vllm_eval.presets.ImagePrompts` or a dict of its fields); default: the preset's, else
+            ``ImagePrompts()`` (the text as it is, the model's image placeholder, the placeholder then the
+            text). Not used by CLIP and SigLIP, which embed an image alone.
         dimensions: matryoshka output width, sent as ``PoolingParams(dimensions=...)``.
         normalize: force L2 normalisation on/off (``PoolingParams.use_activation``); None follows
             the model's pooler config (sentence-transformers ``Normalize`` module); for an image-text model
@@ -84,6 +90,7 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
         instruction_template: InstructionTemplate | None = None,
         instructions: dict[str, str] | None = None,
         apply_instruction_to_documents: bool = False,
+        image_prompts: ImagePrompts | dict[str, str] | None = None,
         dimensions: int | None = None,
         normalize: bool | None = None,
         chunk_size: int = 1024,
@@ -126,7 +133,13 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
         with self.closed_on_error():
             info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu, ray_address)
             self._check_dimensions(ref.path, info)
-            if normalize is None and info["is_multimodal"] and not _st_normalizes(ref.path):
+            self.image_prompts = None
+            if info["image_placeholder"] is not None:  # a VLM: every input is a prompt around the placeholder
+                self.image_prompts = ImagePrompts.coerce(image_prompts) or (
+                    found.image_prompts if found and found.image_prompts else ImagePrompts()
+                )
+                self._placeholder = info["image_placeholder"]
+            elif normalize is None and info["is_multimodal"] and not _st_normalizes(ref.path):
                 # CLIP-like models give raw projections in transformers, sentence-transformers and mteb's
                 # wrappers; vLLM's embed pooler would L2-normalise them (a linear probe then scores otherwise).
                 self.normalize = False
@@ -168,7 +181,20 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             "hf_overrides": self.engine_kwargs.get("hf_overrides"),
             "dimensions": self.dimensions,
             "normalize": self.normalize,
+            "image_prompts": vars_of(self.image_prompts),
         }
+
+    def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
+        """A vision-language embedder's inputs: each text, image or image+text pair in its prompt
+        (:class:`~vllm_eval.presets.ImagePrompts`); otherwise as :class:`~vllm_eval.encoder.base.EncoderBase`."""
+        recipe = self.image_prompts
+        if recipe is None:
+            return super()._model_inputs(texts, images)
+        if images is None:
+            return [recipe.format(t, False, self._placeholder) for t in texts or []]
+        if texts is None:
+            return [ImageInput(im, recipe.format(None, True, self._placeholder)) for im in images]
+        return [ImageInput(im, recipe.format(t, True, self._placeholder)) for t, im in zip(texts, images, strict=True)]
 
     def _check_dimensions(self, model: str, info: dict[str, Any]) -> None:
         if self.dimensions is None:
@@ -187,8 +213,8 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             raise UsageError(f"dimensions must be in [1, {width}] for model {model!r}, got {self.dimensions}")
 
     def _payload(self, texts: list[Any], ids: list[list[int]]) -> tuple[list[Any], int | None, bool | None]:
-        if texts and isinstance(texts[0], ImageInput):  # an image alone: an empty prompt (CLIP, SigLIP)
-            prompts = [{"prompt": "", "multi_modal_data": {"image": x.image}} for x in texts]
+        if texts and isinstance(texts[0], ImageInput):  # CLIP, SigLIP: an empty prompt; a VLM: its image prompt
+            prompts = [{"prompt": x.prompt, "multi_modal_data": {"image": x.image}} for x in texts]
             return prompts, self.dimensions, self.normalize
         return (ids if self.pretokenize else texts), self.dimensions, self.normalize
 
@@ -242,6 +268,13 @@ def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]) -> n
     else:
         outputs = llm.embed([TokensPrompt(prompt_token_ids=x) for x in inputs], pooling_params=params, use_tqdm=False)
     return np.asarray([o.outputs.embedding for o in check_outputs(outputs)], dtype=np.float32)
+
+
+def vars_of(recipe: ImagePrompts | None) -> dict[str, Any] | None:
+    """A recipe's fields as a dict (what results record), or None."""
+    from dataclasses import asdict
+
+    return asdict(recipe) if recipe is not None else None
 
 
 def _st_normalizes(model: str) -> bool:

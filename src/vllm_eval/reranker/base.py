@@ -29,9 +29,10 @@ from mteb.types import PromptType
 
 from ..base import PoolingBackendBase
 from ..errors import UsageError
+from ..images import ImageInput, cache_form, prompt_of, texts_or_images, with_prompt
 from ..presets import ScoreTemplate
 from ..progress import input_bar
-from ..prompts import PromptResolver, check_texts, texts_from
+from ..prompts import PromptResolver, inputs_from
 from ..streaming import chunked, flatten, loader_len, prefetched, private_tokenizer, warn_truncated
 
 Mode = Literal["cross-encoder", "template", "bi-encoder"]
@@ -73,9 +74,7 @@ def num_labels(config: dict[str, Any]) -> int | None:
     return config.get("num_labels")
 
 
-def _pairs(inputs1: Any, inputs2: Any, q_prefix: str, d_prefix: str) -> Iterator[tuple[str, str]]:
-    queries = flatten(texts_from(inputs1, q_prefix))
-    docs = flatten(texts_from(inputs2, d_prefix))
+def _pairs(queries: Iterable[Any], docs: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
     try:
         yield from zip(queries, docs, strict=True)
     except ValueError:
@@ -132,14 +131,17 @@ class RerankerBase(PoolingBackendBase, ABC):
         )
         self.mode = mode
         self.template = template
+        #: The model's image placeholder when it takes images in its prompt (a vision-language reranker), else None.
+        self.image_placeholder: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """The base identity plus the scoring mode (the template is part of each input)."""
         return {**super().identity(), "mode": self.mode}
 
     @abstractmethod
-    def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
-        """Score ``queries[i]`` against ``documents[i]`` (already prefixed or templated).
+    def _score_chunk(self, queries: list[Any], documents: list[Any]) -> np.ndarray:
+        """Score ``queries[i]`` against ``documents[i]`` (already prefixed or templated; str, or an
+        :class:`~vllm_eval.images.ImageInput` whose prompt holds the image placeholder).
 
         Returns:
             float32 array (len(queries),).
@@ -171,8 +173,25 @@ class RerankerBase(PoolingBackendBase, ABC):
         instruction = self.prompting.task_instruction(task_metadata)
         # Progress is the backend's own setting: mteb's encode_kwargs show_progress_bar drives mteb's bars.
         show = self.show_progress_bar
-        pairs = _pairs(inputs1, inputs2, q_prefix, d_prefix)
+        queries = flatten(inputs_from(inputs1, q_prefix, self._model_inputs))
+        pairs = _pairs(queries, flatten(inputs_from(inputs2, d_prefix, self._model_inputs)))
         return self._score_stream(pairs, instruction, loader_len(inputs1), show)
+
+    def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
+        """One side's batch as model inputs: texts as they are; an image (with its text, if any) as an
+        :class:`~vllm_eval.images.ImageInput` whose prompt is the model's image placeholder, then the text.
+
+        Raises:
+            UsageError: images for a reranker that takes text only.
+        """
+        if images is None:
+            return texts or []
+        if self.image_placeholder is None:
+            raise UsageError(f"{self.name} scores texts only; this task's inputs have images")
+        mark = self.image_placeholder
+        if texts is None:
+            return [ImageInput(im, mark) for im in images]
+        return [ImageInput(im, mark + t) for t, im in zip(texts, images, strict=True)]
 
     def score_pairs(
         self,
@@ -182,13 +201,14 @@ class RerankerBase(PoolingBackendBase, ABC):
         instruction: str | None = None,
         show_progress_bar: bool | None = None,
     ) -> np.ndarray:
-        """Score ``queries[i]`` against ``documents[i]`` with no task prompts; float32 (n_pairs,).
+        """Score ``queries[i]`` against ``documents[i]`` with no task prompts; float32 (n_pairs,). An item may be
+        an :class:`~vllm_eval.images.ImageInput` whose prompt holds the image placeholder (a vision-language model).
 
         Raises:
-            OptionError: an item that is not a str.
+            OptionError: an item that is neither a str nor an image input.
             UsageError: different numbers of queries and documents.
         """
-        queries, documents = check_texts(queries), check_texts(documents)
+        queries, documents = texts_or_images(queries), texts_or_images(documents)
         if len(queries) != len(documents):
             raise UsageError(f"{len(queries)} queries but {len(documents)} documents")
         show = self.show_progress_bar if show_progress_bar is None else show_progress_bar
@@ -209,7 +229,7 @@ class RerankerBase(PoolingBackendBase, ABC):
             if self.template is not None:
                 qs, ds, cut = self._apply_template(qs, ds, instruction)
             lengths, over = self._pair_lengths(qs, ds)
-            keys, hits = self._cached([[q, d] for q, d in zip(qs, ds)])  # the pair as the model sees it
+            keys, hits = self._cached([[cache_form(q), cache_form(d)] for q, d in zip(qs, ds)])  # as the model sees it
             c = self.counters
             c.inputs += len(chunk)
             c.distinct += len(chunk)
@@ -255,11 +275,13 @@ class RerankerBase(PoolingBackendBase, ABC):
         )
         return [len(x) for x in enc["input_ids"]]
 
-    def _pair_lengths(self, qs: list[str], ds: list[str]) -> tuple[list[int], int]:
+    def _pair_lengths(self, qs: list[Any], ds: list[Any]) -> tuple[list[int], int]:
         """Tokens per pair after truncation, and how many pairs are over the limit (``[], 0`` when the
-        server tokenizes). A bi-encoder's query and document count separately."""
+        server tokenizes). A bi-encoder's query and document count separately; an image's prompt counts
+        (its placeholder as written, not the image's tokens)."""
         if self.tokenizer is None or self.max_length is None:
             return [], 0
+        qs, ds = [prompt_of(q) for q in qs], [prompt_of(d) for d in ds]
         cap = self.max_length
         if self.mode == "bi-encoder":
             q_len, d_len = self._lengths(qs), self._lengths(ds)
@@ -269,26 +291,27 @@ class RerankerBase(PoolingBackendBase, ABC):
         return [min(n, cap) for n in lengths], sum(n > cap for n in lengths)
 
     def _apply_template(
-        self, qs: list[str], ds: list[str], instruction: str | None
-    ) -> tuple[list[str], list[str], int]:
+        self, qs: list[Any], ds: list[Any], instruction: str | None
+    ) -> tuple[list[Any], list[Any], int]:
         """Format pairs with the score template; cut over-long documents inside ``{document}``.
 
         The template's head and tail (for Qwen3-Reranker: the assistant turn the score is read
         from) must survive truncation, so the document text is shortened by the excess tokens,
-        never the prompt's end. Without a local tokenizer the pairs are formatted only.
+        never the prompt's end. Without a local tokenizer the pairs are formatted only. An image input's
+        prompt is formatted the same way, and never cut.
 
         Raises:
             UsageError: a query whose templated part alone exceeds ``max_length``.
         """
         head, tail = self.template.document_parts()
-        fq = [self.template.query(q, instruction) for q in qs]
-        fd = [head + d + tail for d in ds]
+        fq = [with_prompt(q, self.template.query(prompt_of(q), instruction)) for q in qs]
+        fd = [with_prompt(d, head + prompt_of(d) + tail) for d in ds]
         if self.tokenizer is None or self.max_length is None:
             return fq, fd, 0
-        lengths = self._lengths([q + d for q, d in zip(fq, fd, strict=True)])
+        lengths = self._lengths([prompt_of(q) + prompt_of(d) for q, d in zip(fq, fd, strict=True)])
         cut = 0
         for i, n in enumerate(lengths):
-            if n <= self.max_length:
+            if n <= self.max_length or not isinstance(ds[i], str) or not isinstance(fq[i], str):
                 continue
             cut += 1
             fixed = len(self.tokenizer(fq[i] + head + tail, add_special_tokens=False)["input_ids"])

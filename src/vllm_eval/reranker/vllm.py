@@ -113,7 +113,12 @@ class VllmReranker(VllmBackend, RerankerBase):
                 )
             max_length = info["max_model_len"]
             meta = build_model_meta(
-                ref, revision=revision, model_name=model_name, max_model_len=max_length, cross_encoder=True
+                ref,
+                revision=revision,
+                model_name=model_name,
+                max_model_len=max_length,
+                cross_encoder=True,
+                modalities=["text", "image"] if info["image_placeholder"] else None,
             )
             super().__init__(
                 model=ref.path,
@@ -127,12 +132,13 @@ class VllmReranker(VllmBackend, RerankerBase):
                 chunk_size=chunk_size,
                 show_progress_bar=show_progress_bar,
             )
+            self.image_placeholder = info["image_placeholder"]
 
     def identity(self) -> dict[str, Any]:
         """The base identity plus the engine's dtype, quantization and overrides."""
         return {**super().identity(), **self.engine_identity()}
 
-    def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
+    def _score_chunk(self, queries: list[Any], documents: list[Any]) -> np.ndarray:
         scores = self.run_split(
             score_job,
             len(queries),
@@ -153,13 +159,22 @@ def engine_info(llm: Any) -> dict[str, Any]:
     }
 
 
-def score_job(llm: Any, payload: tuple[list[str], list[str]]) -> np.ndarray:
+def score_job(llm: Any, payload: tuple[list[Any], list[Any]]) -> np.ndarray:
     """Score one chunk of (query, document) pairs on ``llm``: float32 (n,). The single code path of the
-    in-process engine and of every replica.
+    in-process engine and of every replica. An :class:`~vllm_eval.images.ImageInput` goes as vLLM's
+    ``ScoreMultiModalParam`` (its prompt, which holds the image placeholder, and the image).
 
     Raises:
         RequestFailed: vLLM failed on a pair (its index in the chunk and vLLM's reason).
     """
-    queries, documents = payload
+    queries, documents = ([_score_input(x) for x in side] for side in payload)
     outputs = llm.score(queries, documents, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1})
     return np.asarray([o.outputs.score for o in check_outputs(outputs)], dtype=np.float32)
+
+
+def _score_input(x: Any) -> Any:
+    """A text as it is; an image input as vLLM's ``ScoreMultiModalParam``. Its prompt already holds the model's
+    placeholder, so vLLM's parser leaves the text as written and adds the image at that place."""
+    if isinstance(x, str):
+        return x
+    return {"content": [{"type": "text", "text": x.prompt}, {"type": "image_pil", "image_pil": x.image}]}

@@ -238,7 +238,7 @@ def load_multiple_choice_file(path: str | Path) -> GenerativeTask:
         UsageError: a row that breaks the schema, an answer that names no option, or a missing
             image file (file, line and field named).
     """
-    from .owndata import check_str_list, read_rows, where
+    from .owndata import check_str_list, image_path, read_rows, where
 
     path = Path(path)
     rows = read_rows(path, "multiple_choice")
@@ -246,11 +246,7 @@ def load_multiple_choice_file(path: str | Path) -> GenerativeTask:
     items: list[tuple[str, tuple[str, ...], int, Path | None]] = []
     for i, r in enumerate(rows):
         target = _resolve_answer(r["answer"], r["options"], where(path, i))
-        image = None
-        if r.get("image"):
-            image = (path.parent / r["image"]).resolve()
-            if not image.is_file():
-                raise UsageError(f"{where(path, i)}: field 'image' {r['image']!r}: no such file ({image})")
+        image = image_path(path, i, r["image"]) if r.get("image") else None
         items.append((r["question"], tuple(r["options"]), target, image))
 
     def load() -> list[MCItem]:

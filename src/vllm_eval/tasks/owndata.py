@@ -7,6 +7,8 @@ Schemas (fields in brackets are optional):
 
 * ``classification``: ``text`` (str), ``label`` (str or int: the class name, or its index in the
   model's ``id2label``).
+* ``image_classification``: ``image`` (an image file path, relative to the data file, or the file's bytes in
+  Parquet), ``label`` (str or int).
 * ``ner``: ``tokens`` (list of words), ``tags`` (list of IOB2/BIO tags, one per word). CoNLL files
   (``.conll``, ``.txt``: one ``word ... tag`` line per token, blank lines between sentences) are read
   by :func:`vllm_eval.tasks.ner.read_conll`.
@@ -15,7 +17,8 @@ Schemas (fields in brackets are optional):
 * ``reranking``: ``query`` (str), ``positive`` and ``negative`` (lists of str: the candidates to rank).
 * ``retrieval``: a directory in BEIR's layout, ``corpus``, ``queries`` and ``qrels`` files (each
   ``.jsonl``, ``.csv``, ``.tsv`` or ``.parquet``; ``qrels/test.tsv`` as BEIR ships it also works):
-  corpus rows ``_id`` or ``id``, ``text``, [``title``]; query rows ``_id`` or ``id``, ``text``; qrels
+  corpus rows ``_id`` or ``id``, ``text``, [``title``] (or ``image`` instead of ``text``: an image corpus, as
+  ``image_classification`` gives images); query rows ``_id`` or ``id``, ``text``; qrels
   rows ``query-id``, ``corpus-id``, ``score`` (relevance, > 0 relevant).
 * ``multiple_choice``: ``question`` (str), ``options`` (list of str), ``answer`` (the option's
   text, letter or 0-based index: one form per file, as a column has one type),
@@ -41,6 +44,7 @@ from ..errors import DataUnavailableError, UsageError
 #: Per task type: field -> the Python types it accepts.
 SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "classification": {"text": (str,), "label": (str, int)},
+    "image_classification": {"image": (str, bytes), "label": (str, int)},
     "ner": {"tokens": (list,), "tags": (list,)},
     "sts": {"sentence1": (str,), "sentence2": (str,), "score": (int, float)},
     "pair_classification": {"sentence1": (str,), "sentence2": (str,), "label": (int,)},
@@ -49,6 +53,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "preference": {"prompt": (str,), "chosen": (str,), "rejected": (str,)},
     # The three files of a retrieval directory.
     "corpus": {"id": (str, int), "text": (str,)},
+    "image_corpus": {"id": (str, int), "image": (str, bytes)},
     "queries": {"id": (str, int), "text": (str,)},
     "qrels": {"query-id": (str, int), "corpus-id": (str, int), "score": (int, float)},
 }
@@ -278,3 +283,35 @@ def find_table(directory: Path, stem: str) -> Path | None:
             if (directory / "qrels" / f"{split}.tsv").is_file():
                 return directory / "qrels" / f"{split}.tsv"
     return None
+
+
+def image_path(path: str | Path, index: int, value: str) -> Path:
+    """The image file a row's ``image`` field names: relative to the data file ``path`` (or absolute).
+
+    Raises:
+        UsageError: no such file (file, line and the path named).
+    """
+    image = (Path(path).parent / value).resolve()
+    if not image.is_file():
+        raise UsageError(f"{_where(Path(path), index)}: field 'image' {value!r}: no such file ({image})")
+    return image
+
+
+def load_images(path: str | Path, rows: list[dict[str, Any]]) -> list[Any]:
+    """The RGB PIL images of rows' ``image`` fields (file paths, or bytes), in row order.
+
+    Raises:
+        UsageError: a missing file, or one PIL cannot read (file, line named).
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    out = []
+    for i, r in enumerate(rows):
+        value = r["image"]
+        source = io.BytesIO(value) if isinstance(value, bytes) else image_path(path, i, value)
+        try:
+            with Image.open(source) as im:
+                out.append(im.convert("RGB"))
+        except (UnidentifiedImageError, OSError) as e:
+            raise UsageError(f"{_where(Path(path), i)}: field 'image' is not an image PIL reads ({e})") from None
+    return out

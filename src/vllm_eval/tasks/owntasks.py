@@ -3,8 +3,10 @@
 The schema (see :mod:`vllm_eval.tasks.owndata`) is read from the file's fields, or named with
 ``task_type`` (mteb's type names): ``STS`` (sentence1, sentence2, score), ``PairClassification``
 (sentence1, sentence2, label), ``Reranking`` (query, positive, negative), ``Retrieval`` (a BEIR
-directory: corpus, queries, qrels) and ``Classification`` (text, label; scored as mteb scores
-PangLeePolarity: logistic regression on the embeddings, 5-fold cross-validation on the one split).
+directory: corpus, queries, qrels; a corpus of images instead of texts makes a text-to-image retrieval task),
+``Classification`` (text, label; scored as mteb scores PangLeePolarity: logistic regression on the embeddings,
+5-fold cross-validation on the one split) and ``ImageClassification`` (image, label: a path relative to the file,
+or Parquet bytes; scored the same way on the image vectors).
 The task is an instance of mteb's own ``AbsTask*`` class for that type, so mteb's evaluator, main
 score and result JSON are the ones users know; its name is the file's (``mydata`` for
 ``mydata.jsonl``) and its dataset revision a hash of the file's bytes.
@@ -27,6 +29,7 @@ TYPES = {
     "Reranking": "reranking",
     "Retrieval": "retrieval",
     "Classification": "classification",
+    "ImageClassification": "image_classification",
 }
 _MAIN_SCORES = {
     "STS": "cosine_spearman",
@@ -34,6 +37,8 @@ _MAIN_SCORES = {
     "Reranking": "map_at_1000",
     "Retrieval": "ndcg_at_10",
     "Classification": "accuracy",
+    "ImageClassification": "accuracy",
+    "Any2AnyRetrieval": "ndcg_at_10",  # a retrieval directory whose corpus is images
 }
 
 
@@ -66,10 +71,12 @@ def detect_type(path: str | Path) -> str:
     raise UsageError(f"--data {str(path)!r}: fields {', '.join(sorted(columns))} match no schema ({known})")
 
 
-def _metadata(name: str, mteb_type: str, files: list[Path], description: str) -> Any:
+def _metadata(name: str, mteb_type: str, files: list[Path], description: str, images: bool = False) -> Any:
     from mteb.abstasks.task_metadata import TaskMetadata
 
-    category = "t2c" if mteb_type == "Classification" else "t2t"
+    category = {"Classification": "t2c", "ImageClassification": "i2c"}.get(mteb_type, "t2t")
+    if images and mteb_type == "Retrieval":
+        mteb_type, category = "Any2AnyRetrieval", "t2i"
     return TaskMetadata(
         name=name,
         description=description,
@@ -91,7 +98,7 @@ def _metadata(name: str, mteb_type: str, files: list[Path], description: str) ->
         dialect=None,
         sample_creation=None,
         bibtex_citation="",
-        modalities=["text"],
+        modalities=(["text", "image"] if category == "t2i" else ["image"]) if images else ["text"],
         is_public=False,
     )
 
@@ -127,6 +134,7 @@ def own_mteb_task(path: str | Path, task_type: str | None = None) -> Any:
         "Reranking": _reranking,
         "Retrieval": _retrieval,
         "Classification": _classification,
+        "ImageClassification": _image_classification,
     }[mteb_type]
     return builder(path)
 
@@ -219,6 +227,27 @@ def _classification(path: Path) -> Any:
     )
 
 
+def _image_classification(path: Path) -> Any:
+    from datasets import Dataset
+    from mteb.abstasks import AbsTaskClassification
+
+    rows = owndata.read_rows(path, "image_classification")
+    images = owndata.load_images(path, rows)
+    names = sorted({str(r["label"]) for r in rows})
+    meta = _metadata(_task_name(path), "ImageClassification", [path], f"Labelled images from {path.name}.", images=True)
+    data = Dataset.from_dict({"image": images, "label": [names.index(str(r["label"])) for r in rows]})
+    return _instance(
+        AbsTaskClassification,
+        meta,
+        {"test": data},
+        input_column_name="image",
+        is_cross_validation=True,
+        n_splits=5,
+        train_split="test",
+        samples_per_label=max(len(rows), 8),
+    )
+
+
 def _reranking(path: Path) -> Any:
     from datasets import Dataset
     from mteb.abstasks import AbsTaskRetrieval
@@ -257,7 +286,8 @@ def _retrieval(path: Path) -> Any:
     for stem, found in files.items():
         if found is None:
             raise UsageError(f"--data {str(path)!r}: no {stem} file ({stem}.jsonl, .csv, .tsv or .parquet)")
-    corpus = owndata.read_rows(files["corpus"], "corpus")
+    images = "image" in owndata.load_table(files["corpus"]).column_names  # an image corpus: text-to-image
+    corpus = owndata.read_rows(files["corpus"], "image_corpus" if images else "corpus")
     queries = owndata.read_rows(files["queries"], "queries")
     qrels_rows = owndata.read_rows(files["qrels"], "qrels")
     doc_set = {str(r["id"]) for r in corpus}
@@ -270,15 +300,20 @@ def _retrieval(path: Path) -> Any:
         if did not in doc_set:
             raise UsageError(f"{owndata.where(files['qrels'], i)}: corpus-id {did!r} is not in {files['corpus'].name}")
         qrels.setdefault(qid, {})[did] = int(r["score"])
-    texts = [
-        f"{r['title']} {r['text']}".strip() if r.get("title") else r["text"] for r in corpus
-    ]  # BEIR's convention: the title before the text
+    if images:
+        documents = {"image": owndata.load_images(files["corpus"], corpus)}
+    else:  # BEIR's convention: the title before the text
+        documents = {"text": [f"{r['title']} {r['text']}".strip() if r.get("title") else r["text"] for r in corpus]}
     kept = [r for r in queries if str(r["id"]) in qrels]  # mteb scores only queries with judgements
     meta = _metadata(
-        _task_name(path), "Retrieval", [p for p in files.values() if p], f"Retrieval data (BEIR layout) from {path}."
+        _task_name(path),
+        "Retrieval",
+        [p for p in files.values() if p],
+        f"Retrieval data (BEIR layout) from {path}.",
+        images=images,
     )
     split = RetrievalSplitData(
-        corpus=Dataset.from_dict({"id": [str(r["id"]) for r in corpus], "text": texts}),
+        corpus=Dataset.from_dict({"id": [str(r["id"]) for r in corpus], **documents}),
         queries=Dataset.from_dict({"id": [str(r["id"]) for r in kept], "text": [r["text"] for r in kept]}),
         relevant_docs=qrels,
         top_ranked=None,

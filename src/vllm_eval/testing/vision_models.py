@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from .shapes import CHATML_TEMPLATE, tiny_text_shape, tiny_tokenizer, tiny_vision_shape
 
@@ -65,7 +66,9 @@ def build_tiny_llava(out_dir: str | Path, seed: int = 0, image_size: int = 28) -
     return out
 
 
-def build_tiny_idefics3(out_dir: str | Path, seed: int = 0, image_size: int = 56) -> Path:
+def build_tiny_idefics3(
+    out_dir: str | Path, seed: int = 0, image_size: int = 56, score_tokens: tuple[str, str] | None = None
+) -> Path:
     """Save a tiny randomly initialised ``Idefics3ForConditionalGeneration`` (SmolVLM's architecture)
     with its processor.
 
@@ -76,6 +79,12 @@ def build_tiny_idefics3(out_dir: str | Path, seed: int = 0, image_size: int = 56
     ``<fake_token_around_image><global-img><image>×4<fake_token_around_image>``. Weights from
     ``torch.manual_seed(seed)``, float32. Idefics3's image processor runs on PIL without torchvision,
     so vLLM's CPU build runs this model. A plumbing model: its answers mean nothing.
+
+    ``score_tokens=("no", "yes")`` also saves a one-label classifier head ``score.weight`` = the LM head's
+    "yes" row minus its "no" row (``num_labels=1``): loaded as a sequence classifier (vLLM's ``convert=
+    "classify"``), its score sigmoid(h·w) is P(yes) of softmax(logit_no, logit_yes), as the Qwen3 rerankers
+    are read. (vLLM's ``classifier_from_token`` recipe builds that head itself for models whose LM head sits
+    in their language model, e.g. Qwen2/3-VL; Idefics3's sits beside it, where the recipe reads an empty head.)
 
     Returns:
         The model directory.
@@ -104,6 +113,8 @@ def build_tiny_idefics3(out_dir: str | Path, seed: int = 0, image_size: int = 56
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out, safe_serialization=True)
+    if score_tokens is not None:
+        _add_score_head(out, model.lm_head.weight, tokenizer.convert_tokens_to_ids(list(score_tokens)))
     image_processor = Idefics3ImageProcessorPil(
         do_image_splitting=False,
         size={"longest_edge": image_size},
@@ -120,22 +131,69 @@ def build_tiny_idefics3(out_dir: str | Path, seed: int = 0, image_size: int = 56
     return out
 
 
+def _add_score_head(out: Path, lm_head: Any, ids: list[int]) -> None:
+    """Add ``score.weight`` (1, hidden) = lm_head[ids[1]] - lm_head[ids[0]] to the saved weights; one label."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    (weights,) = out.glob("*.safetensors")
+    tensors = load_file(weights)
+    tensors["score.weight"] = (lm_head[ids[1]] - lm_head[ids[0]]).detach().reshape(1, -1).contiguous()
+    save_file(tensors, weights, metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    config.update(num_labels=1, id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+
+
 #: The Qwen2-VL chat template of :func:`build_tiny_qwen2_vl`: :data:`CHATML_TEMPLATE` with an image part
 #: as ``<|vision_start|><|image_pad|><|vision_end|>`` (the processor expands the pad to the image's tokens).
 QWEN2_VL_TEMPLATE = CHATML_TEMPLATE.replace("{{- '<image>' }}", "{{- '<|vision_start|><|image_pad|><|vision_end|>' }}")
 
 
-def build_tiny_qwen2_vl(out_dir: str | Path, seed: int = 0) -> Path:
-    """Save a tiny randomly initialised ``Qwen2VLForConditionalGeneration`` with its processor.
+#: build_tiny_qwen2_vl's shapes: text overrides, vision config, dtype, largest image side in pixels.
+_QWEN2_VL_SHAPES: dict[str, tuple[dict, dict, str, int]] = {
+    "tiny": (
+        {},
+        dict(depth=2, embed_dim=64, hidden_size=128, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2),
+        "float32",
+        112,
+    ),
+    "qwen2-vl-2b": (
+        dict(
+            hidden_size=1536,
+            intermediate_size=8960,
+            num_hidden_layers=28,
+            num_attention_heads=12,
+            num_key_value_heads=2,
+            head_dim=128,
+            mrope_section=[16, 24, 24],
+        ),
+        dict(
+            depth=32, embed_dim=1280, hidden_size=1536, num_heads=16, mlp_ratio=4, patch_size=14, spatial_merge_size=2
+        ),
+        "bfloat16",
+        224,
+    ),
+}
 
-    Shapes: vision tower of 2 blocks (width 64, patch 14, 2x2 merge), text model as
-    :func:`build_tiny_qwen3` (hidden 128, 2 layers, multimodal RoPE sections 4/6/6), vocab ≈ 1,000
-    plus the vision tokens; fp32, weights from ``torch.manual_seed(seed)``. Images are resized to at
-    most 112x112 pixels (16 image tokens). Built where it runs: vLLM's CUDA build loads it with the
-    transformers that saved it. A plumbing model: its answers mean nothing.
+
+def build_tiny_qwen2_vl(out_dir: str | Path, seed: int = 0, shape: str = "tiny") -> Path:
+    """Save a randomly initialised ``Qwen2VLForConditionalGeneration`` with its processor.
+
+    ``shape="tiny"``: vision tower of 2 blocks (width 64, patch 14, 2x2 merge), text model as
+    :func:`build_tiny_qwen3` (hidden 128, 2 layers, multimodal RoPE sections 4/6/6), fp32; images resized to
+    at most 112x112 pixels (16 image tokens). ``shape="qwen2-vl-2b"``: Qwen2-VL-2B's towers (vision 32 blocks
+    of 1280, text 28 layers of 1536, 12 heads, 2 KV heads, MLP 8960), bfloat16, built on the GPU when there is
+    one, images up to 224x224 (64 image tokens): for throughput only. Both: vocab ≈ 1,000 plus the vision
+    tokens, weights from ``torch.manual_seed(seed)``. Built where it runs: vLLM's CUDA build loads it with
+    the transformers that saved it. A plumbing model: its answers mean nothing.
 
     Returns:
         The model directory.
+
+    Raises:
+        ValueError: an unknown ``shape``.
     """
     import torch
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor
@@ -150,17 +208,19 @@ def build_tiny_qwen2_vl(out_dir: str | Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")
     rope = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]}
+    if shape not in _QWEN2_VL_SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(_QWEN2_VL_SHAPES)}")
+    text_shape, vision, dtype, side = _QWEN2_VL_SHAPES[shape]
     config = Qwen2VLConfig(
         text_config=tiny_text_shape(
             tokenizer,
             max_position_embeddings=4096,
-            rope_parameters=rope,
-            rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]},
+            rope_parameters={**rope, "mrope_section": text_shape.get("mrope_section", [4, 6, 6])},
+            rope_scaling={"type": "mrope", "mrope_section": text_shape.get("mrope_section", [4, 6, 6])},
             tie_word_embeddings=False,
+            **{k: v for k, v in text_shape.items() if k != "mrope_section"},
         ),
-        vision_config=dict(
-            depth=2, embed_dim=64, hidden_size=128, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2
-        ),
+        vision_config=vision,
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
@@ -169,13 +229,14 @@ def build_tiny_qwen2_vl(out_dir: str | Path, seed: int = 0) -> Path:
         pad_token_id=pad,
         tie_word_embeddings=False,
     )
-    model = Qwen2VLForConditionalGeneration(config).to(torch.float32)
+    with torch.device("cuda" if shape != "tiny" and torch.cuda.is_available() else "cpu"):
+        model = Qwen2VLForConditionalGeneration(config).to(getattr(torch, dtype))
     model.generation_config.eos_token_id = eos
     model.generation_config.pad_token_id = pad
     model.save_pretrained(out, safe_serialization=True)
     # The tokenizer (with the template) and the image processor; AutoProcessor assembles Qwen2VLProcessor
     # from them (building it here would need torchvision for its video processor).
-    Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=112 * 112).save_pretrained(out)
+    Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=side * side).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 

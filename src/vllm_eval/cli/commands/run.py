@@ -54,6 +54,7 @@ class RunCommand(Command):
         "prompts",
         "instruction_template",
         "apply_instruction_to_documents",
+        "image_prompts",
         "dimensions",
         "chunk_size",
         "store_dtype",
@@ -81,12 +82,13 @@ class RunCommand(Command):
             "--data",
             default=None,
             help="your own data as an mteb task: a .jsonl/.csv/.parquet file (STS, pair classification, "
-            "reranking, classification) or a BEIR directory (retrieval); see the README's schemas; or a "
+            "reranking, classification, image classification) or a BEIR directory (retrieval, text or image "
+            "corpus); see the README's schemas; or a "
             "benchmark replica written by `bench --suite BENCHMARK`",
         )
         parser.add_argument(
             "--data-type",
-            choices=["STS", "PairClassification", "Reranking", "Retrieval", "Classification"],
+            choices=["STS", "PairClassification", "Reranking", "Retrieval", "Classification", "ImageClassification"],
             default=None,
             help="--data: the mteb task type (default: read from the fields)",
         )
@@ -112,6 +114,14 @@ class RunCommand(Command):
             type=json_object,
             default=None,
             help='JSON object of static prefixes, e.g. \'{"query": "query: "}\'',
+        )
+        parser.add_argument(
+            "--image-prompts",
+            type=json_object,
+            default=None,
+            help='a vision-language embedder\'s prompts per input, e.g. \'{"text": "{text}", "image": '
+            '"{image} Describe the image.", "text_image": "{image}\\n{text}"}\' ({image}: the model\'s image '
+            "placeholder); default: the preset's",
         )
         parser.add_argument("--instruction-template", default=None, help="template containing {instruction}")
         parser.add_argument("--apply-instruction-to-documents", action="store_true")
