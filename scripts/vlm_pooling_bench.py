@@ -5,6 +5,11 @@ transformers run in batches. Random weights (``build_tiny_qwen2_vl``): numbers f
 
     python scripts/vlm_pooling_bench.py --model-dir /root/models/q2vl --shape tiny --steps parity rerank
     python scripts/vlm_pooling_bench.py --model-dir /root/models/q2vl-2b --shape qwen2-vl-2b --steps throughput
+    python scripts/vlm_pooling_bench.py --family idefics3 --model-dir /tmp/idefics3 --steps parity rerank  # CPU build
+
+``--family idefics3`` (a tiny Idefics3, which vLLM's CPU build runs) checks the script itself on a CPU; its
+reranker is a saved one-label head (``build_tiny_idefics3(score_tokens=...)``), Qwen2-VL's is vLLM's
+``classifier_from_token`` recipe.
 
 Each step prints one line and writes ``<out>/<step>.json`` as it ends.
 """
@@ -35,11 +40,8 @@ def digits(n: int, side: int) -> list:
 def hf_last_token(model_dir: str, prompts: list[str], images: list, dtype: str, batch: int = 1) -> np.ndarray:
     """transformers' Qwen2-VL: last hidden state at the last position, L2-normalised; float32 (n, hidden)."""
     import torch
-    from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
-    processor = AutoProcessor.from_pretrained(model_dir)
-    model = Qwen2VLForConditionalGeneration.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
-    model = model.to("cuda" if torch.cuda.is_available() else "cpu")
+    processor, model = hf_model(model_dir, dtype)
     out = []
     for lo in range(0, len(prompts), batch):
         ims = [im for im in images[lo : lo + batch] if im is not None]
@@ -48,6 +50,15 @@ def hf_last_token(model_dir: str, prompts: list[str], images: list, dtype: str, 
             h = model.model(**enc).last_hidden_state[:, -1].float()
         out.append(torch.nn.functional.normalize(h, dim=-1).cpu().numpy())
     return np.concatenate(out)
+
+
+def hf_model(model_dir: str, dtype: str):
+    """transformers' processor and generation model (Qwen2-VL, Idefics3: ``AutoModelForImageTextToText``)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
+    return AutoProcessor.from_pretrained(model_dir), model.to("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def parity(args: argparse.Namespace) -> dict:
@@ -59,7 +70,10 @@ def parity(args: argparse.Namespace) -> dict:
     images, texts = digits(n, 56), [f"a handwritten digit number {i}" for i in range(n)]
     meta = get_tasks(["WordSim353"])[0].metadata
     out = {}
-    for label, kw in (("vlm2vec-prompts", {"preset": "vlm2vec-qwen2vl"}), ("model-placeholder", {})):
+    layouts = [("model-placeholder", {})]
+    if args.family == "qwen2-vl":
+        layouts.insert(0, ("vlm2vec-prompts", {"preset": "vlm2vec-qwen2vl"}))
+    for label, kw in layouts:
         with VllmEncoder(args.model_dir, dtype=args.dtype, show_progress_bar=False, **kw) as enc:
             recipe, mark = enc.image_prompts, enc._placeholder
 
@@ -88,7 +102,6 @@ def parity(args: argparse.Namespace) -> dict:
 
 def rerank(args: argparse.Namespace) -> dict:
     import torch
-    from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
     from vllm_eval import VllmReranker
     from vllm_eval.images import ImageInput
@@ -100,16 +113,19 @@ def rerank(args: argparse.Namespace) -> dict:
         document_template="Document: {document}<|im_end|>\n<|im_start|>assistant\n",
     )
     overrides = {"classifier_from_token": ["no", "yes"], "method": "from_2_way_softmax"}
+    model_dir = args.model_dir
+    if args.family == "idefics3":  # the recipe reads an empty head there (its LM head is beside the language model)
+        from vllm_eval.testing import build_tiny_idefics3
+
+        overrides, model_dir = {}, str(build_tiny_idefics3(args.model_dir + "-scored", score_tokens=("no", "yes")))
     images, queries = digits(n, 56), [f"the digit {i % 10}" for i in range(n)]
     with VllmReranker(
-        args.model_dir, score_template=template, hf_overrides=overrides, dtype=args.dtype, show_progress_bar=False
+        model_dir, score_template=template, hf_overrides=overrides or None, dtype=args.dtype, show_progress_bar=False
     ) as rr:
         mark = rr.image_placeholder
         got = rr.score_pairs(queries, [ImageInput(im, mark) for im in images])
     head, tail = template.document_parts()
-    processor = AutoProcessor.from_pretrained(args.model_dir)
-    model = Qwen2VLForConditionalGeneration.from_pretrained(args.model_dir, dtype=getattr(torch, args.dtype)).eval()
-    model = model.to("cuda" if torch.cuda.is_available() else "cpu")
+    processor, model = hf_model(model_dir, args.dtype)
     no, yes = processor.tokenizer.convert_tokens_to_ids(["no", "yes"])
     ref = []
     for q, im in zip(queries, images):
@@ -134,7 +150,7 @@ def throughput(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     with VllmEncoder(
         args.model_dir,
-        preset="vlm2vec-qwen2vl",
+        preset="vlm2vec-qwen2vl" if args.family == "qwen2-vl" else None,
         dtype=args.dtype,
         replicas_per_gpu=args.replicas_per_gpu,
         show_progress_bar=False,
@@ -166,6 +182,7 @@ def throughput(args: argparse.Namespace) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--family", default="qwen2-vl", choices=["qwen2-vl", "idefics3"])
     ap.add_argument("--shape", default="tiny", choices=["tiny", "qwen2-vl-2b"])
     ap.add_argument("--dtype", default=None, help="default: float32 for tiny, bfloat16 for qwen2-vl-2b")
     ap.add_argument("--steps", nargs="+", default=["parity", "rerank"], choices=["parity", "rerank", "throughput"])
@@ -177,10 +194,13 @@ def main() -> None:
     ap.add_argument("--out", default="results/vlm-pooling")
     args = ap.parse_args()
     args.dtype = args.dtype or ("float32" if args.shape == "tiny" else "bfloat16")
-    from vllm_eval.testing import build_tiny_qwen2_vl
+    from vllm_eval.testing import build_tiny_idefics3, build_tiny_qwen2_vl
 
     t = time.perf_counter()
-    build_tiny_qwen2_vl(args.model_dir, shape=args.shape)
+    if args.family == "idefics3":
+        build_tiny_idefics3(args.model_dir)
+    else:
+        build_tiny_qwen2_vl(args.model_dir, shape=args.shape)
     print(f"model {args.shape} ready in {time.perf_counter() - t:.1f} s", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
