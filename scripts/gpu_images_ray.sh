@@ -13,7 +13,7 @@
 #        `vllm-eval run` on the three digit image tasks with the VLM2Vec prompts (timed), then images/s of a
 #        Qwen2-VL-2B-shaped random embedder against transformers ($N_IMAGES, default 5000).
 #   bert-profile: py-spy (raw stacks, every process) over one engine of a BERT-base shape embedding $N_TEXTS
-#        (default 100000) texts of fixed 130 tokens, where one engine was slower than sentence-transformers.
+#        (default 30000) texts of fixed 130 tokens, where one engine was slower than sentence-transformers.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
@@ -81,9 +81,10 @@ build_random_embedding_model('$models/bert-base', 'bert-base', '.devtok/bert', d
 from vllm_eval.testing import build_random_embedding_model
 build_random_embedding_model('$models/bert-base', 'bert-base', '.devtok/bert', dtype='float16')" > /dev/null 2>&1
     spy=$(command -v py-spy || echo /root/site/bin/py-spy)
-    timeout -k 10 "${LIMIT:-240}" "$spy" record -r 200 -f raw --subprocesses -o "$out/bert-profile/one-engine.txt" -- \
+    # SIGINT at the limit: py-spy writes what it sampled (killed, it writes nothing).
+    timeout -s INT -k 30 "${LIMIT:-240}" "$spy" record -r 50 -f raw --subprocesses -o "$out/bert-profile/one-engine.txt" -- \
       python3 -m vllm_eval.cli bench --model "$models/bert-base" --backends vllm --dtype float16 \
-      --n-texts "${N_TEXTS:-100000}" --lengths fixed:130 --batch-sizes 1024 > "$out/bert-profile/log.txt" 2>&1
+      --n-texts "${N_TEXTS:-30000}" --lengths fixed:130 --batch-sizes 1024 > "$out/bert-profile/log.txt" 2>&1
     echo "exit $?" >> "$out/bert-profile/log.txt"
     gzip "$out/bert-profile/one-engine.txt"
     grep -E "tok/s|exit" "$out/bert-profile/log.txt" ;;

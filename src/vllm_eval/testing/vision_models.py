@@ -234,6 +234,9 @@ def build_tiny_qwen2_vl(out_dir: str | Path, seed: int = 0, shape: str = "tiny")
     model.generation_config.eos_token_id = eos
     model.generation_config.pad_token_id = pad
     model.save_pretrained(out, safe_serialization=True)
+    del model  # built on the GPU: give its memory back before an engine asks for its share
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     # The tokenizer (with the template) and the image processor; AutoProcessor assembles Qwen2VLProcessor
     # from them (building it here would need torchvision for its video processor).
     Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=side * side).save_pretrained(out)
