@@ -265,6 +265,19 @@ QWEN3_RERANKER_PREFIX = (
 QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
+def _qwen3_judge_overrides(architecture: str) -> dict[str, Any]:
+    """The Qwen3 rerankers' recipe: a sequence classifier whose score is P(yes) from the LM head's rows."""
+    return {
+        "hf_overrides": {
+            "architectures": [architecture],
+            "classifier_from_token": ["no", "yes"],
+            "is_original_qwen3_reranker": True,
+            # The prompt is one string: query part + document part, no pair separator.
+            "use_sep_token": False,
+        }
+    }
+
+
 @register_preset("qwen3-reranker")
 def _qwen3_reranker() -> ModelPreset:
     return ModelPreset(
@@ -272,15 +285,7 @@ def _qwen3_reranker() -> ModelPreset:
         kind="reranker",
         model="Qwen/Qwen3-Reranker-0.6B",
         patterns=("*qwen3-reranker*",),
-        engine_kwargs={
-            "hf_overrides": {
-                "architectures": ["Qwen3ForSequenceClassification"],
-                "classifier_from_token": ["no", "yes"],
-                "is_original_qwen3_reranker": True,
-                # The prompt is one string: query part + document part, no pair separator.
-                "use_sep_token": False,
-            }
-        },
+        engine_kwargs=_qwen3_judge_overrides("Qwen3ForSequenceClassification"),
         score_template=ScoreTemplate(
             query_template=QWEN3_RERANKER_PREFIX + "<Instruct>: {instruction}\n<Query>: {query}\n",
             document_template="<Document>: {document}" + QWEN3_RERANKER_SUFFIX,
@@ -438,14 +443,7 @@ def _qwen3_vl_reranker() -> ModelPreset:
         kind="reranker",
         model="Qwen/Qwen3-VL-Reranker-2B",
         patterns=("*qwen3-vl-reranker*",),
-        engine_kwargs={
-            "hf_overrides": {
-                "architectures": ["Qwen3VLForSequenceClassification"],
-                "classifier_from_token": ["no", "yes"],
-                "is_original_qwen3_reranker": True,
-                "use_sep_token": False,
-            }
-        },
+        engine_kwargs=_qwen3_judge_overrides("Qwen3VLForSequenceClassification"),
         score_template=ScoreTemplate(
             query_template=QWEN3_RERANKER_PREFIX + "<Instruct>: {instruction}<Query>:{query}\n",
             document_template="<Document>:{document}<|im_end|>\n<|im_start|>assistant\n\n",
