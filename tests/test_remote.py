@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from vllm_eval.encoder.remote import RemoteEncoder
-from vllm_eval.errors import EndpointError
+from vllm_eval.errors import EndpointError, UsageError
 from vllm_eval.generator.remote import RemoteGenerator
 from vllm_eval.http import HttpOptions
 from vllm_eval.reranker.remote import RemoteReranker
@@ -44,6 +44,10 @@ class _Stub(JsonStubHandler):
         body = self.read_json()
         self.server.requests += 1
         time.sleep(random.uniform(0, 0.02))
+        if (self.path == "/v1/embeddings" and "messages" in body) or any(
+            not isinstance(t, str) for t in body.get("text_2", [])
+        ):
+            return self.send_json(400, {"error": {"message": "MultiModalParam is not supported"}})  # text only
         if self.path == "/score":
             if any("BAD" in t for t in body["text_2"]):
                 return self.send_json(400, {"error": {"message": "document too long"}})
@@ -138,6 +142,9 @@ def test_remote_suite_matches_in_process(vllm_server, vllm_encoder):
     with RemoteEncoder(_http(vllm_server, batch_size=32), encoding_format="base64", show_progress_bar=False) as remote:
         texts = ["The cat sat.", "", "word " * 400]
         np.testing.assert_allclose(remote.encode_texts(texts), vllm_encoder.encode_texts(texts), atol=1e-5)
+        assert remote._image_batches is None and remote.mteb_model_meta.modalities == ["text"]  # asked, refused
+        with pytest.raises(UsageError, match="does not embed images"):
+            remote._model_inputs(None, [np.zeros((8, 8), dtype=np.uint8)])
         deltas = score_deltas(remote, vllm_encoder, ["LeeDocSimilarity", "WordSim353", "LeeKnownItemRetrieval"])
     print("remote vs in-process |delta|:", deltas)
     assert max(deltas.values()) <= 1e-4

@@ -10,6 +10,7 @@ import torch
 from mteb.types import PromptType
 from torch.utils.data import DataLoader
 
+from vllm_eval.errors import UsageError
 from vllm_eval.presets import ScoreTemplate, get_preset
 from vllm_eval.streaming import TruncationWarning
 from vllm_eval.tasks.offline import LeeKnownItemRetrieval
@@ -262,3 +263,19 @@ def test_top_k_larger_than_corpus_and_query_without_candidates(vllm_cross, tmp_p
     assert 0 <= row.main_score <= 2 / 3 + 1e-9  # q2 contributes 0 to the mean
     with pytest.raises(ValueError, match="top_k must be >= 1"):
         evaluate_two_stage(None, vllm_cross, [TinyRetrieval()], top_k=0, output_dir=tmp_path)
+
+
+def test_pairs_of_unequal_sides_are_refused_and_an_inputs_own_error_kept():
+    from vllm_eval.reranker.base import _pairs
+
+    assert list(_pairs(["q1", "q2"], ["d1", "d2"])) == [("q1", "d1"), ("q2", "d2")]
+    for queries, docs in ((["q1"], ["d1", "d2"]), (["q1", "q2"], ["d1"])):
+        with pytest.raises(UsageError, match="different numbers of queries and documents"):
+            list(_pairs(queries, docs))
+
+    def refused():
+        yield "d1"
+        raise UsageError("scores texts only")
+
+    with pytest.raises(UsageError, match="scores texts only"):
+        list(_pairs(["q1", "q2"], refused()))

@@ -160,3 +160,38 @@ def test_vlm_reranker_scores_image_documents_like_transformers(vlm_reranker):
     text_only = rr.score_pairs(["zero"], ["a plain document"])  # a text document on the same engine
     ref_text = _reference_p_yes(model_dir, [template.query("zero") + head + "a plain document" + tail], [None])
     np.testing.assert_allclose(text_only, ref_text, atol=1e-5)
+
+
+def test_a_served_vlm_reranker_scores_image_documents_as_in_process(vlm_reranker, tmp_path):
+    """A real `vllm serve` of the same reranker, its judge prompt as the server's score template (--chat-template,
+    as vLLM's Qwen3-VL reranker example): image documents as ScoreMultiModalParam through /score and /rerank give
+    the in-process scores; a score template applied on our side cannot place an image and says so."""
+    from vllm_eval.errors import UsageError
+    from vllm_eval.http import HttpOptions
+    from vllm_eval.reranker.remote import RemoteReranker
+    from vllm_eval.tasks import get_tasks
+    from vllm_eval.testing import serve_model
+
+    model_dir, template, rr = vlm_reranker
+    meta = get_tasks(["WordSim353"])[0].metadata
+    images = _digits(3, offset=40)
+    queries = ["zero", "a seven", "nine", "one"]
+    docs = [{"image": images[:2]}, {"image": images[2:], "text": ["a caption"]}, {"text": ["a plain document"]}]
+
+    def predict(model):
+        return model.predict([{"text": queries}], docs, task_metadata=meta, hf_split="test", hf_subset="default")
+
+    want = predict(rr)
+    jinja = tmp_path / "score.jinja"
+    head, tail = template.document_parts()
+    text = template.query("{{ messages[0].content }}") + head + "{{ messages[1].content }}" + tail
+    jinja.write_text(text.removesuffix("\n") + "{{ '\\n' }}")  # Jinja drops a template's last newline
+    flags = ("--runner", "pooling", "--convert", "classify", "--max-model-len", "512", "--chat-template", str(jinja))
+    with serve_model(model_dir, *flags, timeout=240) as url:
+        for api in ("score", "rerank"):
+            with RemoteReranker(HttpOptions((url,), batch_size=2), api=api, show_progress_bar=False) as remote:
+                assert remote.mteb_model_meta.modalities == ["text", "image"]
+                np.testing.assert_allclose(predict(remote), want, atol=1e-5)
+        with RemoteReranker(HttpOptions((url,)), score_template=template, show_progress_bar=False) as remote:
+            with pytest.raises(UsageError, match="cannot place an image"):
+                predict(remote)

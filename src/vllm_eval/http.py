@@ -246,6 +246,20 @@ class HttpClient:
         except (EndpointError, RequestRefused):
             return "unknown"
 
+    def accepts(self, path: str, payload: dict) -> bool:
+        """Whether the first live endpoint answers ``POST path`` with ``payload`` by 200: one request, no retry.
+
+        What a server takes (images, a request shape) is asked this way because ``/v1/models`` does not say;
+        any other answer, or none within the time-out, is False.
+        """
+        import httpx
+
+        live = [u for u in self.endpoints.urls if u not in self.endpoints.dead]
+        try:
+            return bool(live) and self.client.post(live[0] + path, json=payload).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def map(self, fn: Callable[[Any], T], items: list[Any]) -> list[T]:
         """``fn`` over ``items`` with at most ``max_concurrency`` at once; results in input order."""
         if len(items) <= 1:

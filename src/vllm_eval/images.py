@@ -10,7 +10,17 @@ import numpy as np
 
 from .errors import OptionError
 
-__all__ = ["ImageInput", "cache_form", "image_digest", "prompt_of", "texts_or_images", "to_pil", "with_prompt"]
+__all__ = [
+    "ImageInput",
+    "cache_form",
+    "content_parts",
+    "image_data_url",
+    "image_digest",
+    "prompt_of",
+    "texts_or_images",
+    "to_pil",
+    "with_prompt",
+]
 
 
 def to_pil(image: Any):
@@ -36,6 +46,16 @@ def to_pil(image: Any):
 def image_digest(image: Any) -> str:
     """Hex blake2b (16 bytes) of an image's RGB pixel bytes (what a generator's cache key holds)."""
     return hashlib.blake2b(np.asarray(to_pil(image)).tobytes(), digest_size=16).hexdigest()
+
+
+def image_data_url(image: Any) -> str:
+    """A PNG ``data:`` URL of an image (anything :func:`to_pil` takes), as OpenAI-style servers take images."""
+    import base64
+    import io
+
+    buf = io.BytesIO()
+    to_pil(image).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 class ImageInput:
@@ -95,6 +115,17 @@ def with_prompt(model_input: Any, text: str) -> Any:
 def cache_form(model_input: Any) -> Any:
     """What the cache keys an input by: a text itself, an image input its pixels (and prompt)."""
     return model_input.cache_form() if isinstance(model_input, ImageInput) else model_input
+
+
+def content_parts(model_input: Any) -> list[dict[str, Any]]:
+    """An image input as OpenAI-style content parts for a server: its image as an ``image_url`` part holding a
+    PNG data URL, then its prompt as a ``text`` part when it has one. The server puts the model's image
+    placeholder in front of the text (vLLM: where the text does not hold one), so a prompt that holds a
+    placeholder itself is not for this path."""
+    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": image_data_url(model_input.image)}}]
+    if model_input.prompt:
+        parts.append({"type": "text", "text": model_input.prompt})
+    return parts
 
 
 def texts_or_images(items: Any) -> list[Any]:

@@ -1,4 +1,5 @@
-"""``RemoteEncoder``: an encoder served by ``vllm serve`` (``POST /v1/embeddings``, OpenAI-compatible)."""
+"""``RemoteEncoder``: an encoder served by ``vllm serve`` (``POST /v1/embeddings``, OpenAI-compatible); texts go as
+``input``, images (and images with text) as chat ``messages`` holding PNG data URLs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from ..errors import EndpointError, UsageError
 from ..http import HttpOptions, RemoteBackend, expect
+from ..images import ImageInput, content_parts
 from ..modelinfo import build_model_meta, served_model_ref
 from ..prompts import InstructionTemplate, resolve_prompting
 from .base import EncoderBase
@@ -21,11 +23,23 @@ class RemoteEncoder(RemoteBackend, EncoderBase):
     and deduplication are those of :class:`~vllm_eval.encoder.base.EncoderBase`, the transport
     (batches, retries, failover, refused inputs named) is :mod:`vllm_eval.http`'s.
 
+    Images: when the server embeds an image (asked once at start with an 8×8 image; vLLM's ``/v1/models`` does
+    not say), the model declares mteb's ``["text", "image"]`` modalities. An image, or an image with its text (a
+    fused input), goes as one chat conversation of one user turn: the image as a PNG data URL, then the text;
+    the server's chat template makes the prompt (CLIP's and SigLIP's is vLLM's plain one; a vision-language
+    embedder's is the model's, or the ``--chat-template`` the server was started with, as in vLLM's
+    ``vision_embedding_online.py``). Conversations go many per request (vLLM >= 0.32's batched ``messages``),
+    else one per request. SigLIP's texts reach the server unpadded (its text path does not pad them to the 64
+    positions SigLIP was trained on): for SigLIP texts use the vLLM backend.
+
     Args:
         http: the endpoints and transport settings.
         model: served model name; None asks the first live endpoint's ``/v1/models``.
         dimensions: matryoshka width, sent as the request's ``dimensions``.
         encoding_format: ``"float"`` or ``"base64"`` (float32 little-endian, smaller responses).
+        normalize: L2 normalisation on/off, sent as the request's ``use_activation``; None: the server's
+            pooler default (normalised). A served CLIP or SigLIP gives the raw projections that the vLLM
+            backend, transformers and sentence-transformers give only with ``normalize=False``.
         preset, prompts, instruction_template, instructions, apply_instruction_to_documents,
         chunk_size, show_progress_bar, model_name: as for :class:`~vllm_eval.encoder.vllm.VllmEncoder`
             (the preset is matched on the served name).
@@ -46,6 +60,7 @@ class RemoteEncoder(RemoteBackend, EncoderBase):
         preset: Any = None,
         dimensions: int | None = None,
         encoding_format: Literal["float", "base64"] = "float",
+        normalize: bool | None = None,
         prompts: dict[str, str] | None = None,
         instruction_template: InstructionTemplate | None = None,
         instructions: dict[str, str] | None = None,
@@ -60,9 +75,10 @@ class RemoteEncoder(RemoteBackend, EncoderBase):
             isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
         ):
             raise UsageError(f"dimensions must be a positive int, got {dimensions!r}")
-        self.dimensions, self.encoding_format = dimensions, encoding_format
+        self.dimensions, self.encoding_format, self.normalize = dimensions, encoding_format, normalize
         served, max_length = self._connect(http, model)
         with self.closed_on_error():
+            self._image_batches = self._image_requests(served)
             prompting, self.preset = resolve_prompting(
                 served,
                 "encoder",
@@ -79,6 +95,7 @@ class RemoteEncoder(RemoteBackend, EncoderBase):
                 max_model_len=max_length or None,
                 framework=["API"],
                 use_instructions=prompting.instruction_template is not None,
+                modalities=["text", "image"] if self._image_batches is not None else None,
             )
             super().__init__(
                 model=served,
@@ -90,19 +107,62 @@ class RemoteEncoder(RemoteBackend, EncoderBase):
             )
 
     def identity(self) -> dict[str, Any]:
-        """The base identity (the served name) plus the server's version and ``dimensions``."""
-        return {**super().identity(), "server": self.http.server_version(), "dimensions": self.dimensions}
-
-    def _request(self, batch: list[str]) -> list[np.ndarray]:
-        payload: dict[str, Any] = {
-            "model": self.model,
-            "input": batch,
-            "encoding_format": self.encoding_format,
-            "truncate_prompt_tokens": -1,
+        """The base identity (the served name) plus the server's version, ``dimensions``, ``normalize`` if set."""
+        return {
+            **super().identity(),
+            "server": self.http.server_version(),
+            "dimensions": self.dimensions,
+            **({"normalize": self.normalize} if self.normalize is not None else {}),
         }
+
+    def _image_requests(self, served: str) -> bool | None:
+        """How the server takes images: True many conversations per request, False one, None not at all."""
+        probe = [{"role": "user", "content": content_parts(ImageInput(np.zeros((8, 8), dtype=np.uint8)))}]
+        for batched in (True, False):
+            body = {"model": served, "messages": [probe] if batched else probe, "encoding_format": "float"}
+            if self.http.accepts(self.route, body):
+                return batched
+        return None
+
+    def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
+        """Texts as they are; images (with their text, a fused input) as image inputs for chat messages.
+
+        Raises:
+            UsageError: images for a server that does not embed them.
+        """
+        if images is None:
+            return super()._model_inputs(texts, images)
+        if self._image_batches is None:
+            raise UsageError(f"{self.model} at {self.http.options.endpoints[0]} does not embed images")
+        return [ImageInput(im, t) for im, t in zip(images, texts or [""] * len(images), strict=True)]
+
+    def _request(self, batch: list[Any]) -> list[np.ndarray]:
+        images = [i for i, x in enumerate(batch) if isinstance(x, ImageInput)]
+        if not images:
+            return self._post({"input": batch}, len(batch))
+        texts = [i for i in range(len(batch)) if i not in set(images)]
+        rows: list[Any] = [None] * len(batch)
+        if texts:
+            for i, row in zip(texts, self._post({"input": [batch[i] for i in texts]}, len(texts)), strict=True):
+                rows[i] = row
+        turns = [[{"role": "user", "content": content_parts(batch[i])}] for i in images]
+        if self._image_batches:
+            got = self._post({"messages": turns}, len(turns))
+        else:  # an older server: one conversation per request
+            got = [self._post({"messages": turn}, 1)[0] for turn in turns]
+        for i, row in zip(images, got, strict=True):
+            rows[i] = row
+        return rows
+
+    def _post(self, inputs: dict[str, Any], n: int) -> list[np.ndarray]:
+        payload: dict[str, Any] = {"model": self.model, **inputs, "encoding_format": self.encoding_format}
+        if "input" in inputs:  # the chat path takes no truncation setting
+            payload["truncate_prompt_tokens"] = -1
         if self.dimensions is not None:
             payload["dimensions"] = self.dimensions
-        return self.http.request("POST", self.route, payload, parse=lambda body: self._parse(body, len(batch)))
+        if self.normalize is not None:
+            payload["use_activation"] = self.normalize
+        return self.http.request("POST", self.route, payload, parse=lambda body: self._parse(body, n))
 
     def _parse(self, body: Any, n: int) -> list[np.ndarray]:
         data = body.get("data") if isinstance(body, dict) else None

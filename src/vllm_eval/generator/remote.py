@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import logging
 from collections.abc import Sequence
@@ -11,16 +9,10 @@ from typing import Any, Literal
 
 from ..errors import EndpointError, UsageError
 from ..http import HttpOptions, RemoteBackend, RequestRefused, expect
-from .base import DEFAULT_SAMPLING, Generation, GeneratorBase, reasoning_opening, to_pil
+from ..images import image_data_url
+from .base import DEFAULT_SAMPLING, Generation, GeneratorBase, reasoning_opening
 
 logger = logging.getLogger(__name__)
-
-
-def image_data_url(image: Any) -> str:
-    """A PNG ``data:`` URL of a PIL image or an array (as accepted by :func:`~vllm_eval.generator.base.to_pil`)."""
-    buf = io.BytesIO()
-    to_pil(image).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 class RemoteGenerator(RemoteBackend, GeneratorBase):

@@ -75,10 +75,17 @@ def num_labels(config: dict[str, Any]) -> int | None:
 
 
 def _pairs(queries: Iterable[Any], docs: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
-    try:
-        yield from zip(queries, docs, strict=True)
-    except ValueError:
-        raise UsageError("predict() got different numbers of queries and documents") from None
+    # Not zip(strict=True): its ValueError would also swallow an input's own error (a UsageError is one).
+    docs, end = iter(docs), object()
+    for query in queries:
+        doc = next(docs, end)
+        if doc is end:
+            break
+        yield query, doc
+    else:
+        if next(docs, end) is end:
+            return
+    raise UsageError("predict() got different numbers of queries and documents")
 
 
 class RerankerBase(PoolingBackendBase, ABC):

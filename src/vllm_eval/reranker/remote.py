@@ -1,4 +1,5 @@
-"""``RemoteReranker``: a reranker served by ``vllm serve`` (``POST /score`` or ``/rerank``)."""
+"""``RemoteReranker``: a reranker served by ``vllm serve`` (``POST /score`` or ``/rerank``); image queries and
+documents go as vLLM's ``ScoreMultiModalParam`` (content parts holding PNG data URLs)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..http import HttpOptions, RemoteBackend, expect
+from ..images import ImageInput, content_parts
 from ..modelinfo import build_model_meta, served_model_ref
 from ..presets import ModelPreset, ScoreTemplate
 from ..prompts import resolve_prompting
@@ -26,6 +28,12 @@ class RemoteReranker(RemoteBackend, RerankerBase):
     causal LM started with the template's ``hf_overrides``; the server truncates, so an over-long
     prompt comes back as a named 400 instead of being cut inside ``{document}``.
 
+    Images: when the server scores an image document (asked once at start; vLLM's ``/v1/models`` does not
+    say), the model declares mteb's ``["text", "image"]`` modalities and an image (with its text, if any) goes
+    as ``{"content": [image_url, text]}``: vLLM puts the model's image placeholder in front of the text, as the
+    vLLM backend does. A vision-language reranker's judge prompt is then the server's own score template
+    (``--chat-template``, as vLLM's Qwen3-VL reranker example starts it), not one applied here.
+
     Args:
         http: the endpoints and transport settings.
         model: served model name; None asks the first live endpoint's ``/v1/models``.
@@ -35,7 +43,7 @@ class RemoteReranker(RemoteBackend, RerankerBase):
 
     Raises:
         EndpointError: no endpoint answers, a server refuses a pair (named), or a reply is malformed.
-        UsageError: an unknown ``api``; a bad endpoint URL.
+        UsageError: an unknown ``api``; a bad endpoint URL; images with a score template applied here.
     """
 
     tokenizes_locally: ClassVar[bool] = False
@@ -59,6 +67,7 @@ class RemoteReranker(RemoteBackend, RerankerBase):
         self.api = api
         served, max_length = self._connect(http, model)
         with self.closed_on_error():
+            takes_images = self._takes_images(served)
             prompting, self.preset = resolve_prompting(
                 served, "reranker", preset=preset, prompts=prompts, instructions=instructions
             )
@@ -69,6 +78,7 @@ class RemoteReranker(RemoteBackend, RerankerBase):
                 max_model_len=max_length or None,
                 framework=["API"],
                 cross_encoder=True,
+                modalities=["text", "image"] if takes_images else None,
             )
             super().__init__(
                 model=served,
@@ -80,6 +90,22 @@ class RemoteReranker(RemoteBackend, RerankerBase):
                 chunk_size=chunk_size,
                 show_progress_bar=show_progress_bar,
             )
+            # vLLM's score path puts the placeholder in front of the text itself.
+            self.image_placeholder = "" if takes_images else None
+
+    def _takes_images(self, served: str) -> bool:
+        image = {"content": content_parts(ImageInput(np.zeros((8, 8), dtype=np.uint8)))}
+        if self.api == "score":
+            return self.http.accepts("/score", {"model": served, "text_1": "a", "text_2": image})
+        return self.http.accepts("/rerank", {"model": served, "query": "a", "documents": [image]})
+
+    def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
+        if images is not None and self.template is not None and self.image_placeholder is not None:
+            raise UsageError(
+                "a score template applied here cannot place an image; start the server with it "
+                "(--chat-template) and pass no score_template or preset"
+            )
+        return super()._model_inputs(texts, images)
 
     def identity(self) -> dict[str, Any]:
         """The base identity (the served name) plus the server's version and the API used."""
@@ -91,7 +117,7 @@ class RemoteReranker(RemoteBackend, RerankerBase):
     def _request(self, pairs: list[tuple[str, str]]) -> list[float]:
         common = {"model": self.model, "truncate_prompt_tokens": -1}
         if self.api == "score":
-            body = {**common, "text_1": [q for q, _ in pairs], "text_2": [d for _, d in pairs]}
+            body = {**common, "text_1": [_item(q) for q, _ in pairs], "text_2": [_item(d) for _, d in pairs]}
             return self.http.request("POST", "/score", body, parse=lambda r: _indexed(r, "data", "score", len(pairs)))
         # /rerank: one query per request; the batch holds runs of the same query.
         out: list[float] = []
@@ -100,7 +126,8 @@ class RemoteReranker(RemoteBackend, RerankerBase):
             j = i
             while j < len(pairs) and pairs[j][0] == pairs[i][0]:
                 j += 1
-            body = {**common, "query": pairs[i][0], "documents": [d for _, d in pairs[i:j]], "top_n": j - i}
+            documents = [_item(d) for _, d in pairs[i:j]]
+            body = {**common, "query": _item(pairs[i][0]), "documents": documents, "top_n": j - i}
             out.extend(
                 self.http.request(
                     "POST", "/rerank", body, parse=lambda r, n=j - i: _indexed(r, "results", "relevance_score", n)
@@ -111,6 +138,11 @@ class RemoteReranker(RemoteBackend, RerankerBase):
 
     def _score_chunk(self, queries: list[str], documents: list[str]) -> np.ndarray:
         return np.asarray(self._post_all(list(zip(queries, documents, strict=True))), dtype=np.float32)
+
+
+def _item(x: Any) -> Any:
+    """A text as it is; an image input as vLLM's ``ScoreMultiModalParam``."""
+    return {"content": content_parts(x)} if isinstance(x, ImageInput) else x
 
 
 def _indexed(body: Any, key: str, field: str, n: int) -> list[float]:
