@@ -159,3 +159,60 @@ def test_remote_pooling_token_embed_matches_in_process(colbert):
     delta = max(float(np.abs(x - y).max()) for x, y in zip(got, ref))
     print(f"\nremote /pooling token_embed vs transformers: max |delta| {delta:.2e}")
     assert [x.shape for x in got] == [x.shape for x in ref] and delta <= 1e-4
+
+
+def _digit_images(n: int) -> list:
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    images = load_digits().images[:n]
+    return [Image.fromarray((im * 255 / 16).astype(np.uint8)).convert("RGB").resize((32, 32)) for im in images]
+
+
+def test_late_interaction_over_images_matches_transformers_and_runs_an_image_task(cli_in_process, tmp_path):
+    """A tiny random ColModernVBERT (ColPali-style): queries (with the preset's query augmentation) and images
+    (their tokens first, as vLLM's processor puts them) at per-token cosine >= 0.99999 of transformers'
+    ColModernVBertForRetrieval fed the same tokens and pixels; then `vllm-eval run` on a text-to-image task."""
+    import torch
+    from transformers import AutoTokenizer, Idefics3ImageProcessor
+
+    from vllm_eval.tasks import get_tasks
+    from vllm_eval.testing import (
+        build_tiny_colmodernvbert,
+        load_tiny_colmodernvbert_reference,
+        row_cosines,
+        text_loader,
+    )
+    from vllm_eval.token_embedder.vllm import VllmTokenEmbedder
+
+    model = str(build_tiny_colmodernvbert(tmp_path / "tiny-colmodernvbert"))
+    images, queries = _digit_images(3), ["a handwritten seven", "zero"]
+    meta = get_tasks(["DigitsTextToImageRetrieval"])[0].metadata
+    with VllmTokenEmbedder(model, show_progress_bar=False) as tok:
+        assert tok.mteb_model_meta.modalities == ["text", "image"]
+        kw = {"task_metadata": meta, "hf_split": "test", "hf_subset": "default"}
+        got = [*tok.encode(text_loader(queries), **kw), *tok.encode([{"image": images}], **kw)]
+        tokenizer, reference = AutoTokenizer.from_pretrained(model), load_tiny_colmodernvbert_reference(model)
+        pixels = Idefics3ImageProcessor.from_pretrained(model)
+        config = json.loads((tmp_path / "tiny-colmodernvbert" / "config.json").read_text())
+        vision = config["vision_config"]
+        n_image = (vision["image_size"] // vision["patch_size"] // config["pixel_shuffle_factor"]) ** 2
+        image_id = tokenizer.convert_tokens_to_ids("<image>")
+        inputs = [{"input_ids": tokenizer(q + "<end_of_utterance>" * 10)["input_ids"]} for q in queries] + [
+            {"input_ids": [image_id] * n_image, **pixels(images=[im], do_image_splitting=False, return_tensors="pt")}
+            for im in images
+        ]
+        for vectors, x in zip(got, inputs, strict=True):
+            ids = torch.tensor([x.pop("input_ids")])
+            with torch.no_grad():
+                want = reference(input_ids=ids, attention_mask=torch.ones_like(ids), **x).embeddings[0].numpy()
+            assert vectors.shape == want.shape and row_cosines(vectors, want).min() >= 0.99999
+        assert not np.allclose(got[2], got[3], atol=1e-3)  # other images, other vectors
+        out = tmp_path / "run"  # the same engine options, so the command shares the engine
+        code, err = cli_in_process(
+            "run", "--model", model, "--tasks", "DigitsTextToImageRetrieval", "--output-dir", str(out), "--no-cache"
+        )
+        assert code == 0, err
+        (score,) = json.loads((out / "summary.json").read_text())["scores"]
+        print("\nColModernVBERT DigitsTextToImageRetrieval nDCG@10:", score["main_score"])
+        assert score["status"] == "computed" and score["inputs"] == 310 and 0 < score["main_score"] <= 1

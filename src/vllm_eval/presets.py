@@ -434,6 +434,24 @@ def _vlm2vec_qwen2vl() -> ModelPreset:
     )
 
 
+@register_preset("colmodernvbert")
+def _colmodernvbert() -> ModelPreset:
+    # Its processor's process_queries appends ten <end_of_utterance> to a query (query augmentation, as
+    # ColBERT's [MASK] padding). vLLM's processor puts an image's tokens in front of the prompt itself, so the
+    # processor's page prompt (image tokens inside "User:... Describe the image.") cannot be reproduced: an
+    # image goes alone, as vLLM's own test of the model sends it.
+    return ModelPreset(
+        name="colmodernvbert",
+        kind="embedding",
+        model="ModernVBERT/colmodernvbert-merged",
+        patterns=("*colmodernvbert*",),
+        image_prompts=ImagePrompts(
+            text="{text}" + "<end_of_utterance>" * 10, image="{image}", text_image="{image}{text}"
+        ),
+        description="ColModernVBERT (late interaction over page images, token_embed): its query augmentation",
+    )
+
+
 @register_preset("qwen3-vl-reranker")
 def _qwen3_vl_reranker() -> ModelPreset:
     # vLLM's examples/pooling/score/template/qwen3_vl_reranker.jinja as a score template; an image document's

@@ -100,6 +100,7 @@ def pooling_info(llm: Any) -> dict[str, Any]:
         "dtype": str(config.dtype),
         "quantization": config.quantization,
         "image_placeholder": image_placeholder(config),
+        "is_multimodal": bool(config.is_multimodal_model),
     }
 
 

@@ -17,6 +17,9 @@ meaningless for quality. Build them once into a directory and reuse it.
   image embedding tests.
 * :func:`build_tiny_siglip` — a randomly initialised ``SiglipModel`` (texts padded to 64 positions, no
   attention mask, as SigLIP), for image embedding tests.
+* :func:`build_tiny_colmodernvbert` — a randomly initialised ColModernVBERT (SigLIP vision tower, ModernBERT
+  text encoder, per-token 128-d vectors) in the layout vLLM's ``ColModernVBertForRetrieval`` loads, for
+  late-interaction retrieval over images; :func:`load_tiny_colmodernvbert_reference` loads it into transformers.
 * :func:`build_tiny_llava` — a randomly initialised ``LlavaForConditionalGeneration`` (tiny CLIP
   vision tower, 2-layer Qwen2 text model) with a LLaVA processor, for vision-language tests.
 
@@ -51,10 +54,12 @@ from .text_models import (
 from .vision_models import (
     QWEN2_VL_TEMPLATE,
     build_tiny_clip,
+    build_tiny_colmodernvbert,
     build_tiny_idefics3,
     build_tiny_llava,
     build_tiny_qwen2_vl,
     build_tiny_siglip,
+    load_tiny_colmodernvbert_reference,
 )
 
 __all__ = [
@@ -68,6 +73,7 @@ __all__ = [
     "build_minilm_token_classifier",
     "build_random_embedding_model",
     "build_tiny_clip",
+    "build_tiny_colmodernvbert",
     "build_tiny_siglip",
     "build_tiny_idefics3",
     "build_tiny_llava",
@@ -75,6 +81,7 @@ __all__ = [
     "build_tiny_qwen3",
     "build_tiny_reward_model",
     "cli_command",
+    "load_tiny_colmodernvbert_reference",
     "offline_env",
     "ray_cluster",
     "row_cosines",

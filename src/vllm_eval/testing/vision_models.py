@@ -1,4 +1,4 @@
-"""Tiny vision-language models for tests: LLaVA, Idefics3, Qwen2-VL (random weights)."""
+"""Tiny vision-language models for tests: LLaVA, Idefics3, Qwen2-VL, CLIP, SigLIP, ColModernVBERT (random weights)."""
 
 from __future__ import annotations
 
@@ -360,3 +360,113 @@ def build_tiny_siglip(out_dir: str | Path, seed: int = 0, image_size: int = 28) 
     SiglipProcessor(image_processor=SiglipImageProcessorPil(size=size), tokenizer=tokenizer).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+#: build_tiny_colmodernvbert's towers, with only the fields vLLM's ``ColModernVBertConfig`` reads (it rebuilds
+#: ``ModernBertConfig`` / ``SiglipVisionConfig`` from these keys, every other field at its default).
+_COLMODERNVBERT_TEXT = dict(
+    hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=512
+)
+_COLMODERNVBERT_VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2)
+
+
+def build_tiny_colmodernvbert(out_dir: str | Path, seed: int = 0, image_size: int = 64) -> Path:
+    """Save a tiny randomly initialised ColModernVBERT (late-interaction retriever: SigLIP vision tower, pixel-shuffle
+    connector, ModernBERT text encoder, per-token 128-d L2-normalised vectors) in the layout of
+    ``ModernVBERT/colmodernvbert-merged``, the one vLLM's ``ColModernVBertForRetrieval`` loads.
+
+    Built with transformers' ``ColModernVBertForRetrieval`` (weights from ``torch.manual_seed(seed)``, float32) and
+    saved with ``model_type="modernvbert"``, flat ``text_config`` / ``vision_config`` and the weights renamed
+    ``vlm.*`` -> ``model.*``, ``embedding_proj_layer.*`` -> ``model.custom_text_proj.*``;
+    :func:`load_tiny_colmodernvbert_reference` loads it back into transformers. Text: ModernBERT, hidden 128,
+    4 heads, MLP 256, 2 layers (one global, one local attention). Vision: SigLIP, patch 8 on ``image_size`` px,
+    hidden 64, 2 layers; pixel shuffle 2, so ``(image_size // 16) ** 2`` image tokens (16 for 64 px). Tokenizer:
+    the tiny BPE plus ``<fake_token_around_image>``, ``<image>``, ``<end_of_utterance>``, ``<global-img>``,
+    ``<|begin_of_text|>``. Idefics3's PIL image processor (no splitting: every image resized to ``image_size``
+    square) and transformers' ``ColModernVBertProcessor`` (``process_queries`` / ``process_images``).
+    vLLM's processor puts an image's ``<image>`` tokens at the start of the prompt. A plumbing model.
+
+    Returns:
+        The model directory.
+    """
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import ColModernVBertForRetrieval, ColModernVBertProcessor
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = tiny_tokenizer(
+        ("<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>", "<|begin_of_text|>")
+    )
+    tokenizer.chat_template = None  # ColModernVBERT's prompts are plain text (its processor drops templates)
+    flat = {
+        "architectures": ["ColModernVBertForRetrieval"],
+        "model_type": "modernvbert",
+        "embedding_dim": 128,
+        "image_token_id": tokenizer.convert_tokens_to_ids("<image>"),
+        "pixel_shuffle_factor": 2,
+        "text_config": {**_COLMODERNVBERT_TEXT, "vocab_size": len(tokenizer), "mlp_bias": False},
+        "vision_config": {**_COLMODERNVBERT_VISION, "image_size": image_size, "patch_size": 8},
+        "torch_dtype": "float32",
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    model = ColModernVBertForRetrieval(_colmodernvbert_hf_config(flat, tokenizer.pad_token_id)).to(torch.float32)
+    tensors = {_colmodernvbert_weight_name(k): v.contiguous() for k, v in model.state_dict().items()}
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    image_processor = Idefics3ImageProcessorPil(
+        do_image_splitting=False, size={"longest_edge": image_size}, max_image_size={"longest_edge": image_size}
+    )
+    seq_len = (image_size // 8 // 2) ** 2
+    processor = ColModernVBertProcessor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=seq_len)
+    processor.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "config.json").write_text(json.dumps(flat, indent=2))  # last: a directory with it is complete
+    return out
+
+
+def _colmodernvbert_weight_name(name: str) -> str:
+    """transformers' weight name -> the merged checkpoint's (transformers 5's ``SiglipVisionModel`` has no inner
+    ``vision_model``; the checkpoint, as transformers 4's, has)."""
+    if name.startswith("embedding_proj_layer."):
+        return "model.custom_text_proj." + name.removeprefix("embedding_proj_layer.")
+    if name.startswith("vlm.vision_model.") and not name.startswith("vlm.vision_model.vision_model."):
+        return "model.vision_model.vision_model." + name.removeprefix("vlm.vision_model.")
+    return "model." + name.removeprefix("vlm.")
+
+
+def _colmodernvbert_hf_config(flat: dict[str, Any], pad_token_id: int | None):
+    from transformers import ColModernVBertConfig, ModernBertConfig, ModernVBertConfig, SiglipVisionConfig
+
+    ids = dict.fromkeys(("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"))  # ModernBERT's are > vocab
+    text = ModernBertConfig(**flat["text_config"], **ids, pad_token_id=pad_token_id)
+    vlm = ModernVBertConfig(
+        text_config=text.to_dict(),
+        vision_config=SiglipVisionConfig(**flat["vision_config"]).to_dict(),
+        image_token_id=flat["image_token_id"],
+        pixel_shuffle_factor=flat["pixel_shuffle_factor"],
+    )
+    return ColModernVBertConfig(vlm_config=vlm, embedding_dim=flat["embedding_dim"])
+
+
+def load_tiny_colmodernvbert_reference(model_dir: str | Path):
+    """transformers' ``ColModernVBertForRetrieval`` (float32, eval mode) with the weights of a
+    :func:`build_tiny_colmodernvbert` directory: the reference for vLLM's per-token vectors."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import ColModernVBertForRetrieval, PreTrainedTokenizerFast
+
+    model_dir = Path(model_dir)
+    flat = json.loads((model_dir / "config.json").read_text())
+    pad = PreTrainedTokenizerFast.from_pretrained(model_dir).pad_token_id
+    model = ColModernVBertForRetrieval(_colmodernvbert_hf_config(flat, pad)).to(torch.float32)
+    saved = load_file(model_dir / "model.safetensors")
+    names = {_colmodernvbert_weight_name(k): k for k in model.state_dict()}
+    model.load_state_dict({names[k]: v for k, v in saved.items()}, strict=True)
+    return model.eval()

@@ -86,10 +86,10 @@ class VllmTokenClassifier(VllmBackend, TokenClassifierBase):
         )
 
 
-def token_pooling_job(llm: Any, payload: tuple[str, list[list[int]]]) -> list[np.ndarray]:
-    """One float32 (n_tokens, width) array per token-id sequence from a token-level pooling task
-    (``token_classify``: label probabilities; ``token_embed``: token vectors). The single code path of the
-    in-process engine and of every replica.
+def token_pooling_job(llm: Any, payload: tuple[str, list[Any]]) -> list[np.ndarray]:
+    """One float32 (n_tokens, width) array per token-id sequence (or prompt with ``multi_modal_data``: an image's
+    tokens count) from a token-level pooling task (``token_classify``: label probabilities; ``token_embed``:
+    token vectors). The single code path of the in-process engine and of every replica.
 
     Raises:
         RequestFailed: vLLM failed on a sequence (its index in the chunk and vLLM's reason).
@@ -97,5 +97,6 @@ def token_pooling_job(llm: Any, payload: tuple[str, list[list[int]]]) -> list[np
     from vllm.inputs import TokensPrompt
 
     task, ids = payload
-    outputs = llm.encode([TokensPrompt(prompt_token_ids=x) for x in ids], pooling_task=task, use_tqdm=False)
+    prompts = [x if isinstance(x, dict) else TokensPrompt(prompt_token_ids=x) for x in ids]
+    outputs = llm.encode(prompts, pooling_task=task, use_tqdm=False)
     return [np.asarray(o.outputs.data, dtype=np.float32) for o in check_outputs(outputs)]

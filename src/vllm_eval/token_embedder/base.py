@@ -22,12 +22,32 @@ import numpy as np
 from ..encoder.base import EncoderBase
 from ..errors import UsageError
 
-#: vLLM's late-interaction architectures with a text-only ``token_embed`` pooler.
+#: vLLM's late-interaction architectures (``token_embed`` pooler): ColBERT on text, ColPali-style on images too.
 TOKEN_EMBED_ARCHITECTURES = frozenset(
-    {"HF_ColBERT", "ColBERTModernBertModel", "ColBERTJinaRobertaModel", "ColBERTLfm2Model"}
+    {
+        "HF_ColBERT",
+        "ColBERTModernBertModel",
+        "ColBERTJinaRobertaModel",
+        "ColBERTLfm2Model",
+        "ColModernVBertForRetrieval",
+        "ColPaliForRetrieval",
+        "ColQwen3",
+        "OpsColQwen3Model",
+        "ColQwen3_5",
+    }
 )
-#: mteb task types a multi-vector model can be scored on (MaxSim ranks documents for a query).
-TOKEN_EMBED_TASK_TYPES = ("Retrieval", "Reranking", "InstructionRetrieval", "InstructionReranking")
+#: mteb task types a multi-vector model can be scored on (MaxSim ranks documents for a query; image-text
+#: retrieval is typed Any2Any*, ViDoRe's visual document retrieval DocumentUnderstanding).
+TOKEN_EMBED_TASK_TYPES = (
+    "Retrieval",
+    "Reranking",
+    "InstructionRetrieval",
+    "InstructionReranking",
+    "Any2AnyRetrieval",
+    "Any2AnyMultilingualRetrieval",
+    "Any2AnyReranking",
+    "DocumentUnderstanding",
+)
 STORE_DTYPES = ("float32", "float16")
 
 

@@ -1,4 +1,5 @@
-"""``VllmTokenEmbedder``: multi-vector models through vLLM's ``token_embed`` pooling task."""
+"""``VllmTokenEmbedder``: multi-vector models through vLLM's ``token_embed`` pooling task: texts, and images for
+late-interaction vision models (ColPali-style: ColModernVBERT, ColPali, ColQwen)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import numpy as np
 
 from ..engine_args import backend_engine_kwargs
 from ..errors import UsageError
+from ..images import ImageInput
 from ..modelinfo import ModelRef, build_model_meta
+from ..presets import ImagePrompts, find_preset
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
 from ..token_classifier.vllm import token_pooling_job
@@ -39,12 +42,22 @@ class VllmTokenEmbedder(VllmBackend, TokenEmbedderBase):
     Texts are tokenized here (special tokens added, truncated to ``max_model_len``, as vLLM's text
     path does) and sent as token ids; vLLM returns every token's projected, L2-normalised vector.
 
+    A late-interaction vision model (vLLM's ``ColModernVBertForRetrieval``, ``ColPaliForRetrieval``,
+    ``ColQwen3`` ...; ColPali: Faysse et al. 2024, arXiv:2407.01449) declares mteb's ``["text", "image"]``
+    modalities: an image (a page, a photo) goes as a prompt with ``multi_modal_data`` and gives one vector per
+    token of the prompt, its image tokens included, so a text query is scored against image documents by
+    MaxSim. ``image_prompts`` (default: the preset matching the model, else ``ImagePrompts()``) formats
+    every input; ``{image}`` becomes the model's image placeholder, or nothing for a model whose vLLM processor
+    puts the image's tokens in front of the prompt itself (ColModernVBERT).
+
     Args:
         model: local model directory or hub id (``HF_ColBERT``, ``ColBERTModernBertModel`` ... or any
             model whose vLLM pooler offers ``token_embed``).
         revision: hub revision.
         prompts: query and document markers, ``{"query": "...", "document": "..."}``.
         store_dtype, score_batch_size: see :class:`~vllm_eval.token_embedder.base.TokenEmbedderBase`.
+        image_prompts: a vision model's prompt per input kind (:class:`~vllm_eval.presets.ImagePrompts` or a
+            dict of its fields); ignored for a text-only model.
         chunk_size, show_progress_bar, model_name, trust_remote_code: as for the other vLLM backends.
         data_parallel_size, replicas_per_gpu, ray_address: engine replicas, as for
             :class:`~vllm_eval.encoder.vllm.VllmEncoder`; each chunk of texts is split over them.
@@ -66,6 +79,7 @@ class VllmTokenEmbedder(VllmBackend, TokenEmbedderBase):
         revision: str | None = None,
         *,
         prompts: dict[str, str] | None = None,
+        image_prompts: ImagePrompts | dict[str, str] | None = None,
         store_dtype: str = "float32",
         score_batch_size: int = 1024,
         chunk_size: int = 1024,
@@ -93,10 +107,24 @@ class VllmTokenEmbedder(VllmBackend, TokenEmbedderBase):
                     "not token_embed (a multi-vector model such as HF_ColBERT is needed)"
                 )
             max_length = info["max_model_len"]
+            self.image_prompts = None
+            if info["is_multimodal"]:
+                found = find_preset(ref.path, "embedding")
+                self.image_prompts = ImagePrompts.coerce(image_prompts) or (
+                    found.image_prompts if found and found.image_prompts else ImagePrompts()
+                )
+                self._placeholder = info["image_placeholder"] or ""
+            meta = build_model_meta(
+                ref,
+                revision=revision,
+                model_name=model_name,
+                max_model_len=max_length,
+                modalities=["text", "image"] if info["is_multimodal"] else None,
+            )
             super().__init__(
                 model=ref.path,
                 model_ref=ref,
-                meta=build_model_meta(ref, revision=revision, model_name=model_name, max_model_len=max_length),
+                meta=meta,
                 prompting=PromptResolver(prompts=prompts),
                 max_length=max_length,
                 tokenizer=BatchTokenizer(info["tokenizer"], max_length, info["do_lower_case"]),
@@ -107,13 +135,30 @@ class VllmTokenEmbedder(VllmBackend, TokenEmbedderBase):
             )
 
     def identity(self) -> dict[str, Any]:
-        """The base identity plus the engine's dtype, quantization and overrides."""
-        return {**super().identity(), **self.engine_identity()}
+        """The base identity plus the engine's dtype, quantization and overrides (and a vision model's prompts)."""
+        from ..encoder.vllm import vars_of
 
-    def _embed_tokens_chunk(self, texts: list[str], ids: list[list[int]]) -> list[np.ndarray]:
+        extra = {"image_prompts": vars_of(self.image_prompts)} if self.image_prompts is not None else {}
+        return {**super().identity(), **self.engine_identity(), **extra}
+
+    def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
+        """A vision model's inputs in their prompts (texts too); otherwise as the encoder base."""
+        recipe = self.image_prompts
+        if recipe is None:
+            return super()._model_inputs(texts, images)
+        mark = self._placeholder
+        if images is None:
+            return [recipe.format(t, False, mark) for t in texts or []]
+        if texts is None:
+            return [ImageInput(im, recipe.format(None, True, mark)) for im in images]
+        return [ImageInput(im, recipe.format(t, True, mark)) for t, im in zip(texts, images, strict=True)]
+
+    def _embed_tokens_chunk(self, texts: list[Any], ids: list[list[int]]) -> list[np.ndarray]:
+        # An image chunk comes untokenized (ids empty): each image goes as its prompt with the image.
+        inputs = ids or [{"prompt": x.prompt, "multi_modal_data": {"image": x.image}} for x in texts]
         return self.run_split(
             token_pooling_job,
-            len(ids),
-            lambda lo, hi: ("token_embed", ids[lo:hi]),
-            lambda i: f"text {i} ({texts[i]!r:.60})",
+            len(inputs),
+            lambda lo, hi: ("token_embed", inputs[lo:hi]),
+            lambda i: f"input {i} ({texts[i]!r:.60})",
         )
