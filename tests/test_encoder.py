@@ -279,3 +279,41 @@ def test_engine_starts_in_process_with_numba_loaded(vllm_encoder):
         assert enc.encode_texts(["a cat", "a dog"]).shape == (2, 384)
     assert sys.modules["llvmlite.binding.ffi"] is lib and numba.njit(lambda x: x + 1)(1) == 2
     assert vllm_encoder.encode_texts(TEXTS[:1]).shape == (1, 384)
+
+
+def test_in_process_chunks_are_pipelined(vllm_encoder, monkeypatch):
+    """The next chunk's requests are in the engine before this one's outputs are collected (vllm_eval.pipeline),
+    with the rows of the synchronous path (one LLM.embed per chunk)."""
+    from vllm_eval import VllmEncoder
+
+    texts = [f"sentence {i} about {w}" for i, w in enumerate(["cats", "stocks", "rain", "music", "ships"] * 5)]
+    engine = vllm_encoder.llm.llm_engine
+    step, in_engine = engine.step, []
+
+    def counted_step():
+        in_engine.append(engine.get_num_unfinished_requests())
+        return step()
+
+    monkeypatch.setattr(engine, "step", counted_step)
+    with VllmEncoder(chunk_size=4, show_progress_bar=False) as enc:
+        assert enc.llm is vllm_encoder.llm
+        pipelined = enc.encode_texts(texts)
+        assert enc.max_in_flight == 1 and max(in_engine) > 4  # two chunks of 4 in the engine at once
+        in_engine.clear()
+        monkeypatch.setenv("VLLMEVAL_PIPELINE", "0")
+        synchronous = enc.encode_texts(texts)
+        assert max(in_engine) <= 4
+    assert pipelined.dtype == np.float32 and pipelined.shape == (len(texts), 384)
+    np.testing.assert_allclose(pipelined, synchronous, atol=1e-6)
+
+
+def test_pipelined_refusal_leaves_nothing_in_the_engine(vllm_encoder):
+    from vllm_eval.encoder.vllm import embed_job, submit_embed
+    from vllm_eval.errors import UsageError
+
+    ids = [[101, 2000, 102], [101, 999_999, 102]]  # the second is refused after the first was added
+    future = vllm_encoder.submit_split(embed_job, 2, lambda lo, hi: (ids[lo:hi], None, None), pipelined=submit_embed)
+    with pytest.raises(UsageError, match="vLLM refused an input: Token id 999999 is out of vocabulary"):
+        future.result()
+    assert not vllm_encoder.llm.llm_engine.has_unfinished_requests()
+    assert vllm_encoder.encode_texts(TEXTS).shape == (3, 384)

@@ -95,6 +95,34 @@ def test_vlm_embedder_runs_mteb_image_tasks(vlm_embedder):
     assert all(0.0 <= s <= 1.0 for s in scores.values())
 
 
+def test_transformers_reference_backend_and_compare_agree_with_vllm(vlm_embedder, cli_in_process, tmp_path):
+    """`--backend hf` (transformers' last hidden state, the same prompts and placeholder) gives vLLM's vectors for
+    texts, images and fused inputs, and `compare --backends vllm hf` checks the model per task and per input."""
+    import json
+
+    from vllm_eval.encoder.hf import TransformersEncoder
+    from vllm_eval.tasks import get_tasks
+    from vllm_eval.testing import row_cosines
+
+    model_dir, enc = vlm_embedder
+    meta = get_tasks(["WordSim353"])[0].metadata
+    images, texts = _digits(3, offset=50), ["five", "a six", "seven"]
+    with TransformersEncoder(str(model_dir), image_prompts=PROMPTS, show_progress_bar=False) as hf:
+        assert hf.mteb_model_meta.modalities == ["text", "image"] and hf._placeholder == "<image>"
+        for batch in ({"text": texts}, {"image": images}, {"image": images, "text": texts}):
+            kw = {"task_metadata": meta, "hf_split": "test", "hf_subset": "default"}
+            ours, theirs = (m.encode([batch], **kw) for m in (enc, hf))
+            assert row_cosines(ours, theirs).min() >= 0.99999
+    out = tmp_path / "cmp"
+    args = ["--tasks", "DigitsTextToImageRetrieval", "--sample", "16", "--max-model-len", "512", "--no-progress"]
+    code, err = cli_in_process("compare", "--model", str(model_dir), "--backends", "vllm", "hf", *args,
+                               "--output-dir", str(out))  # fmt: skip
+    assert code == 0, err
+    report = json.loads((out / "compare.json").read_text())
+    print("\ncompare vllm/hf:", report["rows"], report["agreement"])
+    assert report["passed"] and all(r["delta"] <= 1e-4 for r in report["rows"])
+
+
 def test_image_prompts_need_their_fields():
     from vllm_eval.errors import UsageError
 

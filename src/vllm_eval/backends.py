@@ -32,6 +32,7 @@ DEFAULT_BACKEND = "vllm"
 BACKENDS: dict[tuple[str, str], str] = {
     ("encoder", "vllm"): "vllm_eval.encoder.vllm:VllmEncoder",
     ("encoder", "st"): "vllm_eval.encoder.st:SentenceTransformerEncoder",
+    ("encoder", "hf"): "vllm_eval.encoder.hf:TransformersEncoder",
     ("encoder", "remote"): "vllm_eval.encoder.remote:RemoteEncoder",
     ("reranker", "vllm"): "vllm_eval.reranker.vllm:VllmReranker",
     ("reranker", "st"): "vllm_eval.reranker.st:SentenceTransformerReranker",

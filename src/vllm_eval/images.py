@@ -17,6 +17,7 @@ __all__ = [
     "image_data_url",
     "image_digest",
     "prompt_of",
+    "prompted_inputs",
     "texts_or_images",
     "to_pil",
     "with_prompt",
@@ -126,6 +127,21 @@ def content_parts(model_input: Any) -> list[dict[str, Any]]:
     if model_input.prompt:
         parts.append({"type": "text", "text": model_input.prompt})
     return parts
+
+
+def prompted_inputs(recipe: Any, texts: list[str] | None, images: list[Any] | None, placeholder: str) -> list[Any]:
+    """One mteb batch (texts, images, or both: fused) as model inputs in the prompts of ``recipe`` (an
+    :class:`~vllm_eval.presets.ImagePrompts`): a text as a str, an image (with its text) as an :class:`ImageInput`
+    holding its prompt.
+
+    Raises:
+        UsageError: an image with text when the recipe takes no fused input.
+    """
+    if images is None:
+        return [recipe.format(t, False, placeholder) for t in texts or []]
+    if texts is None:
+        return [ImageInput(im, recipe.format(None, True, placeholder)) for im in images]
+    return [ImageInput(im, recipe.format(t, True, placeholder)) for t, im in zip(texts, images, strict=True)]
 
 
 def texts_or_images(items: Any) -> list[Any]:

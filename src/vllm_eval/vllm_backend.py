@@ -5,7 +5,9 @@ way to run a job on them.
 ``data_parallel_size`` × ``replicas_per_gpu`` replicas (:mod:`vllm_eval.replicas`), and records how long
 that took. :meth:`VllmBackend.run_split` (and :meth:`VllmBackend.submit_split`, which does not wait)
 runs a job — a module-level ``fn(llm, payload)`` — on the engine, or split in input order over the
-replicas, and joins the parts in order.
+replicas, and joins the parts in order. A job with a non-blocking variant (the encoder's) hands the in-process
+engine its chunks through :mod:`vllm_eval.pipeline`, so the next chunk is queued in the engine while this one is
+collected.
 
 The job convention, for every kind: a job returns its value or raises. A request vLLM failed on raises
 :class:`RequestFailed` (its index within the job's part and vLLM's reason), which comes back to the
@@ -30,6 +32,7 @@ from . import timeline
 from .base import Resource
 from .engine import acquire_engine, release_engine
 from .errors import EngineError, UsageError, VllmEvalError
+from .pipeline import drain as drain_pipeline
 
 __all__ = [
     "RequestFailed",
@@ -156,6 +159,8 @@ class VllmBackend(Resource):
     pool: Any = None
     engine_kwargs: dict[str, Any]
     _engine_start_s: float = 0.0
+    #: A chunk of this backend went through the in-process pipeline (:mod:`vllm_eval.pipeline`).
+    _pipelining: bool = False
 
     def start(
         self,
@@ -223,8 +228,12 @@ class VllmBackend(Resource):
 
     @property
     def max_in_flight(self) -> int:
-        """Chunks handed over before the oldest is collected: two with replicas, so none waits idle."""
-        return 2 if self.pool is not None else 0
+        """Chunks handed over before the oldest is collected: two with replicas, so none waits idle; one once the
+        in-process engine's chunks are pipelined (:mod:`vllm_eval.pipeline`: the next chunk's requests are queued
+        in the engine while this one's outputs are collected), else none."""
+        if self.pool is not None:
+            return 2
+        return 1 if self._pipelining else 0
 
     def submit_split(
         self,
@@ -232,10 +241,15 @@ class VllmBackend(Resource):
         n: int,
         payload: Callable[[int, int], Any],
         describe: Callable[[int], str] | None = None,
+        pipelined: Callable[[Any, Any, Callable[[Callable[[], Any]], Any]], Future | None] | None = None,
     ) -> Future:
         """Start ``fn(llm, payload(lo, hi))`` over ``n`` inputs: inline on the engine (a finished future), or
         one part per replica in input order; the future's result joins the parts in order (arrays
         concatenated, lists chained). ``describe(i)`` names input ``i`` when vLLM fails on it.
+
+        ``pipelined(llm, payload, named)``, where given, is ``fn`` without waiting, for the in-process engine
+        (:mod:`vllm_eval.pipeline`): its future may be unfinished (waiting for it steps the engine), ``named(value)``
+        is ``value()`` with a failed request named; where it returns None, ``fn`` runs inline as usual.
 
         ``fn`` must be a module-level function; with replicas, its payload and result must pickle.
         """
@@ -243,7 +257,16 @@ class VllmBackend(Resource):
         fn = functools.partial(guarded, fn)
         if self.pool is None or n == 0:
             try:
-                combined.set_result(_named(lambda: fn(self.llm, payload(0, n)), 0, describe))
+                part = payload(0, n)
+                if n and pipelined is not None:
+                    with refusals_as_usage_errors("an input"):
+                        future = pipelined(self.llm, part, lambda value: _named(value, 0, describe))
+                    if future is not None:
+                        self._pipelining = True  # from now on the stream keeps a chunk in flight (max_in_flight)
+                        return future
+                if n:  # a synchronous call steps the engine until it is empty: no pipelined chunk may be left in it
+                    drain_pipeline(self.llm)
+                combined.set_result(_named(lambda: fn(self.llm, part), 0, describe))
             except BaseException as exc:  # handed to the caller through the future
                 combined.set_exception(exc)
             return combined

@@ -8,6 +8,7 @@ sent as token ids (truncation counted and reported), and the engine is shared an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, ClassVar
 
@@ -15,8 +16,9 @@ import numpy as np
 
 from ..engine_args import backend_engine_kwargs
 from ..errors import UsageError
-from ..images import ImageInput
+from ..images import ImageInput, prompted_inputs
 from ..modelinfo import ModelRef, build_model_meta
+from ..pipeline import engine_pipeline
 from ..presets import ImagePrompts
 from ..prompts import InstructionTemplate, resolve_prompting
 from ..streaming import BatchTokenizer
@@ -187,14 +189,9 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
     def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
         """A vision-language embedder's inputs: each text, image or image+text pair in its prompt
         (:class:`~vllm_eval.presets.ImagePrompts`); otherwise as :class:`~vllm_eval.encoder.base.EncoderBase`."""
-        recipe = self.image_prompts
-        if recipe is None:
+        if self.image_prompts is None:
             return super()._model_inputs(texts, images)
-        if images is None:
-            return [recipe.format(t, False, self._placeholder) for t in texts or []]
-        if texts is None:
-            return [ImageInput(im, recipe.format(None, True, self._placeholder)) for im in images]
-        return [ImageInput(im, recipe.format(t, True, self._placeholder)) for t, im in zip(texts, images, strict=True)]
+        return prompted_inputs(self.image_prompts, texts, images, self._placeholder)
 
     def _check_dimensions(self, model: str, info: dict[str, Any]) -> None:
         if self.dimensions is None:
@@ -222,12 +219,14 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
         return self._submit_chunk(texts, ids).result()
 
     def _submit_chunk(self, texts: list[str], ids: list[list[int]]) -> Future:
-        # Not waited for: with replicas, the next chunk is prepared and handed over meanwhile.
+        # Not waited for: with replicas, or the in-process engine's pipeline (submit_embed), the next chunk is
+        # prepared and handed over meanwhile.
         return self.submit_split(
             embed_job,
             len(texts),
             lambda lo, hi: self._payload(texts[lo:hi], ids[lo:hi]),
             lambda i: f"input {texts[i]!r:.80}",
+            pipelined=submit_embed,
         )
 
 
@@ -268,6 +267,53 @@ def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]) -> n
     else:
         outputs = llm.embed([TokensPrompt(prompt_token_ids=x) for x in inputs], pooling_params=params, use_tqdm=False)
     return np.asarray([o.outputs.embedding for o in check_outputs(outputs)], dtype=np.float32)
+
+
+def submit_embed(
+    llm: Any, payload: tuple[list[Any], int | None, bool | None], named: Callable[[Callable[[], Any]], Any]
+) -> Future | None:
+    """:func:`embed_job` without waiting, on the in-process engine's :mod:`~vllm_eval.pipeline`: a future of the
+    same float32 (n, dim) rows (computed through ``named``, which names a failed request), or None where the
+    pipeline does not apply (then ``embed_job`` runs): images (prompts with ``multi_modal_data`` keep
+    ``LLM.embed``), no inputs, an engine without the pipeline's APIs.
+
+    Raises:
+        VLLMValidationError: vLLM refused an input before it ran (none of the chunk is left in the engine).
+    """
+    inputs, dimensions, normalize = payload
+    pipeline = engine_pipeline(llm, "embed") if inputs and not isinstance(inputs[0], dict) else None
+    if pipeline is None:
+        return None
+    from vllm import PoolingParams
+    from vllm.inputs import TokensPrompt
+
+    params = PoolingParams(dimensions=dimensions, use_activation=normalize)
+
+    def finish(outputs: list[Any]) -> np.ndarray:
+        return named(lambda: embedding_rows(outputs))
+
+    if isinstance(inputs[0], str):  # vLLM tokenizes, as embed_job asks it to (no truncation)
+        return pipeline.submit(inputs, params, "embed", finish, {"truncate_prompt_tokens": -1})
+    return pipeline.submit([TokensPrompt(prompt_token_ids=x) for x in inputs], params, "embed", finish)
+
+
+def embedding_rows(outputs: list[Any]) -> np.ndarray:
+    """Finished ``PoolingRequestOutput``s of ``embed`` requests -> float32 (n, dim): what :func:`embed_job` makes
+    of ``LLM.embed``'s outputs (``EmbeddingOutput.from_base`` reads each pooled vector's values; here they are
+    cast to float32 without the round trip through Python floats, which changes no value).
+
+    Raises:
+        RequestFailed: vLLM failed on an output (its index and reason).
+        ValueError: a pooled output that is not one vector.
+    """
+    import torch
+
+    data = [o.outputs.data for o in check_outputs(outputs)]
+    if any(d.ndim != 1 for d in data):
+        raise ValueError("pooled_data should be a 1-D embedding vector")
+    if data and all(isinstance(d, torch.Tensor) for d in data):
+        return torch.stack([d.detach().cpu() for d in data]).to(torch.float32).numpy()
+    return np.asarray([np.asarray(d, dtype=np.float32) for d in data], dtype=np.float32)
 
 
 def vars_of(recipe: ImagePrompts | None) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..engine_args import backend_engine_kwargs
 from ..errors import UsageError
-from ..images import ImageInput
+from ..images import prompted_inputs
 from ..modelinfo import ModelRef, build_model_meta
 from ..presets import ImagePrompts, find_preset
 from ..prompts import PromptResolver
@@ -143,15 +143,9 @@ class VllmTokenEmbedder(VllmBackend, TokenEmbedderBase):
 
     def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
         """A vision model's inputs in their prompts (texts too); otherwise as the encoder base."""
-        recipe = self.image_prompts
-        if recipe is None:
+        if self.image_prompts is None:
             return super()._model_inputs(texts, images)
-        mark = self._placeholder
-        if images is None:
-            return [recipe.format(t, False, mark) for t in texts or []]
-        if texts is None:
-            return [ImageInput(im, recipe.format(None, True, mark)) for im in images]
-        return [ImageInput(im, recipe.format(t, True, mark)) for t, im in zip(texts, images, strict=True)]
+        return prompted_inputs(self.image_prompts, texts, images, self._placeholder)
 
     def _embed_tokens_chunk(self, texts: list[Any], ids: list[list[int]]) -> list[np.ndarray]:
         # An image chunk comes untokenized (ids empty): each image goes as its prompt with the image.

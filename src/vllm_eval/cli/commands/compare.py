@@ -67,7 +67,8 @@ class CompareCommand(Command):
             "--reference",
             default=None,
             help="BACKEND[:DTYPE] every configuration is compared with (default: the kind's reference, "
-            "e.g. st:float32 for encoders; with --runs, the first run)",
+            "e.g. st:float32 for encoders, or the first non-vllm backend of --backends when that is another, "
+            "e.g. hf for a vision-language embedder; with --runs, the first run)",
         )
         parser.add_argument("--runs", nargs="+", default=None, help="compare these finished run directories instead")
         add_tasks(parser, "tasks (default: the kind's: the offline suite for encoders, LeeKnownItemRetrieval ...)")
@@ -201,6 +202,20 @@ def compare_tasks(kind: str, names: list[str] | None, data: str | None = None) -
     return tasks
 
 
+def _default_reference(kind: str, backends: list[str]) -> str:
+    """The kind's reference, unless --backends names another reference backend (``vllm hf`` for a
+    vision-language embedder, whose sentence-transformers load would not prompt its images)."""
+    from ... import compare as cmp
+    from ...backends import DEFAULT_BACKEND
+
+    default = cmp.default_reference(kind)
+    backend, _, dtype = default.partition(":")
+    others = [b for b in backends if b != DEFAULT_BACKEND]
+    if others and backend not in backends:
+        return f"{others[0]}:{dtype}" if dtype else others[0]
+    return default
+
+
 def _plan(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
     """``(model, tasks, configurations with the reference first)``, checked before any model loads."""
     from ... import compare as cmp
@@ -222,7 +237,7 @@ def _plan(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
     model = resolve_model(args.model, False)
     tasks = compare_tasks(kind, args.tasks, args.data)
     configs = cmp.configurations(backends, args.dtypes, args.quantization, args.dimensions)
-    wanted = cmp.parse_reference(args.reference or cmp.default_reference(kind))
+    wanted = cmp.parse_reference(args.reference or _default_reference(kind, backends))
     if wanted.backend not in names or capability(kind, wanted.backend) == "remote":
         raise UsageError(f"--reference {wanted.backend}: not a local {kind} backend")
     reference = next(
