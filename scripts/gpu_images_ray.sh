@@ -2,7 +2,7 @@
 # Image throughput, Ray overhead and the VLM log-likelihood engine on the lent GPU. After staging vLLM with
 #   bash ../shared/device/stage-vllm.sh --with-project-deps sentence-transformers ray==2.60.0 msgpack py-spy click
 # on the device:  source .devstage/bin/on-device.sh && bash scripts/gpu_images_ray.sh $OUT PART
-# PART: clip | clip-profile | ray | vlm-loglik | vlm-pool | bert-profile.
+# PART: clip | clip-profile | ray | vlm-loglik | vlm-pool | bert-profile | pipeline.
 #   clip: scripts/clip_bench.py (CLIP ViT-B/32 shape, random weights): vLLM one engine, $RPG (default 2) replicas
 #         on the GPU, sentence-transformers ($BACKENDS picks); $N images and $N texts (default 20000).
 #   ray: scripts/ray_overhead.py on a one-node Ray cluster of this machine (its GPUs), BERT-base shape (tokenizer
@@ -14,6 +14,9 @@
 #        Qwen2-VL-2B-shaped random embedder against transformers ($N_IMAGES, default 5000).
 #   bert-profile: py-spy (raw stacks, every process) over one engine of a BERT-base shape embedding $N_TEXTS
 #        (default 30000) texts of fixed 130 tokens, where one engine was slower than sentence-transformers.
+#   pipeline: one engine of that BERT-base shape, synchronous (VLLMEVAL_PIPELINE=0) against pipelined chunks,
+#        alternated, fixed 130 and mixed 16-500 tokens ($N_TEXTS, default 30000), sentence-transformers in the
+#        first run; each run's bench.json and log under $OUT/pipeline/.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
@@ -88,4 +91,18 @@ build_random_embedding_model('$models/bert-base', 'bert-base', '.devtok/bert', d
     echo "exit $?" >> "$out/bert-profile/log.txt"
     gzip "$out/bert-profile/one-engine.txt"
     grep -E "tok/s|exit" "$out/bert-profile/log.txt" ;;
+  pipeline)
+    python3 -c "
+from vllm_eval.testing import build_random_embedding_model
+build_random_embedding_model('$models/bert-base', 'bert-base', '.devtok/bert', dtype='float16')" > /dev/null 2>&1
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/pipeline/gpu.txt"
+    i=0
+    for mode in "1 st" 0 1 0 1; do
+      set -- $mode; i=$((i+1)); run="$out/pipeline/run$i-pipeline$1"
+      VLLMEVAL_PIPELINE=$1 timeout -k 10 "${LIMIT:-150}" python3 -m vllm_eval.cli bench --model "$models/bert-base" \
+        --backends vllm ${2:-} --dtype float16 --n-texts "${N_TEXTS:-30000}" --lengths fixed:130 mixed:16-500 \
+        --batch-sizes 1024 --output-dir "$run" > "$run.log" 2>&1
+      echo "run$i VLLMEVAL_PIPELINE=$1 exit $?" | tee -a "$out/pipeline/summary.txt"
+      grep -E "tok/s" "$run.log" | tee -a "$out/pipeline/summary.txt"
+    done ;;
 esac
