@@ -103,6 +103,15 @@ class ImagePrompts:
             raise UsageError(f"unknown image prompt keys {sorted(unknown)}; known: {known}")
         return cls(**value)
 
+    @classmethod
+    def resolve(cls, value: ImagePrompts | dict[str, Any] | None, preset: Any = None) -> ImagePrompts:
+        """The prompts a vision model gets: ``value`` when given, else the preset's, else the defaults.
+
+        Raises:
+            UsageError: as :meth:`coerce`.
+        """
+        return cls.coerce(value) or (preset.image_prompts if preset and preset.image_prompts else cls())
+
     def format(self, text: str | None, has_image: bool, placeholder: str) -> str:
         """The prompt for one input: a text alone, an image alone (``text`` None) or both.
 

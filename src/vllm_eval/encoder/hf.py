@@ -105,9 +105,7 @@ class TransformersEncoder(EncoderBase):
             apply_instruction_to_documents=apply_instruction_to_documents,
         )
         self.preset = found
-        self.image_prompts = ImagePrompts.coerce(image_prompts) or (
-            found.image_prompts if found and found.image_prompts else ImagePrompts()
-        )
+        self.image_prompts = ImagePrompts.resolve(image_prompts, found)
         self._placeholder = (
             vllm_image_placeholder(ref.architectures or []) or getattr(self.processor, "image_token", None) or "<image>"
         )

@@ -137,9 +137,7 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             self._check_dimensions(ref.path, info)
             self.image_prompts = None
             if info["image_placeholder"] is not None:  # a VLM: every input is a prompt around the placeholder
-                self.image_prompts = ImagePrompts.coerce(image_prompts) or (
-                    found.image_prompts if found and found.image_prompts else ImagePrompts()
-                )
+                self.image_prompts = ImagePrompts.resolve(image_prompts, found)
                 self._placeholder = info["image_placeholder"]
             elif normalize is None and info["is_multimodal"] and not _st_normalizes(ref.path):
                 # CLIP-like models give raw projections in transformers, sentence-transformers and mteb's

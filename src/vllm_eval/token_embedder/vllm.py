@@ -110,9 +110,7 @@ class VllmTokenEmbedder(VllmBackend, TokenEmbedderBase):
             self.image_prompts = None
             if info["is_multimodal"]:
                 found = find_preset(ref.path, "embedding")
-                self.image_prompts = ImagePrompts.coerce(image_prompts) or (
-                    found.image_prompts if found and found.image_prompts else ImagePrompts()
-                )
+                self.image_prompts = ImagePrompts.resolve(image_prompts, found)
                 self._placeholder = info["image_placeholder"] or ""
             meta = build_model_meta(
                 ref,
