@@ -26,7 +26,7 @@ class _Liar(JsonStubHandler):
 
     def do_POST(self):
         body = self.read_json()
-        n = len(body["input"])
+        n = len(body.get("input") or body.get("messages") or [])  # messages: asked whether it takes images
         mode = self.server.mode
         if mode == "no-data":
             reply: object = {"object": "list"}

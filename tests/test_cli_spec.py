@@ -65,7 +65,7 @@ def test_a_backend_added_to_the_table_gets_options_by_its_signature(monkeypatch)
     monkeypatch.setitem(BACKENDS, ("encoder", "mine"), f"{__name__}:_LocalEncoder")
     spec = resolve_spec("encoder", "mine", {"prompts": {"query": "q: "}, "device": "cpu"}, {"dtype": "float16"})
     assert spec.options == {"prompts": {"query": "q: "}, "device": "cpu"} and spec.engine == {"dtype": "float16"}
-    with pytest.raises(UsageError, match=r"--preset needs --backend vllm or st or remote, not mine"):
+    with pytest.raises(UsageError, match=r"--preset needs --backend vllm or st or hf or remote, not mine"):
         resolve_spec("encoder", "mine", {"preset": "e5"}, {})
 
 

@@ -246,8 +246,9 @@ class HttpClient:
         except (EndpointError, RequestRefused):
             return "unknown"
 
-    def accepts(self, path: str, payload: dict) -> bool:
-        """Whether the first live endpoint answers ``POST path`` with ``payload`` by 200: one request, no retry.
+    def accepts(self, path: str, payload: dict, parse: Callable[[Any], Any]) -> bool:
+        """Whether the first live endpoint answers ``POST path`` with ``payload`` by 200 and a reply ``parse``
+        takes (it raises on one it does not): one request, no retry.
 
         What a server takes (images, a request shape) is asked this way because ``/v1/models`` does not say;
         any other answer, or none within the time-out, is False.
@@ -256,9 +257,13 @@ class HttpClient:
 
         live = [u for u in self.endpoints.urls if u not in self.endpoints.dead]
         try:
-            return bool(live) and self.client.post(live[0] + path, json=payload).status_code == 200
-        except httpx.HTTPError:
+            resp = self.client.post(live[0] + path, json=payload) if live else None
+            if resp is None or resp.status_code != 200:
+                return False
+            parse(resp.json())
+        except (httpx.HTTPError, BadReply, KeyError, IndexError, TypeError, ValueError):
             return False
+        return True
 
     def map(self, fn: Callable[[Any], T], items: list[Any]) -> list[T]:
         """``fn`` over ``items`` with at most ``max_concurrency`` at once; results in input order."""

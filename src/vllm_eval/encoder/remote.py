@@ -119,8 +119,8 @@ class RemoteEncoder(RemoteBackend, EncoderBase):
         """How the server takes images: True many conversations per request, False one, None not at all."""
         probe = [{"role": "user", "content": content_parts(ImageInput(np.zeros((8, 8), dtype=np.uint8)))}]
         for batched in (True, False):
-            body = {"model": served, "messages": [probe] if batched else probe, "encoding_format": "float"}
-            if self.http.accepts(self.route, body):
+            body = {"model": served, "messages": [probe] if batched else probe, "encoding_format": self.encoding_format}
+            if self.http.accepts(self.route, body, lambda reply: self._parse(reply, 1)):
                 return batched
         return None
 

@@ -96,8 +96,10 @@ class RemoteReranker(RemoteBackend, RerankerBase):
     def _takes_images(self, served: str) -> bool:
         image = {"content": content_parts(ImageInput(np.zeros((8, 8), dtype=np.uint8)))}
         if self.api == "score":
-            return self.http.accepts("/score", {"model": served, "text_1": "a", "text_2": image})
-        return self.http.accepts("/rerank", {"model": served, "query": "a", "documents": [image]})
+            body = {"model": served, "text_1": "a", "text_2": image}
+            return self.http.accepts("/score", body, lambda reply: _indexed(reply, "data", "score", 1))
+        body = {"model": served, "query": "a", "documents": [image]}
+        return self.http.accepts("/rerank", body, lambda reply: _indexed(reply, "results", "relevance_score", 1))
 
     def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
         if images is not None and self.template is not None and self.image_placeholder is not None:
