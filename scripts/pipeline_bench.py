@@ -1,6 +1,6 @@
 """One in-process engine, synchronous chunks (one ``LLM.embed`` each) against pipelined ones (vllm_eval.pipeline).
 
-    flock /tmp/engine.lock .venv/bin/python scripts/pipeline_bench.py [N_TEXTS] [CHUNK_SIZE] [MODEL]
+    python scripts/pipeline_bench.py [N_TEXTS] [CHUNK_SIZE] [MODEL]
 
 Encodes N_TEXTS distinct synthetic texts (default 4000; the packaged all-MiniLM-L6-v2) in chunks of CHUNK_SIZE
 (default 256), alternating the two paths (``VLLMEVAL_PIPELINE=0`` is the synchronous one) after a warm-up, and
