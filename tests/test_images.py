@@ -283,3 +283,14 @@ def test_own_image_files_as_mteb_tasks(clip, cli_in_process, tmp_path):
     labelled.write_text(labelled.read_text() + json.dumps({"image": "imgs/missing.png", "label": "x"}) + "\n")
     code, err = cli_in_process("run", "--model", str(model_dir), "--data", str(labelled), "--no-cache")
     assert code == 2 and "mydigits.jsonl:41: field 'image' 'imgs/missing.png': no such file" in err
+
+
+def test_chunks_hold_one_kind_of_input():
+    """The pooled stream's chunks break where texts give way to images, so a backend gets one kind per chunk."""
+    from vllm_eval.pooling import _is_image
+    from vllm_eval.streaming import chunked
+
+    image = ImageInput(np.zeros((4, 4), dtype=np.uint8))
+    items = ["a", "b", image, image, image, "c"]
+    assert list(chunked(items, 2, kind=_is_image)) == [["a", "b"], [image, image], [image], ["c"]]
+    assert list(chunked(items, 4)) == [["a", "b", image, image], [image, "c"]]

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .base import PoolingBackendBase
-from .images import cache_form
+from .images import ImageInput, cache_form
 from .progress import input_bar
 from .streaming import chunked, prefetched, warn_truncated
 
@@ -114,7 +114,8 @@ class TextPoolingBase(PoolingBackendBase):
 
         start = time.perf_counter()
         with input_bar(self.stream_label, total, "texts", enabled=show_progress_bar) as advance:
-            for chunk in prefetched(chunked(texts, self.chunk_size), prepare):
+            # One kind per chunk (texts or images): a chunk is tokenized, keyed and sent as one kind of input.
+            for chunk in prefetched(chunked(texts, self.chunk_size, kind=_is_image), prepare):
                 miss = chunk.missing()
                 future = None
                 if miss:
@@ -140,3 +141,7 @@ class TextPoolingBase(PoolingBackendBase):
         future: Future = Future()
         future.set_result(self._pool_chunk(texts, ids))
         return future
+
+
+def _is_image(item: Any) -> bool:
+    return isinstance(item, ImageInput)

@@ -28,8 +28,9 @@ def warn_truncated(n: int, total: int, max_length: int | None, model: str, what:
         warnings.warn(msg, TruncationWarning, stacklevel=3)
 
 
-def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    """Group ``items`` into lists of ``size`` (the last may be shorter), reading lazily.
+def chunked(items: Iterable[T], size: int, kind: Callable[[T], Any] | None = None) -> Iterator[list[T]]:
+    """Group ``items`` into lists of ``size`` (the last may be shorter), reading lazily; with ``kind``, a list
+    also ends where ``kind(item)`` changes, so every list holds one kind (texts or images).
 
     Raises:
         ValueError: ``size`` < 1.
@@ -37,7 +38,17 @@ def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
     if size < 1:
         raise ValueError(f"chunk size must be >= 1, got {size}")
     it = iter(items)
-    while chunk := list(itertools.islice(it, size)):
+    if kind is None:
+        while chunk := list(itertools.islice(it, size)):
+            yield chunk
+        return
+    chunk: list[T] = []
+    for item in it:
+        if chunk and (len(chunk) == size or kind(item) != kind(chunk[-1])):
+            yield chunk
+            chunk = []
+        chunk.append(item)
+    if chunk:
         yield chunk
 
 

@@ -110,15 +110,7 @@ class EncoderBase(AbsEncoder, TextPoolingBase, ABC):
         """
         items = texts_or_images(texts)
         show = self.show_progress_bar if show_progress_bar is None else show_progress_bar
-        images = {i for i, x in enumerate(items) if not isinstance(x, str)}
-        if not images or len(images) == len(items):
-            return self._pooled_stream(iter(items), total=len(items), show_progress_bar=show)
-        out: np.ndarray | None = None
-        for where in ([i for i in range(len(items)) if i not in images], sorted(images)):  # one stream per kind
-            rows = self._pooled_stream(iter([items[i] for i in where]), total=len(where), show_progress_bar=show)
-            out = np.empty((len(items), rows.shape[1]), dtype=np.float32) if out is None else out
-            out[where] = rows
-        return out
+        return self._pooled_stream(iter(items), total=len(items), show_progress_bar=show)
 
     def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
         """One batch of mteb inputs as model inputs: texts alone (as they are), images alone (each an

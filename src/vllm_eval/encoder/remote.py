@@ -137,22 +137,12 @@ class RemoteEncoder(RemoteBackend, EncoderBase):
         return [ImageInput(im, t) for im, t in zip(images, texts or [""] * len(images), strict=True)]
 
     def _request(self, batch: list[Any]) -> list[np.ndarray]:
-        images = [i for i, x in enumerate(batch) if isinstance(x, ImageInput)]
-        if not images:
+        if not isinstance(batch[0], ImageInput):  # a chunk holds one kind of input (see pooling)
             return self._post({"input": batch}, len(batch))
-        texts = [i for i in range(len(batch)) if i not in set(images)]
-        rows: list[Any] = [None] * len(batch)
-        if texts:
-            for i, row in zip(texts, self._post({"input": [batch[i] for i in texts]}, len(texts)), strict=True):
-                rows[i] = row
-        turns = [[{"role": "user", "content": content_parts(batch[i])}] for i in images]
+        turns = [[{"role": "user", "content": content_parts(x)}] for x in batch]
         if self._image_batches:
-            got = self._post({"messages": turns}, len(turns))
-        else:  # an older server: one conversation per request
-            got = [self._post({"messages": turn}, 1)[0] for turn in turns]
-        for i, row in zip(images, got, strict=True):
-            rows[i] = row
-        return rows
+            return self._post({"messages": turns}, len(turns))
+        return [self._post({"messages": turn}, 1)[0] for turn in turns]  # an older server: one per request
 
     def _post(self, inputs: dict[str, Any], n: int) -> list[np.ndarray]:
         payload: dict[str, Any] = {"model": self.model, **inputs, "encoding_format": self.encoding_format}
