@@ -98,6 +98,10 @@ class ImageInput:
         out.image, out.digest, out.prompt = self.image, self.digest, prompt
         return out
 
+    def engine_prompt(self) -> dict[str, Any]:
+        """This input as a vLLM prompt: its prompt text with the image as ``multi_modal_data``."""
+        return {"prompt": self.prompt, "multi_modal_data": {"image": self.image}}
+
     def cache_form(self) -> dict[str, str]:
         """What the cache keys this input by: its pixel digest and size, and its prompt when it has one."""
         return {"image": self.digest, "prompt": self.prompt} if self.prompt else {"image": self.digest}

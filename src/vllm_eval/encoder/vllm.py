@@ -209,7 +209,7 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
 
     def _payload(self, texts: list[Any], ids: list[list[int]]) -> tuple[list[Any], int | None, bool | None]:
         if texts and isinstance(texts[0], ImageInput):  # CLIP, SigLIP: an empty prompt; a VLM: its image prompt
-            prompts = [{"prompt": x.prompt, "multi_modal_data": {"image": x.image}} for x in texts]
+            prompts = [x.engine_prompt() for x in texts]
             return prompts, self.dimensions, self.normalize
         return (ids if self.pretokenize else texts), self.dimensions, self.normalize
 

@@ -147,7 +147,7 @@ class VllmTokenEmbedder(VllmBackend, TokenEmbedderBase):
 
     def _embed_tokens_chunk(self, texts: list[Any], ids: list[list[int]]) -> list[np.ndarray]:
         # An image chunk comes untokenized (ids empty): each image goes as its prompt with the image.
-        inputs = ids or [{"prompt": x.prompt, "multi_modal_data": {"image": x.image}} for x in texts]
+        inputs = ids or [x.engine_prompt() for x in texts]
         return self.run_split(
             token_pooling_job,
             len(inputs),
