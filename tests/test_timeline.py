@@ -32,6 +32,24 @@ def test_encode_calls_merge_and_scoring_is_the_rest_of_a_task():
     assert phase_totals(None) == {}
 
 
+def test_each_thread_has_its_own_task_and_waits_are_not_scoring():
+    import threading
+
+    tl = Timeline()
+    t0 = time.time()
+    tl.task = "A"
+    seen = []
+    worker = threading.Thread(target=lambda: (setattr(tl, "task", "B"), seen.append(tl.task)))
+    worker.start()
+    worker.join()
+    assert seen == ["B"] and tl.task == "A"  # concurrent tasks each file their calls under their own name
+    tl.add("task", t0, t0 + 4, task="A")
+    tl.add("wait", t0 + 1, t0 + 2, task="A")
+    tl.encoded(t0 + 2, t0 + 3)
+    totals = phase_totals(tl.as_json())
+    assert totals["score"] == pytest.approx(2.0, abs=0.01) and totals["wait"] == pytest.approx(1.0, abs=0.01)
+
+
 def test_prefetch_loads_ahead_in_order_and_hands_back_a_failed_load():
     from vllm_eval.tasks import get_tasks
     from vllm_eval.tasks.prefetch import Prefetch
@@ -119,6 +137,33 @@ def test_replica_scores_agree_with_sentence_transformers(replica, vllm_encoder, 
     loads = {p["task"] for p in summary["timeline"]["phases"] if p["phase"] == "load"}
     encodes = {p["task"] for p in summary["timeline"]["phases"] if p["phase"] == "encode"}
     assert loads == encodes == set(names)
+
+    # Three at once on the same engine: the same scores and per-task counts as one after another.
+    from vllm_eval.timeline import current
+
+    current().reset()
+    tasks = [t for t in replica_tasks(replica) if t.metadata.name in names]
+    together = evaluate(
+        vllm_encoder, tasks, output_dir=tmp_path / "together", show_progress_bar=False, concurrent_tasks=3
+    )
+    assert [r.task for r in together] == [r.task for r in rows["vllm"]]
+    for alone, shared in zip(rows["vllm"], together, strict=True):
+        assert shared.main_score == alone.main_score, (alone, shared)
+        assert (shared.inputs, shared.distinct_inputs, shared.tokens) == (
+            alone.inputs,
+            alone.distinct_inputs,
+            alone.tokens,
+        )
+    phases = json.loads((tmp_path / "together" / "summary.json").read_text())["timeline"]["phases"]
+    spans = {}
+    for p in phases:
+        if p.get("task"):
+            start, end = spans.get(p["task"], (p["start"], p["end"]))
+            spans[p["task"]] = (min(start, p["start"]), max(end, p["end"]))
+    overlapping = sum(1 for a in spans.values() for b in spans.values() if a < b and a[1] > b[0])
+    assert overlapping >= 1, spans  # tasks did run at once
+    encodes = sorted((p["start"], p["end"]) for p in phases if p["phase"] == "encode")
+    assert all(e1 <= s2 + 1e-3 for (_, e1), (s2, _) in zip(encodes, encodes[1:])), encodes  # one call at a time
 
 
 def test_unknown_benchmark_suite_is_refused_before_any_model(cli_in_process):

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import random
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from .cache import NUMERIC_PACKAGES, OutputCache, identity_digest, input_key, weights_fingerprint
 from .errors import UsageError
-from .telemetry import Counters, package_versions
+from .telemetry import Counters, attribute, package_versions
 
 #: dtype names the torch reference backends (st, hf) accept, vLLM's spellings and torch's -> torch's name.
 TORCH_DTYPES = {
@@ -133,6 +135,29 @@ class BackendBase(Resource):
         #: What this object has done so far (see :mod:`vllm_eval.telemetry`); an engine started before
         #: this runs left its start time in ``_engine_start_s``, one started after writes it here.
         self.counters = Counters(engine_start_seconds=getattr(self, "_engine_start_s", 0.0))
+        #: Held by one call at a time (tasks evaluated concurrently take turns on one backend).
+        self._turn = threading.Lock()
+
+    @contextmanager
+    def _one_call(self) -> Iterator[None]:
+        """Hold the backend for one call. A call from another thread (a task evaluated concurrently) waits its
+        turn, counted as ``wait_seconds`` and drawn as ``wait`` on the timeline; what the call counts also goes
+        to its thread's task (:func:`~vllm_eval.telemetry.task_counters`)."""
+        from . import timeline
+
+        waited = 0.0
+        if not self._turn.acquire(blocking=False):
+            start = time.time()
+            self._turn.acquire()
+            waited = time.time() - start
+            timeline.current().add("wait", start, start + waited, timeline.current().task)
+        before = self.counters.copy()
+        self.counters.wait_seconds += waited
+        try:
+            yield
+        finally:
+            attribute(self.counters.since(before))
+            self._turn.release()
 
     def identity(self) -> dict[str, Any]:
         """Everything that changes this backend's numbers for a given input, as a JSON-able dict.

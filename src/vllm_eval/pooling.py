@@ -71,6 +71,10 @@ class TextPoolingBase(PoolingBackendBase):
             c.compute_tokens += sum(len(item.ids[i]) for i in item.missing())
 
     def _pooled_stream(self, texts: Iterable[str], *, total: int | None, show_progress_bar: bool) -> Any:
+        with self._one_call():  # one stream at a time: it keeps chunks in flight on the engine(s)
+            return self._stream(texts, total=total, show_progress_bar=show_progress_bar)
+
+    def _stream(self, texts: Iterable[str], *, total: int | None, show_progress_bar: bool) -> Any:
         # Texts repeat a lot within one call (an STS task encodes each document once per pair it
         # is in: LeeDocSimilarity has 2,450 texts but 50 distinct), so each distinct text is
         # embedded once and its row reused. Chunk k+1 is deduplicated, tokenized and looked up in

@@ -71,8 +71,8 @@ def run_display(n_tasks: int, *, enabled: bool = True) -> Iterator[Callable[[str
             progress.start()
 
     @contextmanager
-    def task(name: str) -> Iterator[None]:
-        index = counter["done"] + 1
+    def task(name: str, index: int | None = None) -> Iterator[None]:
+        index = counter["done"] + 1 if index is None else index  # tasks run concurrently give their own
         _state["prefix"] = name
         start = time.perf_counter()
         if progress is not None:

@@ -99,11 +99,23 @@ def time_plot(scores: list[dict[str, Any]]) -> str | None:
     return _png(fig)
 
 
-#: A colour per timeline phase (matplotlib's "tab10" order).
+#: A colour per timeline phase (matplotlib's "tab10" order; ``wait`` light grey).
 _PHASE_COLOURS = dict(
     zip(
         PHASES,
-        ("#7f7f7f", "#bcbd22", "#17becf", "#9467bd", "#d62728", "#8c564b", "#1f77b4", "#ff7f0e", "#2ca02c", "#e377c2"),
+        (
+            "#7f7f7f",
+            "#bcbd22",
+            "#17becf",
+            "#9467bd",
+            "#d62728",
+            "#8c564b",
+            "#1f77b4",
+            "#c7c7c7",
+            "#ff7f0e",
+            "#2ca02c",
+            "#e377c2",
+        ),
     )
 )
 

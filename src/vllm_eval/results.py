@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from . import timeline
+from .concurrency import run_tasks, task_workers
 from .errors import DataUnavailableError, UsageError
 from .progress import run_display
-from .telemetry import device_name, package_versions, task_telemetry
+from .telemetry import device_name, package_versions, task_counters, task_telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ def evaluate(
     parity_reference: Any = None,
     parity_sample: int = 0,
     prefetch: Any = None,
+    concurrent_tasks: int | None = 1,
 ) -> list[TaskScore]:
     """Evaluate ``model`` (any mteb model protocol) on ``tasks`` with ``mteb.evaluate``, task by task.
 
@@ -143,6 +145,9 @@ def evaluate(
         prefetch: a :class:`vllm_eval.tasks.prefetch.Prefetch` of ``tasks`` already loading (started
             before the engine, so the two overlap); default: one started here, which loads the next
             tasks' data while this one encodes. Closed on return.
+        concurrent_tasks: tasks evaluated at once, each on a thread of its own, taking turns on the model
+            (:mod:`vllm_eval.concurrency`; None: by the machine's cores); 1 with a parity check, whose
+            recorded inputs are the model's, not a task's.
 
     Every phase (data load, encode calls, scoring, writes) goes on the run's timeline
     (:mod:`vllm_eval.timeline`), which ``summary.json`` keeps under ``"timeline"``.
@@ -168,31 +173,41 @@ def evaluate(
         prediction_folder = out / "predictions"
     start = time.time() if started is None else started
     device = device_name()
-    rows: list[TaskScore] = []
+    workers = 1 if parity_reference is not None else task_workers(concurrent_tasks, len(tasks))
+    rows: list[TaskScore | None] = [None] * len(tasks)
     reused = {t.metadata.name for t in tasks if _reused(cache, t.metadata.name, model, overwrite_strategy)}
     if prefetch is None:
         from .tasks.prefetch import Prefetch
 
-        prefetch = Prefetch(tasks, skip=[*(skip or {}), *reused])
+        prefetch = Prefetch(tasks, ahead=workers + 1, skip=[*(skip or {}), *reused])
 
     def run_one(task: Any) -> TaskScore:
         name = task.metadata.name
         run = partial(_run_task, model, task, cache, overwrite_strategy, prediction_folder, stage, name in reused)
-        return _measured(model, run, device, parity_reference, parity_sample)
+        return _measured(model, run, device, parity_reference, parity_sample, shared=workers > 1)
+
+    def finished(index: int, row: TaskScore) -> None:
+        rows[index] = row
+        if out is not None:
+            task = tasks[index]
+            with timeline.phase("write", task=task.metadata.name):
+                if log_samples and not row.status.startswith("failed"):
+                    write_samples(task, Path(prediction_folder), out / "samples")
+                done = [r for r in rows if r is not None]
+                write_summary(model, done, out / summary_name, run_info, start, device)
 
     try:
         with run_display(len(tasks), enabled=show_progress_bar) as task_progress:
-            for task in tasks:
-                with task_progress(task.metadata.name):
-                    rows.append(_one_task(task, run_one, prefetch, skip, continue_on_error, stage))
-                if out is not None:
-                    with timeline.phase("write", task=task.metadata.name):
-                        if log_samples and not rows[-1].status.startswith("failed"):
-                            write_samples(task, Path(prediction_folder), out / "samples")
-                        write_summary(model, rows, out / summary_name, run_info, start, device)
+            run_tasks(
+                tasks,
+                lambda task: _one_task(task, run_one, prefetch, skip, continue_on_error, stage),
+                workers=workers,
+                display=task_progress,
+                done=finished,
+            )
     finally:
         prefetch.close()
-    return rows
+    return [r for r in rows if r is not None]
 
 
 def _check_modalities(model: Any, tasks: list[Any]) -> None:
@@ -272,17 +287,20 @@ def _run_task(
     )
 
 
-def _measured(model: Any, run: Any, device: str, parity_reference: Any, parity_sample: int) -> TaskScore:
-    """Run one task (``run()``) and add its telemetry and, when asked, its parity check."""
+def _measured(
+    model: Any, run: Any, device: str, parity_reference: Any, parity_sample: int, shared: bool = False
+) -> TaskScore:
+    """Run one task (``run()``) and add its telemetry and, when asked, its parity check. ``shared``: other
+    tasks use the model meanwhile, so the task's counts are its own calls' (:func:`task_counters`)."""
     counters = getattr(model, "counters", None)
     before = counters.copy() if counters is not None else None
     if parity_reference is not None:
         model.record_inputs(parity_sample)
-    row = run()
+    with task_counters() as own:
+        row = run()
     if counters is not None:  # before the parity check, whose own embedding is not the task's work
-        facts = task_telemetry(
-            counters.since(before), row.seconds, meta_params(model), device, getattr(model, "dtype", None)
-        )
+        delta = own if shared else counters.since(before)
+        facts = task_telemetry(delta, row.seconds, meta_params(model), device, getattr(model, "dtype", None))
         row = replace(row, **facts)
     if parity_reference is not None:
         row = replace(row, **check_parity(model, parity_reference))

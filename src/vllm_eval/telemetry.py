@@ -17,6 +17,9 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -42,6 +45,8 @@ class Counters:
         compute_tokens: tokens of the computed inputs (the numerator of tokens/s).
         compute_seconds: wall seconds inside the backend's encode/score/generate calls.
         engine_start_seconds: seconds this object waited for its engine(s) to start (0 when shared).
+        wait_seconds: wall seconds a caller waited while another thread's call had the backend (tasks
+            evaluated concurrently take turns on it).
     """
 
     inputs: int = 0
@@ -53,6 +58,7 @@ class Counters:
     compute_tokens: int = 0
     compute_seconds: float = 0.0
     engine_start_seconds: float = 0.0
+    wait_seconds: float = 0.0
 
     def add_compute(self, seconds: float) -> None:
         """Count one encode/score/generate call that just ended after ``seconds`` (wall clock), also on the
@@ -72,6 +78,30 @@ class Counters:
     def since(self, before: Counters) -> Counters:
         """What changed since ``before`` (a snapshot of the same counters)."""
         return Counters(**{f.name: getattr(self, f.name) - getattr(before, f.name) for f in fields(self)})
+
+
+_SINK = threading.local()
+
+
+@contextmanager
+def task_counters() -> Iterator[Counters]:
+    """Collect, into the yielded :class:`Counters`, what the backend calls made on this thread count
+    (:func:`attribute`): one task's share when tasks evaluated concurrently share one backend, whose own
+    counters then mix them."""
+    previous = getattr(_SINK, "counters", None)
+    _SINK.counters = sink = Counters()
+    try:
+        yield sink
+    finally:
+        _SINK.counters = previous
+
+
+def attribute(delta: Counters) -> None:
+    """Add one backend call's counts to this thread's :func:`task_counters`, if one is open."""
+    sink = getattr(_SINK, "counters", None)
+    if sink is not None:
+        for f in fields(sink):
+            setattr(sink, f.name, getattr(sink, f.name) + getattr(delta, f.name))
 
 
 def device_name() -> str:
@@ -128,7 +158,7 @@ def task_telemetry(
         "cache_hits": delta.cache_hits,
         "cache_misses": delta.cache_misses,
         "encode_seconds": round(delta.compute_seconds, 3),
-        "score_seconds": round(max(task_seconds - delta.compute_seconds, 0.0), 3),
+        "score_seconds": round(max(task_seconds - delta.compute_seconds - delta.wait_seconds, 0.0), 3),
         "tokens_per_s": round(tps, 1) if tps else None,
         "mfu": round(util, 4) if util is not None else None,
     }

@@ -22,7 +22,19 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Phase names, in the order a run meets them (the report's bar colours and the suite's columns).
-PHASES = ("interpreter", "imports", "model", "tasks", "engine", "load", "encode", "score", "write", "shutdown")
+PHASES = (
+    "interpreter",
+    "imports",
+    "model",
+    "tasks",
+    "engine",
+    "load",
+    "encode",
+    "wait",
+    "score",
+    "write",
+    "shutdown",
+)
 #: Encode calls closer together than this (seconds) are kept as one interval: a retrieval task makes
 #: hundreds of calls and the picture is the same.
 MERGE_GAP_S = 0.05
@@ -58,17 +70,25 @@ _IMPORTED = time.time()
 class Timeline:
     """The phases of one process, thread-safe (data loads record from a background thread).
 
-    ``task`` is the task being evaluated now: encode intervals without a task of their own are
-    filed under it.
+    ``task`` is the task the calling thread evaluates now (tasks evaluated concurrently each have a
+    thread of their own): encode intervals without a task of their own are filed under it.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._local = threading.local()
         self.phases: list[Phase] = []
-        self.task: str | None = None
         #: summary.json files written from this timeline -> the run's start (``time.time()``), to bring
         #: up to date once the engines are shut down.
         self.summaries: dict[Any, float] = {}
+
+    @property
+    def task(self) -> str | None:
+        return getattr(self._local, "task", None)
+
+    @task.setter
+    def task(self, name: str | None) -> None:
+        self._local.task = name
 
     def add(self, name: str, start: float, end: float, task: str | None = None, detail: str | None = None) -> None:
         """Record an interval measured elsewhere (``time.time()`` seconds)."""
@@ -125,11 +145,13 @@ class Timeline:
 
 def _scoring(phases: list[Phase]) -> list[Phase]:
     """``score`` intervals: the parts of each task's span (phase ``task``: its ``mteb.evaluate``) that no
-    encode call of that task covers."""
+    encode call of that task, nor its wait for another task's call, covers."""
     out: list[Phase] = []
     for span in (p for p in phases if p.name == "task"):
         cursor = span.start
-        calls = sorted((p for p in phases if p.name == "encode" and p.task == span.task), key=lambda p: p.start)
+        calls = sorted(
+            (p for p in phases if p.name in ("encode", "wait") and p.task == span.task), key=lambda p: p.start
+        )
         for call in calls:
             if call.start - cursor > MERGE_GAP_S:
                 out.append(Phase("score", cursor, min(call.start, span.end), span.task))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 from pathlib import Path
 from types import MethodType
 from typing import Any
@@ -194,8 +195,11 @@ def _split_data(rng, words: Words, task: Any, s: dict[str, Any], fraction: float
 
 def _unloaded_copy(task: Any) -> Any:
     """A copy of one of mteb's benchmark task objects (shared by every caller in the process) without data,
-    so data loaded from one replica directory never answers for another."""
+    so data loaded from one replica directory never answers for another, and with generators of its own seeded
+    as mteb seeds a new task (the shared ones advance with every evaluation: a clustering task's second run in
+    one process sampled other documents)."""
     clone = copy.copy(task)
+    clone.rng_state, clone.np_rng = random.Random(task.seed), np.random.default_rng(task.seed)
     if clone.data_loaded:
         clone.dataset = None
         clone.data_loaded = False
