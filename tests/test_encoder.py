@@ -308,7 +308,7 @@ def test_in_process_chunks_are_pipelined(vllm_encoder, monkeypatch):
 
 
 def test_pipelined_refusal_leaves_nothing_in_the_engine(vllm_encoder):
-    from vllm_eval.encoder.vllm import embed_job, submit_embed
+    from vllm_eval.engine_jobs import embed_job, submit_embed
     from vllm_eval.errors import UsageError
 
     ids = [[101, 2000, 102], [101, 999_999, 102]]  # the second is refused after the first was added

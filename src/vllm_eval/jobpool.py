@@ -44,6 +44,8 @@ class PoolState:
     Attributes:
         where: ``"local"`` or ``"ray <address>"``.
         ready_seconds: replica index -> seconds from the pool's start until it was ready.
+        start_breakdown: replica index -> seconds of its start by step (local replicas: see
+            :func:`vllm_eval.replicas._start_breakdown`).
         jobs_done: replica index -> jobs it finished.
         lost: replica index -> why it was lost.
         redone: jobs sent again after their replica was lost.
@@ -51,6 +53,7 @@ class PoolState:
 
     where: str
     ready_seconds: dict[int, float] = field(default_factory=dict)
+    start_breakdown: dict[int, dict[str, float]] = field(default_factory=dict)
     jobs_done: dict[int, int] = field(default_factory=dict)
     lost: dict[int, str] = field(default_factory=dict)
     redone: int = 0
@@ -80,6 +83,8 @@ class JobPool:
         self.jobs_done: dict[int, int] = {i: 0 for i in indices}
         #: Seconds from the pool's start until each replica was ready (index -> s), and until all were.
         self.ready_seconds: dict[int, float] = {}
+        #: Where each replica's start went, by step (index -> {step: seconds}), where the pool can tell.
+        self.start_breakdown: dict[int, dict[str, float]] = {}
         self.start_seconds = 0.0
         self.redone = 0
         self._started = time.perf_counter()
@@ -104,9 +109,12 @@ class JobPool:
 
     # --- shared --------------------------------------------------------------------------------------
 
-    def _ready(self, index: int) -> None:
+    def _ready(self, index: int, breakdown: dict[str, float] | None = None) -> None:
         self.ready_seconds[index] = round(time.perf_counter() - self._started, 2)
-        logger.info("%s ready after %.1f s", self.describe(index), self.ready_seconds[index])
+        steps = f" ({', '.join(f'{k} {v:.1f}' for k, v in breakdown.items())} s)" if breakdown else ""
+        if breakdown:
+            self.start_breakdown[index] = breakdown
+        logger.info("%s ready after %.1f s%s", self.describe(index), self.ready_seconds[index], steps)
 
     def _started_all(self) -> None:
         self.start_seconds = round(time.perf_counter() - self._started, 2)
@@ -217,6 +225,7 @@ class JobPool:
             return PoolState(
                 where=self.where,
                 ready_seconds=dict(self.ready_seconds),
+                start_breakdown=dict(self.start_breakdown),
                 jobs_done=dict(self.jobs_done),
                 lost=dict(self._dead),
                 redone=self.redone,

@@ -335,20 +335,26 @@ def _worker(
     """Replica process: build one engine, then run jobs ``(job_id, fn, payload)`` until ``None``."""
     # Own process group: if this process is killed, the parent can still stop the engine-core
     # processes it started (they would otherwise live on, holding memory).
+    marks = {"worker": time.time()}
     os.setpgrp()
     os.environ.update(env)
     parent = os.getppid()
     llm = None
     try:
+        import vllm  # noqa: F401  (timed on its own: the import is a large share of a start)
+
         from .engine import acquire_engine
 
+        marks["imported"] = time.time()
         llm = acquire_engine(model, **engine_kwargs)
+        marks["engine"] = time.time()
         info = setup(llm) if setup is not None else None
+        marks["setup"] = time.time()
     except BaseException as exc:  # the parent must hear why, not wait forever
         results.send(("failed", index, f"{type(exc).__name__}: {exc}", index))
         _release(llm)
         return
-    results.send(("ready", index, info, index))
+    results.send(("ready", index, (info, {**marks, "created": _created()}), index))
     try:
         while True:
             try:
@@ -376,6 +382,16 @@ def _worker(
         os._exit(0)
 
 
+def _created() -> float:
+    """When this process was created (``time.time()`` seconds; now, without psutil)."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:  # psutil comes with vLLM; the breakdown is informational
+        return time.time()
+
+
 def _kill_group(pid: int) -> None:
     """Stop what a dead replica left behind (its engine core and workers share its process group)."""
     try:
@@ -389,6 +405,20 @@ def _release(llm: Any) -> None:
         from .engine import release_engine
 
         release_engine(llm)
+
+
+def _start_breakdown(started_at: float, marks: dict[str, float]) -> dict[str, float]:
+    """Seconds of a replica's start by step: ``process`` (until the OS made it), ``interpreter`` (Python's start
+    and unpickling the worker's arguments), ``imports`` (torch and vLLM), ``engine`` (vLLM's engine start:
+    config, weights, compilation, CUDA graphs) and ``setup`` (what the backend reads off the engine)."""
+    steps = (
+        ("process", started_at, marks["created"]),
+        ("interpreter", marks["created"], marks["worker"]),
+        ("imports", marks["worker"], marks["imported"]),
+        ("engine", marks["imported"], marks["engine"]),
+        ("setup", marks["engine"], marks["setup"]),
+    )
+    return {name: round(max(end - start, 0.0), 2) for name, start, end in steps}
 
 
 class ReplicaPool(JobPool):
@@ -478,10 +508,11 @@ class ReplicaPool(JobPool):
             kind, index, info, _ = message
             if kind == "failed":
                 raise ReplicaError(f"{waiting.get(index, members[0]).describe()} failed to start: {info}")
+            info, marks = info
             if self.info is None:
                 self.info = info
             waiting.pop(index, None)
-            self._ready(index)
+            self._ready(index, _start_breakdown(self.started_at, marks))
 
     def _send(self, index: int, job_id: int, fn: Callable[[Any, Any], Any], payload: Any) -> None:
         self._inboxes[index].put((job_id, fn, payload))

@@ -161,11 +161,7 @@ def evaluate(
     """
     import mteb
 
-    if overwrite_strategy not in OVERWRITE_STRATEGIES:
-        raise UsageError(
-            f"overwrite_strategy must be one of {', '.join(OVERWRITE_STRATEGIES)}, got {overwrite_strategy!r}"
-        )
-    _check_modalities(model, tasks)
+    _check_arguments(model, tasks, overwrite_strategy)
     tag_experiment(model)
     out = Path(output_dir) if output_dir else None
     cache = mteb.ResultCache(out) if out else None
@@ -188,26 +184,30 @@ def evaluate(
 
     def finished(index: int, row: TaskScore) -> None:
         rows[index] = row
-        if out is not None:
-            task = tasks[index]
-            with timeline.phase("write", task=task.metadata.name):
-                if log_samples and not row.status.startswith("failed"):
-                    write_samples(task, Path(prediction_folder), out / "samples")
-                done = [r for r in rows if r is not None]
-                write_summary(model, done, out / summary_name, run_info, start, device)
+        if out is None:
+            return
+        with timeline.phase("write", task=tasks[index].metadata.name):
+            if log_samples and not row.status.startswith("failed"):
+                write_samples(tasks[index], Path(prediction_folder), out / "samples")
+            write_summary(model, [r for r in rows if r is not None], out / summary_name, run_info, start, device)
+
+    def one(task: Any) -> TaskScore:
+        return _one_task(task, run_one, prefetch, skip, continue_on_error, stage)
 
     try:
         with run_display(len(tasks), enabled=show_progress_bar) as task_progress:
-            run_tasks(
-                tasks,
-                lambda task: _one_task(task, run_one, prefetch, skip, continue_on_error, stage),
-                workers=workers,
-                display=task_progress,
-                done=finished,
-            )
+            run_tasks(tasks, one, workers=workers, display=task_progress, done=finished)
     finally:
         prefetch.close()
     return [r for r in rows if r is not None]
+
+
+def _check_arguments(model: Any, tasks: list[Any], overwrite_strategy: str) -> None:
+    if overwrite_strategy not in OVERWRITE_STRATEGIES:
+        raise UsageError(
+            f"overwrite_strategy must be one of {', '.join(OVERWRITE_STRATEGIES)}, got {overwrite_strategy!r}"
+        )
+    _check_modalities(model, tasks)
 
 
 def _check_modalities(model: Any, tasks: list[Any]) -> None:

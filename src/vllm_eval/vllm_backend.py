@@ -95,7 +95,7 @@ def pooling_info(llm: Any) -> dict[str, Any]:
     config = llm.model_config
     encoder_config = getattr(config, "encoder_config", None) or {}
     return {
-        "tokenizer": llm.get_tokenizer(),
+        "tokenizer": plain_tokenizer(llm.get_tokenizer()),
         "max_model_len": int(config.max_model_len),
         "do_lower_case": bool(encoder_config.get("do_lower_case", False)),
         "supported_tasks": list(llm.supported_tasks),
@@ -105,6 +105,21 @@ def pooling_info(llm: Any) -> dict[str, Any]:
         "image_placeholder": image_placeholder(config),
         "is_multimodal": bool(config.is_multimodal_model),
     }
+
+
+def plain_tokenizer(tokenizer: Any) -> Any:
+    """The transformers tokenizer inside vLLM's wrappers (``get_cached_tokenizer``, ``maybe_make_thread_pool`` in
+    ``vllm.tokenizers.hf``), whose pickles are calls into vLLM: a parent unpickling a replica's tokenizer imported
+    vLLM and torch for it (2.5 s on the 2-core CPU, after the replicas were ready). Any other tokenizer as it is."""
+    for _ in range(4):  # wrappers may nest
+        try:
+            rebuild, args = tokenizer.__reduce__()[:2]
+        except Exception:  # not picklable this way: as it is
+            return tokenizer
+        if not str(getattr(rebuild, "__module__", "")).startswith("vllm.") or not args:
+            return tokenizer
+        tokenizer = args[0]
+    return tokenizer
 
 
 def image_placeholder(config: Any) -> str | None:

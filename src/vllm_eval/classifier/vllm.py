@@ -7,11 +7,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..engine_args import backend_engine_kwargs
+from ..engine_jobs import classify_job
 from ..errors import UsageError
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
-from ..vllm_backend import VllmBackend, check_outputs, pooling_info
+from ..vllm_backend import VllmBackend, pooling_info
 from .base import ClassifierBase, labels_of
 
 
@@ -111,24 +112,3 @@ class VllmClassifier(VllmBackend, ClassifierBase):
             lambda lo, hi: (ids[lo:hi], self.use_activation, self.pooling_task),
             lambda i: f"text {i} ({texts[i]!r:.60})",
         )
-
-
-def classify_job(llm: Any, payload: tuple[list[list[int]], bool, str]) -> np.ndarray:
-    """Class probabilities (or logits, ``use_activation=False``) of token-id sequences: float32 (n, labels).
-    ``token_classify`` models (a per-token reward head) are read at the last token, where a sequence
-    classifier pools. The single code path of the in-process engine and of every replica.
-
-    Raises:
-        RequestFailed: vLLM failed on a text (its index in the chunk and vLLM's reason).
-    """
-    from vllm import PoolingParams
-    from vllm.inputs import TokensPrompt
-
-    ids, use_activation, pooling_task = payload
-    prompts = [TokensPrompt(prompt_token_ids=x) for x in ids]
-    params = PoolingParams(use_activation=use_activation)
-    if pooling_task == "classify":
-        outputs = check_outputs(llm.classify(prompts, pooling_params=params, use_tqdm=False))
-        return np.asarray([o.outputs.probs for o in outputs], dtype=np.float32)
-    outputs = check_outputs(llm.encode(prompts, pooling_params=params, pooling_task="token_classify", use_tqdm=False))
-    return np.stack([np.asarray(o.outputs.data[-1], dtype=np.float32) for o in outputs])

@@ -8,21 +8,20 @@ sent as token ids (truncation counted and reported), and the engine is shared an
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..engine_args import backend_engine_kwargs
+from ..engine_jobs import embed_job, encoder_info, submit_embed
 from ..errors import UsageError
 from ..images import ImageInput, prompted_inputs
 from ..modelinfo import ModelRef, build_model_meta
-from ..pipeline import engine_pipeline
 from ..presets import ImagePrompts
 from ..prompts import InstructionTemplate, resolve_prompting
 from ..streaming import BatchTokenizer
-from ..vllm_backend import VllmBackend, check_outputs, pooling_info
+from ..vllm_backend import VllmBackend
 from .base import EncoderBase
 from .search import CorpusSearch
 
@@ -133,7 +132,7 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             revision=revision,
         )
         with self.closed_on_error():
-            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu, ray_address)
+            info = self.start(ref, encoder_info, data_parallel_size, replicas_per_gpu, ray_address)
             self._check_dimensions(ref.path, info)
             self.image_prompts = None
             if info["image_placeholder"] is not None:  # a VLM: every input is a prompt around the placeholder
@@ -226,92 +225,6 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             lambda i: f"input {texts[i]!r:.80}",
             pipelined=submit_embed,
         )
-
-
-def engine_info(llm: Any) -> dict[str, Any]:
-    """What an encoder needs from an engine: :func:`~vllm_eval.vllm_backend.pooling_info` plus its
-    matryoshka support, width and pooler (picklable, for replicas)."""
-    config = llm.model_config
-    return {
-        **pooling_info(llm),
-        "is_matryoshka": bool(config.is_matryoshka),
-        "matryoshka_dimensions": list(config.matryoshka_dimensions or []),
-        "embedding_size": int(config.embedding_size),
-        "pooler": repr(getattr(config, "pooler_config", None)),
-        "is_multimodal": bool(config.is_multimodal_model),
-        "pads_text": getattr(config.hf_config, "model_type", None) == "siglip",
-    }
-
-
-def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]) -> np.ndarray:
-    """Embed one chunk on ``llm``: token-id lists, texts, or prompts with ``multi_modal_data`` -> float32 (n, dim).
-
-    The single code path of the in-process engine and of every replica.
-
-    Raises:
-        RequestFailed: vLLM failed on an input (its index in the chunk and vLLM's reason).
-    """
-    from vllm import PoolingParams
-    from vllm.inputs import TokensPrompt
-
-    inputs, dimensions, normalize = payload
-    params = PoolingParams(dimensions=dimensions, use_activation=normalize)
-    if inputs and isinstance(inputs[0], dict):  # prompts with images
-        outputs = llm.embed(inputs, pooling_params=params, use_tqdm=False)
-    elif inputs and isinstance(inputs[0], str):
-        outputs = llm.embed(
-            inputs, pooling_params=params, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1}
-        )
-    else:
-        outputs = llm.embed([TokensPrompt(prompt_token_ids=x) for x in inputs], pooling_params=params, use_tqdm=False)
-    return np.asarray([o.outputs.embedding for o in check_outputs(outputs)], dtype=np.float32)
-
-
-def submit_embed(
-    llm: Any, payload: tuple[list[Any], int | None, bool | None], named: Callable[[Callable[[], Any]], Any]
-) -> Future | None:
-    """:func:`embed_job` without waiting, on the in-process engine's :mod:`~vllm_eval.pipeline`: a future of the
-    same float32 (n, dim) rows (computed through ``named``, which names a failed request), or None where the
-    pipeline does not apply (then ``embed_job`` runs): images (prompts with ``multi_modal_data`` keep
-    ``LLM.embed``), no inputs, an engine without the pipeline's APIs.
-
-    Raises:
-        VLLMValidationError: vLLM refused an input before it ran (none of the chunk is left in the engine).
-    """
-    inputs, dimensions, normalize = payload
-    pipeline = engine_pipeline(llm, "embed") if inputs and not isinstance(inputs[0], dict) else None
-    if pipeline is None:
-        return None
-    from vllm import PoolingParams
-    from vllm.inputs import TokensPrompt
-
-    params = PoolingParams(dimensions=dimensions, use_activation=normalize)
-
-    def finish(outputs: list[Any]) -> np.ndarray:
-        return named(lambda: embedding_rows(outputs))
-
-    if isinstance(inputs[0], str):  # vLLM tokenizes, as embed_job asks it to (no truncation)
-        return pipeline.submit(inputs, params, "embed", finish, {"truncate_prompt_tokens": -1})
-    return pipeline.submit([TokensPrompt(prompt_token_ids=x) for x in inputs], params, "embed", finish)
-
-
-def embedding_rows(outputs: list[Any]) -> np.ndarray:
-    """Finished ``PoolingRequestOutput``s of ``embed`` requests -> float32 (n, dim): what :func:`embed_job` makes
-    of ``LLM.embed``'s outputs (``EmbeddingOutput.from_base`` reads each pooled vector's values; here they are
-    cast to float32 without the round trip through Python floats, which changes no value).
-
-    Raises:
-        RequestFailed: vLLM failed on an output (its index and reason).
-        ValueError: a pooled output that is not one vector.
-    """
-    import torch
-
-    data = [o.outputs.data for o in check_outputs(outputs)]
-    if any(d.ndim != 1 for d in data):
-        raise ValueError("pooled_data should be a 1-D embedding vector")
-    if data and all(isinstance(d, torch.Tensor) for d in data):
-        return torch.stack([d.detach().cpu() for d in data]).to(torch.float32).numpy()
-    return np.asarray([np.asarray(d, dtype=np.float32) for d in data], dtype=np.float32)
 
 
 def vars_of(recipe: ImagePrompts | None) -> dict[str, Any] | None:

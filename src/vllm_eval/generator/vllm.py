@@ -20,10 +20,11 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ..engine_args import backend_engine_kwargs
+from ..engine_jobs import call_job, generator_info
 from ..errors import UsageError
 from ..modelinfo import ModelRef
 from ..presets import ModelPreset, resolve_preset
-from ..vllm_backend import VllmBackend, check_outputs, refusals_as_usage_errors
+from ..vllm_backend import VllmBackend
 from .base import Generation, GeneratorBase, LocalChatTemplate, to_pil
 
 #: vLLM's bound on ``SamplingParams.logprob_token_ids`` (``MAX_LOGPROB_TOKEN_IDS``, 128 in 0.26 and 0.32).
@@ -119,7 +120,7 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
             revision=revision,
         )
         with self.closed_on_error():
-            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu, ray_address)
+            info = self.start(ref, generator_info, data_parallel_size, replicas_per_gpu, ray_address)
             self.tokenizer = info["tokenizer"]
             self._max_model_len, self._multimodal = info["max_model_len"], info["is_multimodal"]
             self._check_template()
@@ -300,32 +301,6 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
                 first = len(ids) - (len(token_ids[j]) - starts[j])
                 scores[j] = sum(out.prompt_logprobs[t][ids[t]].logprob for t in range(first, len(ids)))
         return scores
-
-
-def engine_info(llm: Any) -> dict[str, Any]:
-    """What a generator needs from an engine: its tokenizer, limits and what changes outputs
-    (picklable: a replica sends it to the parent)."""
-    config = llm.model_config
-    return {
-        "tokenizer": llm.get_tokenizer(),
-        "max_model_len": int(config.max_model_len),
-        "is_multimodal": bool(config.is_multimodal_model),
-        "dtype": str(config.dtype),
-        "quantization": config.quantization,
-    }
-
-
-def call_job(llm: Any, payload: tuple[str, list[Any], Any, str, dict[str, Any]]) -> list[Any]:
-    """One engine call: ``(method, prompts, params, what, kwargs)`` -> vLLM's outputs, in order. The single
-    code path of the in-process engine and of every replica.
-
-    Raises:
-        UsageError: vLLM refused a request before it ran (``what`` names it).
-        RequestFailed: vLLM failed on a request (its index and vLLM's reason).
-    """
-    method, prompts, params, what, kwargs = payload
-    with refusals_as_usage_errors(what):
-        return check_outputs(getattr(llm, method)(prompts, params, use_tqdm=False, **kwargs))
 
 
 def _over(preset: dict[str, Any] | None, user: dict[str, Any] | None) -> dict[str, Any] | None:

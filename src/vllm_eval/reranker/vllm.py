@@ -16,10 +16,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..engine_args import backend_engine_kwargs, merge_engine_kwargs
+from ..engine_jobs import reranker_info, score_job
 from ..modelinfo import ModelRef, build_model_meta
 from ..presets import ModelPreset, ScoreTemplate
 from ..prompts import resolve_prompting
-from ..vllm_backend import VllmBackend, check_outputs, pooling_info
+from ..vllm_backend import VllmBackend
 from .base import RerankerBase, num_labels, reranker_mode
 
 
@@ -102,7 +103,7 @@ class VllmReranker(VllmBackend, RerankerBase):
             "pooling", kwargs, convert=convert, trust_remote_code=trust_remote_code
         )
         with self.closed_on_error():
-            info = self.start(ref, engine_info, data_parallel_size, replicas_per_gpu, ray_address)
+            info = self.start(ref, reranker_info, data_parallel_size, replicas_per_gpu, ray_address)
             if not ref.config:
                 mode = reranker_mode(
                     info["architectures"],
@@ -146,35 +147,3 @@ class VllmReranker(VllmBackend, RerankerBase):
             lambda i: f"pair {i} (query {queries[i]!r:.60})",
         )
         return np.asarray(scores, dtype=np.float32)
-
-
-def engine_info(llm: Any) -> dict[str, Any]:
-    """What a reranker needs from an engine: :func:`~vllm_eval.vllm_backend.pooling_info` plus the
-    architecture and number of labels (picklable: a replica sends it to the parent)."""
-    hf = llm.model_config.hf_config
-    return {
-        **pooling_info(llm),
-        "architectures": list(getattr(hf, "architectures", None) or []),
-        "num_labels": getattr(hf, "num_labels", None),
-    }
-
-
-def score_job(llm: Any, payload: tuple[list[Any], list[Any]]) -> np.ndarray:
-    """Score one chunk of (query, document) pairs on ``llm``: float32 (n,). The single code path of the
-    in-process engine and of every replica. An :class:`~vllm_eval.images.ImageInput` goes as vLLM's
-    ``ScoreMultiModalParam`` (its prompt, which holds the image placeholder, and the image).
-
-    Raises:
-        RequestFailed: vLLM failed on a pair (its index in the chunk and vLLM's reason).
-    """
-    queries, documents = ([_score_input(x) for x in side] for side in payload)
-    outputs = llm.score(queries, documents, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1})
-    return np.asarray([o.outputs.score for o in check_outputs(outputs)], dtype=np.float32)
-
-
-def _score_input(x: Any) -> Any:
-    """A text as it is; an image input as vLLM's ``ScoreMultiModalParam``. Its prompt already holds the model's
-    placeholder, so vLLM's parser leaves the text as written and adds the image at that place."""
-    if isinstance(x, str):
-        return x
-    return {"content": [{"type": "text", "text": x.prompt}, {"type": "image_pil", "image_pil": x.image}]}

@@ -8,9 +8,10 @@ import numpy as np
 
 from ..classifier.base import labels_of
 from ..engine_args import backend_engine_kwargs
+from ..engine_jobs import token_pooling_job
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
-from ..vllm_backend import VllmBackend, check_outputs, pooling_info
+from ..vllm_backend import VllmBackend, pooling_info
 from .base import TokenClassifierBase
 
 
@@ -84,19 +85,3 @@ class VllmTokenClassifier(VllmBackend, TokenClassifierBase):
             lambda lo, hi: ("token_classify", ids[lo:hi]),
             lambda i: f"sentence {i} of the chunk",
         )
-
-
-def token_pooling_job(llm: Any, payload: tuple[str, list[Any]]) -> list[np.ndarray]:
-    """One float32 (n_tokens, width) array per token-id sequence (or prompt with ``multi_modal_data``: an image's
-    tokens count) from a token-level pooling task (``token_classify``: label probabilities; ``token_embed``:
-    token vectors). The single code path of the in-process engine and of every replica.
-
-    Raises:
-        RequestFailed: vLLM failed on a sequence (its index in the chunk and vLLM's reason).
-    """
-    from vllm.inputs import TokensPrompt
-
-    task, ids = payload
-    prompts = [x if isinstance(x, dict) else TokensPrompt(prompt_token_ids=x) for x in ids]
-    outputs = llm.encode(prompts, pooling_task=task, use_tqdm=False)
-    return [np.asarray(o.outputs.data, dtype=np.float32) for o in check_outputs(outputs)]

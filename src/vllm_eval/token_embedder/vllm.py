@@ -8,13 +8,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..engine_args import backend_engine_kwargs
+from ..engine_jobs import token_pooling_job
 from ..errors import UsageError
 from ..images import prompted_inputs
 from ..modelinfo import ModelRef, build_model_meta
 from ..presets import ImagePrompts, find_preset
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
-from ..token_classifier.vllm import token_pooling_job
 from ..vllm_backend import VllmBackend, pooling_info
 from .base import TokenEmbedderBase
 

@@ -1,0 +1,201 @@
+"""What runs on an engine: each kind's ``setup(llm) -> info`` and its jobs ``fn(llm, payload) -> result``.
+
+The single code path of the in-process engine and of every replica (local process or Ray actor), which
+receives these functions pickled by name. They live here, apart from the backends, because unpickling a
+function imports its module: a backend's module imports mteb (its base classes are mteb's), and a
+replica that imported mteb, datasets, pandas and scikit-learn with it spent 1.8 of its 2.2 s of
+interpreter start on this 2-core machine before vLLM's own import. This module imports NumPy and
+(lazily) vLLM only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from .pipeline import engine_pipeline
+from .vllm_backend import check_outputs, plain_tokenizer, pooling_info, refusals_as_usage_errors
+
+
+def encoder_info(llm: Any) -> dict[str, Any]:
+    """What an encoder needs from an engine: :func:`~vllm_eval.vllm_backend.pooling_info` plus its
+    matryoshka support, width and pooler (picklable, for replicas)."""
+    config = llm.model_config
+    return {
+        **pooling_info(llm),
+        "is_matryoshka": bool(config.is_matryoshka),
+        "matryoshka_dimensions": list(config.matryoshka_dimensions or []),
+        "embedding_size": int(config.embedding_size),
+        "pooler": repr(getattr(config, "pooler_config", None)),
+        "is_multimodal": bool(config.is_multimodal_model),
+        "pads_text": getattr(config.hf_config, "model_type", None) == "siglip",
+    }
+
+
+def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]) -> np.ndarray:
+    """Embed one chunk on ``llm``: token-id lists, texts, or prompts with ``multi_modal_data`` -> float32 (n, dim).
+
+    The single code path of the in-process engine and of every replica.
+
+    Raises:
+        RequestFailed: vLLM failed on an input (its index in the chunk and vLLM's reason).
+    """
+    from vllm import PoolingParams
+    from vllm.inputs import TokensPrompt
+
+    inputs, dimensions, normalize = payload
+    params = PoolingParams(dimensions=dimensions, use_activation=normalize)
+    if inputs and isinstance(inputs[0], dict):  # prompts with images
+        outputs = llm.embed(inputs, pooling_params=params, use_tqdm=False)
+    elif inputs and isinstance(inputs[0], str):
+        outputs = llm.embed(
+            inputs, pooling_params=params, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1}
+        )
+    else:
+        outputs = llm.embed([TokensPrompt(prompt_token_ids=x) for x in inputs], pooling_params=params, use_tqdm=False)
+    return np.asarray([o.outputs.embedding for o in check_outputs(outputs)], dtype=np.float32)
+
+
+def submit_embed(
+    llm: Any, payload: tuple[list[Any], int | None, bool | None], named: Callable[[Callable[[], Any]], Any]
+) -> Future | None:
+    """:func:`embed_job` without waiting, on the in-process engine's :mod:`~vllm_eval.pipeline`: a future of the
+    same float32 (n, dim) rows (computed through ``named``, which names a failed request), or None where the
+    pipeline does not apply (then ``embed_job`` runs): images (prompts with ``multi_modal_data`` keep
+    ``LLM.embed``), no inputs, an engine without the pipeline's APIs.
+
+    Raises:
+        VLLMValidationError: vLLM refused an input before it ran (none of the chunk is left in the engine).
+    """
+    inputs, dimensions, normalize = payload
+    pipeline = engine_pipeline(llm, "embed") if inputs and not isinstance(inputs[0], dict) else None
+    if pipeline is None:
+        return None
+    from vllm import PoolingParams
+    from vllm.inputs import TokensPrompt
+
+    params = PoolingParams(dimensions=dimensions, use_activation=normalize)
+
+    def finish(outputs: list[Any]) -> np.ndarray:
+        return named(lambda: embedding_rows(outputs))
+
+    if isinstance(inputs[0], str):  # vLLM tokenizes, as embed_job asks it to (no truncation)
+        return pipeline.submit(inputs, params, "embed", finish, {"truncate_prompt_tokens": -1})
+    return pipeline.submit([TokensPrompt(prompt_token_ids=x) for x in inputs], params, "embed", finish)
+
+
+def embedding_rows(outputs: list[Any]) -> np.ndarray:
+    """Finished ``PoolingRequestOutput``s of ``embed`` requests -> float32 (n, dim): what :func:`embed_job` makes
+    of ``LLM.embed``'s outputs (``EmbeddingOutput.from_base`` reads each pooled vector's values; here they are
+    cast to float32 without the round trip through Python floats, which changes no value).
+
+    Raises:
+        RequestFailed: vLLM failed on an output (its index and reason).
+        ValueError: a pooled output that is not one vector.
+    """
+    import torch
+
+    data = [o.outputs.data for o in check_outputs(outputs)]
+    if any(d.ndim != 1 for d in data):
+        raise ValueError("pooled_data should be a 1-D embedding vector")
+    if data and all(isinstance(d, torch.Tensor) for d in data):
+        return torch.stack([d.detach().cpu() for d in data]).to(torch.float32).numpy()
+    return np.asarray([np.asarray(d, dtype=np.float32) for d in data], dtype=np.float32)
+
+
+def generator_info(llm: Any) -> dict[str, Any]:
+    """What a generator needs from an engine: its tokenizer, limits and what changes outputs
+    (picklable: a replica sends it to the parent)."""
+    config = llm.model_config
+    return {
+        "tokenizer": plain_tokenizer(llm.get_tokenizer()),
+        "max_model_len": int(config.max_model_len),
+        "is_multimodal": bool(config.is_multimodal_model),
+        "dtype": str(config.dtype),
+        "quantization": config.quantization,
+    }
+
+
+def call_job(llm: Any, payload: tuple[str, list[Any], Any, str, dict[str, Any]]) -> list[Any]:
+    """One engine call: ``(method, prompts, params, what, kwargs)`` -> vLLM's outputs, in order. The single
+    code path of the in-process engine and of every replica.
+
+    Raises:
+        UsageError: vLLM refused a request before it ran (``what`` names it).
+        RequestFailed: vLLM failed on a request (its index and vLLM's reason).
+    """
+    method, prompts, params, what, kwargs = payload
+    with refusals_as_usage_errors(what):
+        return check_outputs(getattr(llm, method)(prompts, params, use_tqdm=False, **kwargs))
+
+
+def reranker_info(llm: Any) -> dict[str, Any]:
+    """What a reranker needs from an engine: :func:`~vllm_eval.vllm_backend.pooling_info` plus the
+    architecture and number of labels (picklable: a replica sends it to the parent)."""
+    hf = llm.model_config.hf_config
+    return {
+        **pooling_info(llm),
+        "architectures": list(getattr(hf, "architectures", None) or []),
+        "num_labels": getattr(hf, "num_labels", None),
+    }
+
+
+def score_job(llm: Any, payload: tuple[list[Any], list[Any]]) -> np.ndarray:
+    """Score one chunk of (query, document) pairs on ``llm``: float32 (n,). The single code path of the
+    in-process engine and of every replica. An :class:`~vllm_eval.images.ImageInput` goes as vLLM's
+    ``ScoreMultiModalParam`` (its prompt, which holds the image placeholder, and the image).
+
+    Raises:
+        RequestFailed: vLLM failed on a pair (its index in the chunk and vLLM's reason).
+    """
+    queries, documents = ([_score_input(x) for x in side] for side in payload)
+    outputs = llm.score(queries, documents, use_tqdm=False, tokenization_kwargs={"truncate_prompt_tokens": -1})
+    return np.asarray([o.outputs.score for o in check_outputs(outputs)], dtype=np.float32)
+
+
+def _score_input(x: Any) -> Any:
+    """A text as it is; an image input as vLLM's ``ScoreMultiModalParam``. Its prompt already holds the model's
+    placeholder, so vLLM's parser leaves the text as written and adds the image at that place."""
+    if isinstance(x, str):
+        return x
+    return {"content": [{"type": "text", "text": x.prompt}, {"type": "image_pil", "image_pil": x.image}]}
+
+
+def token_pooling_job(llm: Any, payload: tuple[str, list[Any]]) -> list[np.ndarray]:
+    """One float32 (n_tokens, width) array per token-id sequence (or prompt with ``multi_modal_data``: an image's
+    tokens count) from a token-level pooling task (``token_classify``: label probabilities; ``token_embed``:
+    token vectors). The single code path of the in-process engine and of every replica.
+
+    Raises:
+        RequestFailed: vLLM failed on a sequence (its index in the chunk and vLLM's reason).
+    """
+    from vllm.inputs import TokensPrompt
+
+    task, ids = payload
+    prompts = [x if isinstance(x, dict) else TokensPrompt(prompt_token_ids=x) for x in ids]
+    outputs = llm.encode(prompts, pooling_task=task, use_tqdm=False)
+    return [np.asarray(o.outputs.data, dtype=np.float32) for o in check_outputs(outputs)]
+
+
+def classify_job(llm: Any, payload: tuple[list[list[int]], bool, str]) -> np.ndarray:
+    """Class probabilities (or logits, ``use_activation=False``) of token-id sequences: float32 (n, labels).
+    ``token_classify`` models (a per-token reward head) are read at the last token, where a sequence
+    classifier pools. The single code path of the in-process engine and of every replica.
+
+    Raises:
+        RequestFailed: vLLM failed on a text (its index in the chunk and vLLM's reason).
+    """
+    from vllm import PoolingParams
+    from vllm.inputs import TokensPrompt
+
+    ids, use_activation, pooling_task = payload
+    prompts = [TokensPrompt(prompt_token_ids=x) for x in ids]
+    params = PoolingParams(use_activation=use_activation)
+    if pooling_task == "classify":
+        outputs = check_outputs(llm.classify(prompts, pooling_params=params, use_tqdm=False))
+        return np.asarray([o.outputs.probs for o in outputs], dtype=np.float32)
+    outputs = check_outputs(llm.encode(prompts, pooling_params=params, pooling_task="token_classify", use_tqdm=False))
+    return np.stack([np.asarray(o.outputs.data[-1], dtype=np.float32) for o in outputs])
