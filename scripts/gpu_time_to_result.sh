@@ -25,6 +25,7 @@ suite() {  # suite NAME ARGS...: one `bench --suite`, its tables to $OUT/NAME.tx
   cp "$work/suite.json" "$out/$name/" 2>/dev/null
   for b in vllm st mteb-vllm; do [ -f "$work/$b/summary.json" ] && cp "$work/$b/summary.json" "$out/$name/$b-summary.json"; done
   [ -f "$work/vllm/vllm-eval.log" ] && gzip -c "$work/vllm/vllm-eval.log" > "$out/$name/vllm-eval.log.gz"
+  for b in vllm st mteb-vllm; do [ -f "$work/$b/log.txt" ] && grep -v "^ '" "$work/$b/log.txt" | tail -40 > "$out/$name/$b-log-tail.txt"; done
   cp "$work/replica-data/replica.json" "$out/$name/" 2>/dev/null
   return 0
 }

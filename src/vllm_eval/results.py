@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import timeline
-from .concurrency import run_tasks, task_workers
+from .concurrency import in_run_order, run_tasks, task_workers
 from .errors import DataUnavailableError, UsageError
 from .progress import run_display
 from .telemetry import device_name, package_versions, task_counters, task_telemetry
@@ -175,7 +175,7 @@ def evaluate(
     if prefetch is None:
         from .tasks.prefetch import Prefetch
 
-        prefetch = Prefetch(tasks, ahead=workers + 1, skip=[*(skip or {}), *reused])
+        prefetch = Prefetch(in_run_order(tasks, workers), ahead=workers + 1, skip=[*(skip or {}), *reused])
 
     def run_one(task: Any) -> TaskScore:
         name = task.metadata.name

@@ -146,7 +146,7 @@ class RunCommand(Command):
             default=None,
             metavar="N",
             help="tasks evaluated at once: one scores on the CPU while another encodes (default: 1 on a machine "
-            "of 4 cores or fewer, else half the cores, at most 8; 1 with --check-parity)",
+            "of 4 cores or fewer, else half the cores, at most 4; 1 with --check-parity)",
         )
         add_common(parser, "write mteb result JSON, summary.json and the log here")
         add_run_flags(parser)
@@ -191,7 +191,7 @@ class RunCommand(Command):
                 )
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
-        from ...concurrency import task_workers
+        from ...concurrency import in_run_order, task_workers
         from ...errors import DataUnavailableError
         from ...results import evaluate, results_dir
         from ...tasks import unavailable
@@ -212,7 +212,7 @@ class RunCommand(Command):
         # The data loads while the engine starts; results to be read back are not known before the
         # model's metadata, so a resumed run may load a task it then reuses (in the background).
         with (
-            closing(Prefetch(tasks, ahead=workers + 1, skip=list(missing))) as prefetch,
+            closing(Prefetch(in_run_order(tasks, workers), ahead=workers + 1, skip=list(missing))) as prefetch,
             spec.load(model, show_progress_bar=not args.no_progress) as encoder,
         ):
             encoder.use_cache(cache)
