@@ -3,12 +3,12 @@
 # sentence-transformers (and mteb's vLLM wrapper), each backend a fresh process, with each run's timeline.
 # After staging vLLM (see scripts/gpu_bench.sh; tokenizers in .devtok/), on the device:
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_time_to_result.sh $OUT PART
-# PART: models | compile | replica | synthetic. compile: byte-compile the staged packages (pip installed them
+# PART: models | compile | warm | replica | synthetic. warm: one short run of ours to fill the compile cache. compile: byte-compile the staged packages (pip installed them
 # with --no-compile; a user's pip compiles at install). replica: `bench --suite "MTEB(eng, v2)" --fraction
 # $FRACTION` (default 0.05); synthetic: `bench --suite synthetic` ($N_DOCS documents, default 200000).
 # $RPG replicas per GPU for ours (default 4), $BACKENDS (default "vllm st"), $LIMIT seconds per suite (default
 # 540), $EXTRA more flags for ours (e.g. --enforce-eager), $TAG a suffix for the output names.
-# Writes $OUT/<part><tag>.txt (the suite's tables), $OUT/<part><tag>/suite.json and each backend's summary.json.
+# Writes $OUT/<part><tag>.txt (the suite's tables) and $OUT/<part><tag>.tgz (suite.json, each backend's summary.json).
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -27,6 +27,7 @@ suite() {  # suite NAME ARGS...: one `bench --suite`, its tables to $OUT/NAME.tx
   [ -f "$work/vllm/vllm-eval.log" ] && gzip -c "$work/vllm/vllm-eval.log" > "$out/$name/vllm-eval.log.gz"
   for b in vllm st mteb-vllm; do [ -f "$work/$b/log.txt" ] && grep -v "^ '" "$work/$b/log.txt" | tail -40 > "$out/$name/$b-log-tail.txt"; done
   cp "$work/replica-data/replica.json" "$out/$name/" 2>/dev/null
+  tar czf "$out/$name.tgz" -C "$out" "$name" && rm -rf "${out:?}/$name"  # the device returns at most 8 files a call
   return 0
 }
 case $part in
@@ -40,6 +41,10 @@ PY
   compile)
     python3 -m compileall -q -j 16 /root/site src > /dev/null 2>&1
     python3 -X importtime -c "import vllm_eval.cli, mteb, vllm" 2> "$out/importtime.txt"; sort -t'|' -k2 -n "$out/importtime.txt" | tail -25 ;;
+  warm)  # fill the torch.compile cache of ours' layout (the first run on a fresh machine compiles: ~25 s more)
+    timeout -k 10 "${LIMIT:-240}" python3 -m vllm_eval.cli run --model "$models/bert-base" --dtype float16 \
+      --replicas-per-gpu "${RPG:-4}" --tasks WordSim353 --no-cache --no-progress > "$out/warm${TAG:-}.log" 2>&1
+    echo "exit $?" >> "$out/warm${TAG:-}.log"; grep -E "ready after|exit" "$out/warm${TAG:-}.log" ;;
   replica) suite replica --suite "MTEB(eng, v2)" --fraction "${FRACTION:-0.05}" ;;
   synthetic) suite synthetic --suite synthetic --n-docs "${N_DOCS:-200000}" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;

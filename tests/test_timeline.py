@@ -54,10 +54,14 @@ def test_prefetch_loads_ahead_in_order_and_hands_back_a_failed_load():
     from vllm_eval.tasks import get_tasks
     from vllm_eval.tasks.prefetch import Prefetch
 
+    import sys
+
+    sys.modules.pop("colorsys", None)
     first, second = get_tasks(["WordSim353", "SimLex999"])
-    prefetch = Prefetch([first, second], ahead=1)
+    prefetch = Prefetch([first, second], ahead=1, imports=["colorsys", "no_such_module_here"])
     prefetch.wait(first)
     assert first.data_loaded
+    assert "colorsys" in sys.modules  # imported ahead, before the first load; a failed import is skipped
     time.sleep(0.3)
     assert not second.data_loaded  # one task ahead at most: the second waits for the first to be done
     prefetch.done(first)

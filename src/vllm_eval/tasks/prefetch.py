@@ -8,6 +8,7 @@ changing what mteb computes; :meth:`Prefetch.done` unloads each task once it is 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -27,9 +28,15 @@ class Prefetch:
         tasks: mteb tasks, in the order they will be evaluated.
         ahead: how many tasks may be loaded and not yet done (>= 1).
         skip: names of tasks not to load (known unavailable, or to be read back from results).
+        imports: modules to import on the same thread before the first load: what ``mteb.evaluate`` imports on
+            its first call (sentence-transformers, and torch with it) while an engine starts elsewhere. On one H100
+            a parent of replicas imported them in its first task, holding the GIL every other task waited for.
     """
 
-    def __init__(self, tasks: Sequence[Any], ahead: int = 2, skip: Sequence[str] = ()) -> None:
+    def __init__(
+        self, tasks: Sequence[Any], ahead: int = 2, skip: Sequence[str] = (), imports: Sequence[str] = ()
+    ) -> None:
+        self._imports = list(imports)
         self._tasks = list(tasks)
         self._skip = set(skip)
         self._futures: dict[int, Future] = {id(t): Future() for t in self._tasks}
@@ -39,6 +46,11 @@ class Prefetch:
         self._thread.start()
 
     def _run(self) -> None:
+        for module in self._imports:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # the evaluation imports it again and reports what is wrong
+                logger.debug("importing %s ahead failed: %s", module, exc)
         for task in self._tasks:
             future = self._futures[id(task)]
             name = task.metadata.name

@@ -212,7 +212,11 @@ class RunCommand(Command):
         # The data loads while the engine starts; results to be read back are not known before the
         # model's metadata, so a resumed run may load a task it then reuses (in the background).
         with (
-            closing(Prefetch(in_run_order(tasks, workers), ahead=workers + 1, skip=list(missing))) as prefetch,
+            closing(
+                Prefetch(
+                    in_run_order(tasks, workers), ahead=workers + 1, skip=list(missing), imports=_imports_ahead(args)
+                )
+            ) as prefetch,
             spec.load(model, show_progress_bar=not args.no_progress) as encoder,
         ):
             encoder.use_cache(cache)
@@ -240,6 +244,17 @@ class RunCommand(Command):
         if args.output_dir:
             print(f"results: {results_dir(args.output_dir, meta)}")
         return 1 if any(r.status.startswith("failed") for r in rows) else 0
+
+
+def _imports_ahead(args: argparse.Namespace) -> tuple[str, ...]:
+    """What ``mteb.evaluate`` imports on its first call, imported while GPU replicas start (the parent has nothing
+    else to do then). Not with an engine in this process (the two would take turns on the interpreter), nor with
+    CPU replicas, which use every core: two on this 2-core machine were ready after 13.3 s instead of 8.5 s."""
+    from ...engine_args import on_cpu
+
+    replicas = (getattr(args, "data_parallel_size", None) or 1) * (getattr(args, "replicas_per_gpu", None) or 1)
+    elsewhere = getattr(args, "ray_address", None) or replicas > 1
+    return ("sentence_transformers",) if elsewhere and not on_cpu() else ()
 
 
 def _run_info(args: argparse.Namespace, encoder: Any, cache: Any) -> dict[str, Any]:
