@@ -51,10 +51,10 @@ def test_each_thread_has_its_own_task_and_waits_are_not_scoring():
 
 
 def test_prefetch_loads_ahead_in_order_and_hands_back_a_failed_load():
+    import sys
+
     from vllm_eval.tasks import get_tasks
     from vllm_eval.tasks.prefetch import Prefetch
-
-    import sys
 
     sys.modules.pop("colorsys", None)
     first, second = get_tasks(["WordSim353", "SimLex999"])

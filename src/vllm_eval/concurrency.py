@@ -18,8 +18,9 @@ is cloned per task (:func:`own_evaluator`).
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from .errors import UsageError
@@ -101,7 +102,9 @@ def run_tasks(
     around one task.
 
     Raises:
-        Whatever ``run`` raised first; tasks not started yet are not started, running ones finish.
+        Whatever ``run`` raised first, at once: tasks not started yet are not started, and tasks still running
+        are not waited for (their threads are daemons, ended by the engine's shutdown or the process's exit), so
+        a failure or Ctrl-C stops the command within seconds, as it does with tasks one after another.
     """
 
     def one(index: int, task: Any) -> Any:
@@ -114,17 +117,51 @@ def run_tasks(
         for index, task in enumerate(tasks):
             done(index, one(index, task))
         return
+    _run_at_once(tasks, one, workers, done)
+
+
+def _run_at_once(
+    tasks: Sequence[Any], one: Callable[[int, Any], Any], workers: int, done: Callable[[int, Any], None]
+) -> None:
+    """:func:`run_tasks` with several at once, on ``workers`` daemon threads."""
     from threadpoolctl import threadpool_limits
 
     position = {id(task): i for i, task in enumerate(tasks)}
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="vllm-eval-task")
+    todo: queue.SimpleQueue = queue.SimpleQueue()
+    for task in in_run_order(tasks, workers):
+        todo.put(task)
+    ended: queue.SimpleQueue = queue.SimpleQueue()
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                task = todo.get_nowait()
+            except queue.Empty:
+                return
+            index = position[id(task)]
+            try:
+                ended.put((index, None, one(index, task)))
+            except BaseException as exc:  # handed to the caller's thread, which raises it
+                ended.put((index, exc, None))
+
     # Each task's BLAS and OpenMP pools get their share of the cores, not every core each.
     with threadpool_limits(limits=max(1, _cores() // workers)):
+        for k in range(workers):
+            threading.Thread(target=worker, name=f"vllm-eval-task-{k}", daemon=True).start()
         try:
-            futures = {
-                pool.submit(one, position[id(task)], task): position[id(task)] for task in in_run_order(tasks, workers)
-            }
-            for future in as_completed(futures):
-                done(futures[future], future.result())
+            for _ in tasks:
+                index, error, row = _next(ended)
+                if error is not None:
+                    raise error
+                done(index, row)
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            stop.set()
+
+
+def _next(ended: queue.SimpleQueue) -> Any:
+    while True:
+        try:
+            return ended.get(timeout=0.5)  # a timeout, so that Ctrl-C is seen at once
+        except queue.Empty:
+            continue

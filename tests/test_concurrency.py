@@ -1,0 +1,74 @@
+"""Tasks evaluated at once (:mod:`vllm_eval.concurrency`): order, results by index, a failure that stops the run
+at once, each task's own scikit-learn model. The scores of concurrent against sequential evaluation on a real
+engine are compared in tests/test_timeline.py (the benchmark replica)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from vllm_eval.concurrency import in_run_order, own_evaluator, run_tasks, task_workers
+from vllm_eval.errors import UsageError
+
+
+def _task(name: str, size: int = 0):
+    stats = {"test": {"num_samples": size}} if size else None
+    return SimpleNamespace(metadata=SimpleNamespace(name=name, descriptive_stats=stats, eval_splits=["test"]))
+
+
+def _display(name: str, position: int):
+    return contextlib.nullcontext()
+
+
+def test_tasks_run_at_once_largest_first_and_rows_keep_their_index():
+    tasks = [_task("small", 10), _task("none"), _task("large", 1000), _task("mid", 100)]
+    assert [t.metadata.name for t in in_run_order(tasks, 2)] == ["large", "mid", "small", "none"]
+    assert in_run_order(tasks, 1) == tasks
+    started, rows, threads = [], {}, set()
+
+    def run(task):
+        started.append(task.metadata.name)
+        threads.add(threading.current_thread().name)
+        time.sleep(0.2)
+        return task.metadata.name.upper()
+
+    run_tasks(tasks, run, workers=2, display=_display, done=rows.__setitem__)
+    assert rows == {0: "SMALL", 1: "NONE", 2: "LARGE", 3: "MID"}
+    assert started[:2] == ["large", "mid"] and len(threads) == 2
+
+
+def test_a_failing_task_stops_the_run_without_waiting_for_the_others():
+    release = threading.Event()
+
+    def run(task):
+        if task.metadata.name == "bad":
+            time.sleep(0.1)
+            raise ValueError("broken task")
+        release.wait(30)  # a long scoring still going on
+        return 1
+
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="broken task"):
+        run_tasks([_task("slow"), _task("bad"), _task("later")], run, workers=2, display=_display, done=lambda i, r: 0)
+    assert time.perf_counter() - start < 5  # the slow task is not waited for
+    release.set()
+
+
+def test_each_task_gets_its_own_sklearn_model_and_workers_are_checked():
+    from sklearn.linear_model import LogisticRegression
+
+    class Classification:
+        evaluator_model = LogisticRegression(max_iter=7)
+
+    first, second = Classification(), Classification()
+    own_evaluator(first)
+    own_evaluator(second)
+    assert first.evaluator_model is not second.evaluator_model is not Classification.evaluator_model
+    assert first.evaluator_model.get_params() == Classification.evaluator_model.get_params()
+    assert task_workers(8, 3) == 3 and task_workers(None, 100) >= 1
+    with pytest.raises(UsageError, match="concurrent_tasks"):
+        task_workers(0, 3)
