@@ -71,10 +71,6 @@ class TextPoolingBase(PoolingBackendBase):
             c.compute_tokens += sum(len(item.ids[i]) for i in item.missing())
 
     def _pooled_stream(self, texts: Iterable[str], *, total: int | None, show_progress_bar: bool) -> Any:
-        with self._one_call():  # one stream at a time: it keeps chunks in flight on the engine(s)
-            return self._stream(texts, total=total, show_progress_bar=show_progress_bar)
-
-    def _stream(self, texts: Iterable[str], *, total: int | None, show_progress_bar: bool) -> Any:
         # Texts repeat a lot within one call (an STS task encodes each document once per pair it
         # is in: LeeDocSimilarity has 2,450 texts but 50 distinct), so each distinct text is
         # embedded once and its row reused. Chunk k+1 is deduplicated, tokenized and looked up in
@@ -116,29 +112,30 @@ class TextPoolingBase(PoolingBackendBase):
                     parts.append(rows if self.ragged or isinstance(rows, np.ndarray) else np.stack(rows))
                 advance(chunk.n_texts)
 
-        start = time.perf_counter()
-        with input_bar(self.stream_label, total, "texts", enabled=show_progress_bar) as advance:
-            # One kind per chunk (texts or images): a chunk is tokenized, keyed and sent as one kind of input.
-            for chunk in prefetched(chunked(texts, self.chunk_size, kind=_is_image), prepare):
-                miss = chunk.missing()
-                future = None
-                if miss:
-                    future = self._submit_chunk(
-                        [chunk.fresh[i] for i in miss], [chunk.ids[i] for i in miss] if chunk.ids else []
-                    )
-                inflight.append((chunk, future))
-                collect(advance, self.max_in_flight)
-            collect(advance, 0)
-        self.counters.add_compute(time.perf_counter() - start)
-        self.counters.truncated += counts["truncated"]
-        warn_truncated(counts["truncated"], counts["unique"], self.max_length, self.name)
-        if self.ragged:
-            flat = [row for part in parts for row in part]
-            return [flat[i] for i in order]
-        if not parts:
-            return np.zeros((0, self._output_width()), dtype=np.float32)
-        unique = np.concatenate(parts).astype(np.float32, copy=False)
-        return np.ascontiguousarray(unique[np.asarray(order, dtype=np.int64)])
+        with self._one_call():  # one stream at a time: it keeps chunks in flight on the engine(s)
+            start = time.perf_counter()
+            with input_bar(self.stream_label, total, "texts", enabled=show_progress_bar) as advance:
+                # One kind per chunk (texts or images): a chunk is tokenized, keyed and sent as one kind of input.
+                for chunk in prefetched(chunked(texts, self.chunk_size, kind=_is_image), prepare):
+                    miss = chunk.missing()
+                    future = None
+                    if miss:
+                        future = self._submit_chunk(
+                            [chunk.fresh[i] for i in miss], [chunk.ids[i] for i in miss] if chunk.ids else []
+                        )
+                    inflight.append((chunk, future))
+                    collect(advance, self.max_in_flight)
+                collect(advance, 0)
+            self.counters.add_compute(time.perf_counter() - start)
+            self.counters.truncated += counts["truncated"]
+            warn_truncated(counts["truncated"], counts["unique"], self.max_length, self.name)
+            if self.ragged:
+                flat = [row for part in parts for row in part]
+                return [flat[i] for i in order]
+            if not parts:
+                return np.zeros((0, self._output_width()), dtype=np.float32)
+            unique = np.concatenate(parts).astype(np.float32, copy=False)
+            return np.ascontiguousarray(unique[np.asarray(order, dtype=np.int64)])
 
     def _submit_chunk(self, texts: list[str], ids: list[list[int]]) -> Future:
         """Start one chunk; the default runs :meth:`_pool_chunk` here and returns a finished future."""
