@@ -209,6 +209,13 @@ def effective_engine_kwargs(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
         OptionError: an unknown option or a bad value.
     """
     check_engine_values(engine_kwargs)
+    check_engine_kwargs(normalize_engine_kwargs(engine_kwargs))
+    return engine_options_in_force(engine_kwargs)
+
+
+def engine_options_in_force(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """:func:`effective_engine_kwargs` of options already checked (those an engine was built with), without
+    checking their names again: that imports vLLM, which a parent of GPU replicas has no other use for (its
+    first summary.json took 8 s on an H100 while four tasks waited for the GIL)."""
     engine_kwargs = normalize_engine_kwargs(engine_kwargs)
-    check_engine_kwargs(engine_kwargs)
     return {**default_engine_kwargs(engine_kwargs), **engine_kwargs}

@@ -449,10 +449,10 @@ def provenance(model: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     engine_kwargs = getattr(model, "engine_kwargs", None)
     if engine_kwargs is not None:
-        from .engine_args import effective_engine_kwargs
+        from .engine_args import engine_options_in_force
 
         try:
-            out["engine_options_in_force"] = effective_engine_kwargs(dict(engine_kwargs))
+            out["engine_options_in_force"] = engine_options_in_force(dict(engine_kwargs))
         except Exception as exc:  # provenance must not fail a finished run
             out["engine_options_in_force"] = f"unavailable: {exc}"
     counters = getattr(model, "counters", None)
