@@ -240,3 +240,27 @@ def test_two_reranker_replicas_match_one_engine(vllm_cross):
         got = dp.score_pairs(queries, docs)
         np.testing.assert_allclose(got, vllm_cross.score_pairs(queries, docs), atol=1e-5)
         assert len(set(np.round(got, 4))) > 10 and all(n > 0 for n in dp.pool.jobs_done.values())
+
+
+def test_a_parent_of_replicas_imports_no_vllm_and_keeps_each_start_by_step(tmp_path):
+    """The parent has no engine: neither the replicas' tokenizer (vLLM's wrapper pickles as a call into vLLM) nor
+    the summary's engine options may import vLLM there; each replica's start is kept by step."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json\n"
+        "from vllm_eval.cli import main\n"
+        f"rc = main(['run', '--tasks', 'WordSim353', '--data-parallel-size', '2', '--no-progress', '--no-cache',"
+        f" '--dtype', 'float32', '--output-dir', {str(tmp_path)!r}])\n"
+        "print(json.dumps({'rc': rc, 'vllm': 'vllm' in sys.modules, 'mteb': 'mteb' in sys.modules}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"rc": 0, "vllm": False, "mteb": True}, out.stderr[-2000:]
+    replicas = json.loads((tmp_path / "summary.json").read_text())["replicas"]
+    for steps in replicas["start_breakdown"].values():
+        assert set(steps) == {"process", "interpreter", "imports", "engine", "setup"}
+        assert steps["engine"] > 0 and steps["interpreter"] < steps["imports"] + steps["engine"]
+    assert len(replicas["start_breakdown"]) == 2
