@@ -52,15 +52,27 @@ def load_torch_model(
         dtype: a torch dtype name (see :func:`torch_dtype_name`).
         device: torch device; None: CUDA when available, else CPU.
     """
-    import torch
     from transformers import AutoTokenizer
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(ref.path, revision=revision, trust_remote_code=trust_remote_code)
+    model, device = load_torch_weights(
+        auto_class, ref, revision=revision, dtype=dtype, device=device, trust_remote_code=trust_remote_code
+    )
+    return model, tokenizer, device
+
+
+def load_torch_weights(
+    auto_class: Any, ref: Any, *, revision: str | None, dtype: str, device: str | None, trust_remote_code: bool
+) -> tuple[Any, str]:
+    """``(model in eval mode on its device, device)``: :func:`load_torch_model` without the tokenizer (a backend
+    that reads its inputs through a processor of its own)."""
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = auto_class.from_pretrained(
         ref.path, revision=revision, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code
     )
-    return model.to(device).eval(), tokenizer, device
+    return model.to(device).eval(), device
 
 
 def model_token_limit(config: Any, tokenizer: Any, max_model_len: int | None) -> int:

@@ -62,12 +62,15 @@ def in_run_order(tasks: Sequence[Any], workers: int) -> list[Any]:
     return sorted(tasks, key=expected_size, reverse=True)
 
 
-def task_workers(requested: int | None, n_tasks: int) -> int:
-    """``requested`` tasks at once (None: :func:`default_task_workers`), never more than there are tasks.
+def task_workers(requested: int | None, n_tasks: int, *, recording: bool = False) -> int:
+    """``requested`` tasks at once (None: :func:`default_task_workers`), never more than there are tasks; 1 when
+    ``recording`` (a parity check records the inputs of the model, not of a task).
 
     Raises:
         UsageError: ``requested`` is not a positive int.
     """
+    if recording:
+        return 1
     if requested is None:
         requested = default_task_workers()
     if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:

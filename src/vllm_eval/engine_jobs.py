@@ -17,11 +17,58 @@ from typing import Any
 import numpy as np
 
 from .pipeline import engine_pipeline
-from .vllm_backend import check_outputs, plain_tokenizer, pooling_info, refusals_as_usage_errors
+from .vllm_backend import check_outputs, refusals_as_usage_errors
+
+
+def pooling_info(llm: Any) -> dict[str, Any]:
+    """What a classifier, token classifier or token embedder needs from an engine: tokenizer, limits,
+    pooling tasks, the HF config (labels), dtype, the image placeholder of a vision-language model (picklable: a
+    replica sends it to the parent)."""
+    config = llm.model_config
+    encoder_config = getattr(config, "encoder_config", None) or {}
+    return {
+        "tokenizer": plain_tokenizer(llm.get_tokenizer()),
+        "max_model_len": int(config.max_model_len),
+        "do_lower_case": bool(encoder_config.get("do_lower_case", False)),
+        "supported_tasks": list(llm.supported_tasks),
+        "hf_config": config.hf_config.to_dict(),
+        "dtype": str(config.dtype),
+        "quantization": config.quantization,
+        "image_placeholder": image_placeholder(config),
+        "is_multimodal": bool(config.is_multimodal_model),
+    }
+
+
+def plain_tokenizer(tokenizer: Any) -> Any:
+    """The transformers tokenizer inside vLLM's wrappers (``get_cached_tokenizer``, ``maybe_make_thread_pool`` in
+    ``vllm.tokenizers.hf``), whose pickles are calls into vLLM: a parent unpickling a replica's tokenizer imported
+    vLLM and torch for it (2.5 s on the 2-core CPU, after the replicas were ready). Any other tokenizer as it is."""
+    for _ in range(4):  # wrappers may nest
+        try:
+            rebuild, args = tokenizer.__reduce__()[:2]
+        except Exception:  # not picklable this way: as it is
+            return tokenizer
+        if not str(getattr(rebuild, "__module__", "")).startswith("vllm.") or not args:
+            return tokenizer
+        tokenizer = args[0]
+    return tokenizer
+
+
+def image_placeholder(config: Any) -> str | None:
+    """The image placeholder of a vision-language model that takes prompts around its images (what vLLM's chat
+    parser writes for one image), or None: a text model, or CLIP / SigLIP (an image alone, no prompt)."""
+    if not config.is_multimodal_model or getattr(config.hf_config, "model_type", None) in ("clip", "siglip"):
+        return None
+    from vllm.model_executor.model_loader import get_model_cls
+
+    try:
+        return get_model_cls(config).get_placeholder_str("image", 1)
+    except ValueError:  # a model without an image placeholder (audio or video only): prompts do not apply
+        return None
 
 
 def encoder_info(llm: Any) -> dict[str, Any]:
-    """What an encoder needs from an engine: :func:`~vllm_eval.vllm_backend.pooling_info` plus its
+    """What an encoder needs from an engine: :func:`pooling_info` plus its
     matryoshka support, width and pooler (picklable, for replicas)."""
     config = llm.model_config
     return {
@@ -133,7 +180,7 @@ def call_job(llm: Any, payload: tuple[str, list[Any], Any, str, dict[str, Any]])
 
 
 def reranker_info(llm: Any) -> dict[str, Any]:
-    """What a reranker needs from an engine: :func:`~vllm_eval.vllm_backend.pooling_info` plus the
+    """What a reranker needs from an engine: :func:`pooling_info` plus the
     architecture and number of labels (picklable: a replica sends it to the parent)."""
     hf = llm.model_config.hf_config
     return {

@@ -37,6 +37,7 @@ from typing import Any
 
 from .errors import ReplicaError, UsageError, VllmEvalError
 from .jobpool import JobPool
+from .timeline import process_start
 
 __all__ = ["ReplicaError", "ReplicaPool", "plan_replicas"]
 
@@ -354,7 +355,7 @@ def _worker(
         results.send(("failed", index, f"{type(exc).__name__}: {exc}", index))
         _release(llm)
         return
-    results.send(("ready", index, (info, {**marks, "created": _created()}), index))
+    results.send(("ready", index, (info, {**marks, "created": process_start()}), index))
     try:
         while True:
             try:
@@ -380,16 +381,6 @@ def _worker(
         # vLLM's background threads (CUDA build) aborted with "PyEval_SaveThread: ... GIL is released".
         results.close()
         os._exit(0)
-
-
-def _created() -> float:
-    """When this process was created (``time.time()`` seconds; now, without psutil)."""
-    try:
-        import psutil
-
-        return float(psutil.Process().create_time())
-    except Exception:  # psutil comes with vLLM; the breakdown is informational
-        return time.time()
 
 
 def _kill_group(pid: int) -> None:

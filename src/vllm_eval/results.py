@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import timeline
-from .concurrency import in_run_order, run_tasks, task_workers
+from .concurrency import run_tasks, task_workers
 from .errors import DataUnavailableError, UsageError
 from .progress import run_display
 from .telemetry import device_name, package_versions, task_counters, task_telemetry
@@ -169,13 +169,13 @@ def evaluate(
         prediction_folder = out / "predictions"
     start = time.time() if started is None else started
     device = device_name()
-    workers = 1 if parity_reference is not None else task_workers(concurrent_tasks, len(tasks))
+    workers = task_workers(concurrent_tasks, len(tasks), recording=parity_reference is not None)
     rows: list[TaskScore | None] = [None] * len(tasks)
     reused = {t.metadata.name for t in tasks if _reused(cache, t.metadata.name, model, overwrite_strategy)}
     if prefetch is None:
-        from .tasks.prefetch import Prefetch
+        from .tasks.prefetch import prefetch_for
 
-        prefetch = Prefetch(in_run_order(tasks, workers), ahead=workers + 1, skip=[*(skip or {}), *reused])
+        prefetch = prefetch_for(tasks, workers, skip=[*(skip or {}), *reused])
 
     def run_one(task: Any) -> TaskScore:
         name = task.metadata.name

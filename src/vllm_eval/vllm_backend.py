@@ -39,7 +39,6 @@ __all__ = [
     "VllmBackend",
     "check_outputs",
     "first_request_error",
-    "pooling_info",
     "refusals_as_usage_errors",
 ]
 
@@ -86,53 +85,6 @@ def refusals_as_usage_errors(what: str) -> Iterator[None]:
         yield
     except VLLMValidationError as exc:
         raise UsageError(f"vLLM refused {what}: {' '.join(str(exc).split())}") from None
-
-
-def pooling_info(llm: Any) -> dict[str, Any]:
-    """What a classifier, token classifier or token embedder needs from an engine: tokenizer, limits,
-    pooling tasks, the HF config (labels), dtype, the image placeholder of a vision-language model (picklable: a
-    replica sends it to the parent)."""
-    config = llm.model_config
-    encoder_config = getattr(config, "encoder_config", None) or {}
-    return {
-        "tokenizer": plain_tokenizer(llm.get_tokenizer()),
-        "max_model_len": int(config.max_model_len),
-        "do_lower_case": bool(encoder_config.get("do_lower_case", False)),
-        "supported_tasks": list(llm.supported_tasks),
-        "hf_config": config.hf_config.to_dict(),
-        "dtype": str(config.dtype),
-        "quantization": config.quantization,
-        "image_placeholder": image_placeholder(config),
-        "is_multimodal": bool(config.is_multimodal_model),
-    }
-
-
-def plain_tokenizer(tokenizer: Any) -> Any:
-    """The transformers tokenizer inside vLLM's wrappers (``get_cached_tokenizer``, ``maybe_make_thread_pool`` in
-    ``vllm.tokenizers.hf``), whose pickles are calls into vLLM: a parent unpickling a replica's tokenizer imported
-    vLLM and torch for it (2.5 s on the 2-core CPU, after the replicas were ready). Any other tokenizer as it is."""
-    for _ in range(4):  # wrappers may nest
-        try:
-            rebuild, args = tokenizer.__reduce__()[:2]
-        except Exception:  # not picklable this way: as it is
-            return tokenizer
-        if not str(getattr(rebuild, "__module__", "")).startswith("vllm.") or not args:
-            return tokenizer
-        tokenizer = args[0]
-    return tokenizer
-
-
-def image_placeholder(config: Any) -> str | None:
-    """The image placeholder of a vision-language model that takes prompts around its images (what vLLM's chat
-    parser writes for one image), or None: a text model, or CLIP / SigLIP (an image alone, no prompt)."""
-    if not config.is_multimodal_model or getattr(config.hf_config, "model_type", None) in ("clip", "siglip"):
-        return None
-    from vllm.model_executor.model_loader import get_model_cls
-
-    try:
-        return get_model_cls(config).get_placeholder_str("image", 1)
-    except ValueError:  # a model without an image placeholder (audio or video only): prompts do not apply
-        return None
 
 
 def guarded(fn: Callable[[Any, Any], Any], llm: Any, payload: Any) -> Any:

@@ -7,12 +7,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..engine_args import backend_engine_kwargs
-from ..engine_jobs import classify_job
+from ..engine_jobs import classify_job, pooling_info
 from ..errors import UsageError
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
-from ..vllm_backend import VllmBackend, pooling_info
+from ..vllm_backend import VllmBackend
 from .base import ClassifierBase, labels_of
 
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..base import torch_dtype_name
+from ..base import load_torch_weights, torch_dtype_name
 from ..errors import UsageError
 from ..images import ImageInput, prompted_inputs
 from ..modelinfo import ModelRef, build_model_meta
@@ -84,7 +84,6 @@ class TransformersEncoder(EncoderBase):
         show_progress_bar: bool = True,
         trust_remote_code: bool = False,
     ) -> None:
-        import torch
         from transformers import AutoModel, AutoProcessor
 
         ref = ModelRef.resolve(model, revision)
@@ -110,11 +109,9 @@ class TransformersEncoder(EncoderBase):
             vllm_image_placeholder(ref.architectures or []) or getattr(self.processor, "image_token", None) or "<image>"
         )
         self.normalize = normalize is not False
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.lm = AutoModel.from_pretrained(
-            ref.path, revision=revision, dtype=getattr(torch, self.dtype), trust_remote_code=trust_remote_code
+        self.lm, self.device = load_torch_weights(
+            AutoModel, ref, revision=revision, dtype=self.dtype, device=device, trust_remote_code=trust_remote_code
         )
-        self.lm = self.lm.to(self.device).eval()
         text_config = getattr(self.lm.config, "text_config", self.lm.config)
         max_length = int(max_model_len or getattr(text_config, "max_position_embeddings", 0) or 0) or None
         meta = build_model_meta(

@@ -97,3 +97,13 @@ class Prefetch:
         self._stop.set()
         for _ in self._tasks:
             self._slots.release()
+
+
+def prefetch_for(
+    tasks: Sequence[Any], workers: int, *, skip: Sequence[str] = (), imports: Sequence[str] = ()
+) -> Prefetch:
+    """The :class:`Prefetch` of a run evaluating ``workers`` tasks at once: tasks in the order they start
+    (:func:`~vllm_eval.concurrency.in_run_order`), the next one loaded ahead of each running one."""
+    from ..concurrency import in_run_order
+
+    return Prefetch(in_run_order(tasks, workers), ahead=workers + 1, skip=skip, imports=imports)

@@ -8,10 +8,10 @@ import numpy as np
 
 from ..classifier.base import labels_of
 from ..engine_args import backend_engine_kwargs
-from ..engine_jobs import token_pooling_job
+from ..engine_jobs import pooling_info, token_pooling_job
 from ..modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
-from ..vllm_backend import VllmBackend, pooling_info
+from ..vllm_backend import VllmBackend
 from .base import TokenClassifierBase
 
 

@@ -8,14 +8,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..engine_args import backend_engine_kwargs
-from ..engine_jobs import token_pooling_job
+from ..engine_jobs import pooling_info, token_pooling_job
 from ..errors import UsageError
 from ..images import prompted_inputs
 from ..modelinfo import ModelRef, build_model_meta
 from ..presets import ImagePrompts, find_preset
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
-from ..vllm_backend import VllmBackend, pooling_info
+from ..vllm_backend import VllmBackend
 from .base import TokenEmbedderBase
 
 #: Config keys vLLM reads the ColBERT projection width from (``ColBERTMixin.get_colbert_dim_from_config``).

@@ -191,11 +191,11 @@ class RunCommand(Command):
                 )
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
-        from ...concurrency import in_run_order, task_workers
+        from ...concurrency import task_workers
         from ...errors import DataUnavailableError
         from ...results import evaluate, results_dir
         from ...tasks import unavailable
-        from ...tasks.prefetch import Prefetch
+        from ...tasks.prefetch import prefetch_for
 
         spec = ctx.spec
         with phase("model"):
@@ -208,15 +208,11 @@ class RunCommand(Command):
             raise DataUnavailableError(next(iter(missing.values())))
         cache = open_cache(args)
         reference = _parity_reference(args, spec, model)
-        workers = 1 if reference is not None else task_workers(args.concurrent_tasks, len(tasks))
+        workers = task_workers(args.concurrent_tasks, len(tasks), recording=reference is not None)
         # The data loads while the engine starts; results to be read back are not known before the
         # model's metadata, so a resumed run may load a task it then reuses (in the background).
         with (
-            closing(
-                Prefetch(
-                    in_run_order(tasks, workers), ahead=workers + 1, skip=list(missing), imports=_imports_ahead(args)
-                )
-            ) as prefetch,
+            closing(prefetch_for(tasks, workers, skip=list(missing), imports=_imports_ahead(args))) as prefetch,
             spec.load(model, show_progress_bar=not args.no_progress) as encoder,
         ):
             encoder.use_cache(cache)
