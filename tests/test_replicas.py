@@ -244,7 +244,8 @@ def test_two_reranker_replicas_match_one_engine(vllm_cross):
 
 def test_a_parent_of_replicas_imports_no_vllm_and_keeps_each_start_by_step(tmp_path):
     """The parent has no engine: neither the replicas' tokenizer (vLLM's wrapper pickles as a call into vLLM) nor
-    the summary's engine options may import vLLM there; each replica's start is kept by step."""
+    the summary's engine options may import vLLM there; each replica's start is kept by step. Tasks at once are
+    scored in processes that load their data while the replicas start."""
     import json
     import subprocess
     import sys
@@ -252,14 +253,22 @@ def test_a_parent_of_replicas_imports_no_vllm_and_keeps_each_start_by_step(tmp_p
     code = (
         "import sys, json\n"
         "from vllm_eval.cli import main\n"
-        f"rc = main(['run', '--tasks', 'WordSim353', '--data-parallel-size', '2', '--no-progress', '--no-cache',"
-        f" '--dtype', 'float32', '--output-dir', {str(tmp_path)!r}])\n"
-        "print(json.dumps({'rc': rc, 'vllm': 'vllm' in sys.modules, 'mteb': 'mteb' in sys.modules}))\n"
+        f"rc = main(['run', '--tasks', 'WordSim353,SimLex999', '--data-parallel-size', '2', '--no-progress',"
+        f" '--no-cache', '--dtype', 'float32', '--concurrent-tasks', '2', '--output-dir', {str(tmp_path)!r}])\n"
+        "print(json.dumps({'rc': rc, 'vllm': 'vllm' in sys.modules, 'mteb': 'mteb' in sys.modules,"
+        " 'sentence_transformers': 'sentence_transformers' in sys.modules}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen == {"rc": 0, "vllm": False, "mteb": True}, out.stderr[-2000:]
-    replicas = json.loads((tmp_path / "summary.json").read_text())["replicas"]
+    # The two tasks were scored in processes of their own (which import sentence-transformers for mteb), each
+    # loading its data while the replicas started.
+    assert seen == {"rc": 0, "vllm": False, "mteb": True, "sentence_transformers": False}, out.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert {r["task"]: r["status"] for r in summary["scores"]} == {"WordSim353": "computed", "SimLex999": "computed"}
+    ready = max(p["end"] for p in summary["timeline"]["phases"] if p["phase"] == "engine")
+    loads = {p["task"]: p["end"] for p in summary["timeline"]["phases"] if p["phase"] == "load"}
+    assert set(loads) == {"WordSim353", "SimLex999"} and max(loads.values()) < ready, (loads, ready)
+    replicas = summary["replicas"]
     for steps in replicas["start_breakdown"].values():
         assert set(steps) == {"process", "interpreter", "imports", "engine", "setup"}
         assert steps["engine"] > 0 and steps["interpreter"] < steps["imports"] + steps["engine"]

@@ -121,7 +121,7 @@ def test_replica_has_the_benchmark_shape(replica):
 
 
 @pytest.mark.slow
-def test_replica_scores_agree_with_sentence_transformers(replica, vllm_encoder, st_encoder, tmp_path):
+def test_replica_scores_agree_with_sentence_transformers(replica, vllm_encoder, st_encoder, tmp_path, monkeypatch):
     """One task of each type, scored by mteb's own evaluators, the same within 1e-3 on both backends."""
     from vllm_eval.results import evaluate
     from vllm_eval.tasks.shaped import replica_tasks
@@ -142,23 +142,25 @@ def test_replica_scores_agree_with_sentence_transformers(replica, vllm_encoder, 
     encodes = {p["task"] for p in summary["timeline"]["phases"] if p["phase"] == "encode"}
     assert loads == encodes == set(names)
 
-    # Three at once on the same engine: the same scores and per-task counts as one after another.
+    # Three at once on the same engine, scored in processes, then on threads: the same scores and per-task counts
+    # as one after another.
     from vllm_eval.timeline import current
 
-    current().reset()
-    tasks = [t for t in replica_tasks(replica) if t.metadata.name in names]
-    together = evaluate(
-        vllm_encoder, tasks, output_dir=tmp_path / "together", show_progress_bar=False, concurrent_tasks=3
-    )
-    assert [r.task for r in together] == [r.task for r in rows["vllm"]]
-    for alone, shared in zip(rows["vllm"], together, strict=True):
-        assert shared.main_score == alone.main_score, (alone, shared)
-        assert (shared.inputs, shared.distinct_inputs, shared.tokens) == (
-            alone.inputs,
-            alone.distinct_inputs,
-            alone.tokens,
-        )
+    for where in ("threads", "together"):
+        current().reset()
+        monkeypatch.setenv("VLLMEVAL_TASK_PROCESSES", "0" if where == "threads" else "1")
+        tasks = [t for t in replica_tasks(replica) if t.metadata.name in names]
+        together = evaluate(vllm_encoder, tasks, output_dir=tmp_path / where, show_progress_bar=False, concurrent_tasks=3)
+        assert [r.task for r in together] == [r.task for r in rows["vllm"]]
+        for alone, shared in zip(rows["vllm"], together, strict=True):
+            assert shared.main_score == alone.main_score, (where, alone, shared)
+            assert (shared.inputs, shared.distinct_inputs, shared.tokens) == (
+                alone.inputs,
+                alone.distinct_inputs,
+                alone.tokens,
+            )
     phases = json.loads((tmp_path / "together" / "summary.json").read_text())["timeline"]["phases"]
+    assert {p["task"] for p in phases if p["phase"] == "load"} == set(names)  # each process loaded its task
     spans = {}
     for p in phases:
         if p.get("task"):

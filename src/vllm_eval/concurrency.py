@@ -31,7 +31,8 @@ from .errors import UsageError
 MAX_DEFAULT_WORKERS = 4
 
 
-def _cores() -> int:
+def cores() -> int:
+    """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -39,8 +40,8 @@ def default_task_workers() -> int:
     """Tasks evaluated at once when not asked: 1 on a machine of 4 cores or fewer (there the cores encode
     and score in turn, and overlapping them gains nothing), else half the cores, at most
     :data:`MAX_DEFAULT_WORKERS`."""
-    cores = _cores()
-    return 1 if cores <= 4 else min(MAX_DEFAULT_WORKERS, cores // 2)
+    n = cores()
+    return 1 if n <= 4 else min(MAX_DEFAULT_WORKERS, n // 2)
 
 
 def expected_size(task: Any) -> int:
@@ -149,7 +150,7 @@ def _run_at_once(
                 ended.put((index, exc, None))
 
     # Each task's BLAS and OpenMP pools get their share of the cores, not every core each.
-    with threadpool_limits(limits=max(1, _cores() // workers)):
+    with threadpool_limits(limits=max(1, cores() // workers)):
         for k in range(workers):
             threading.Thread(target=worker, name=f"vllm-eval-task-{k}", daemon=True).start()
         try:

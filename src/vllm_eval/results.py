@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import timeline
+from . import task_processes, timeline
 from .concurrency import run_tasks, task_workers
 from .errors import DataUnavailableError, UsageError
 from .progress import run_display
@@ -120,6 +120,7 @@ def evaluate(
     parity_sample: int = 0,
     prefetch: Any = None,
     concurrent_tasks: int | None = 1,
+    processes: Any = None,
 ) -> list[TaskScore]:
     """Evaluate ``model`` (any mteb model protocol) on ``tasks`` with ``mteb.evaluate``, task by task.
 
@@ -147,7 +148,11 @@ def evaluate(
             tasks' data while this one encodes. Closed on return.
         concurrent_tasks: tasks evaluated at once, each on a thread of its own, taking turns on the model
             (:mod:`vllm_eval.concurrency`; None: by the machine's cores); 1 with a parity check, whose
-            recorded inputs are the model's, not a task's.
+            recorded inputs are the model's, not a task's. Several at once are scored in processes of their
+            own when the model is an encoder (:mod:`vllm_eval.task_processes`).
+        processes: the :class:`~vllm_eval.task_processes.TaskProcesses` to score in (started before the
+            engine, loading the first tasks); default: started here when several tasks run at once. Closed
+            on return either way.
 
     Every phase (data load, encode calls, scoring, writes) goes on the run's timeline
     (:mod:`vllm_eval.timeline`), which ``summary.json`` keeps under ``"timeline"``.
@@ -172,14 +177,20 @@ def evaluate(
     workers = task_workers(concurrent_tasks, len(tasks), recording=parity_reference is not None)
     rows: list[TaskScore | None] = [None] * len(tasks)
     reused = {t.metadata.name for t in tasks if _reused(cache, t.metadata.name, model, overwrite_strategy)}
+    if processes is None and task_processes.wanted(workers, model):
+        processes = task_processes.TaskProcesses(workers)
     if prefetch is None:
         from .tasks.prefetch import prefetch_for
 
-        prefetch = prefetch_for(tasks, workers, skip=[*(skip or {}), *reused])
+        # Task processes load their own tasks' data.
+        prefetch = prefetch_for([] if processes else tasks, workers, skip=[*(skip or {}), *reused])
 
     def run_one(task: Any) -> TaskScore:
-        name = task.metadata.name
-        run = partial(_run_task, model, task, cache, overwrite_strategy, prediction_folder, stage, name in reused)
+        args = (prediction_folder, stage, task.metadata.name in reused)
+        if processes is not None:
+            run = partial(processes.evaluate, model, task, (str(out) if out else None, overwrite_strategy, *args))
+        else:
+            run = partial(run_task, model, task, cache, overwrite_strategy, *args)
         return _measured(model, run, device, parity_reference, parity_sample, shared=workers > 1)
 
     def finished(index: int, row: TaskScore) -> None:
@@ -199,6 +210,8 @@ def evaluate(
             run_tasks(tasks, one, workers=workers, display=task_progress, done=finished)
     finally:
         prefetch.close()
+        if processes is not None:
+            processes.close()
     return [r for r in rows if r is not None]
 
 
@@ -260,7 +273,7 @@ def _one_task(
 OVERWRITE_STRATEGIES = ("only-missing", "never", "always")
 
 
-def _run_task(
+def run_task(
     model: Any, task: Any, cache: Any, strategy: str, prediction_folder: Any, stage: str, reused: bool
 ) -> TaskScore:
     import mteb

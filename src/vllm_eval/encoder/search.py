@@ -18,6 +18,7 @@ rounding of the matrix product on another device; documents with equal scores ma
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import numpy as np
@@ -150,11 +151,13 @@ class CorpusSearch:
     """mteb's ``SearchProtocol`` for an encoder backend (see the module doc): mixed into a class that has
     mteb's ``encode`` and ``similarity`` and ``mteb_model_meta``."""
 
-    _search_corpus: Any = None
+    def _indexed(self) -> dict[int, Any]:
+        # Per thread: tasks evaluated at once each index, then search, their own corpus.
+        return self.__dict__.setdefault("_search_corpora", {})
 
     def index(self, corpus: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, **kwargs: Any) -> None:
-        """Keep ``corpus`` (mteb's corpus dataset) for :meth:`search`; nothing is encoded yet."""
-        self._search_corpus = corpus
+        """Keep ``corpus`` (mteb's corpus dataset) for this thread's next :meth:`search`; nothing is encoded yet."""
+        self._indexed()[threading.get_ident()] = corpus
 
     def search(
         self,
@@ -177,7 +180,7 @@ class CorpusSearch:
         from mteb._create_dataloaders import create_dataloader
         from mteb.types import PromptType
 
-        corpus, self._search_corpus = self._search_corpus, None
+        corpus = self._indexed().pop(threading.get_ident(), None)
         if corpus is None:
             raise ValueError("Corpus must be indexed before searching.")
         where = {"task_metadata": task_metadata, "hf_split": hf_split, "hf_subset": hf_subset}

@@ -21,8 +21,8 @@ from __future__ import annotations
 import copy
 import json
 import random
+from functools import partial
 from pathlib import Path
-from types import MethodType
 from typing import Any
 
 import numpy as np
@@ -283,7 +283,7 @@ def is_replica(path: str | Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
-def _load(self: Any, directory: Path, num_proc: int | None = None, **kwargs: Any) -> None:
+def _load(self: Any, directory: Path, *_: Any, **__: Any) -> None:
     """``load_data`` of a replica task: its subsets and splits from ``directory``."""
     from datasets import Dataset
 
@@ -323,5 +323,5 @@ def replica_tasks(directory: str | Path) -> list[Any]:
     tasks = [_unloaded_copy(t) for t in _benchmark_tasks(manifest["benchmark"]) if t.metadata.name in wanted]
     for task in tasks:
         task.local_data = True  # no hub dataset needed (vllm_eval.tasks.unavailable)
-        task.load_data = MethodType(lambda self, *a, _d=directory / task.metadata.name, **k: _load(self, _d, **k), task)
+        task.load_data = partial(_load, task, directory / task.metadata.name)  # a partial pickles (task processes)
     return tasks

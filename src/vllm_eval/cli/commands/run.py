@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import closing
+from contextlib import closing, nullcontext
 from typing import Any
 
 from ...errors import UsageError, VllmEvalError
@@ -195,6 +195,7 @@ class RunCommand(Command):
         from ...errors import DataUnavailableError
         from ...results import evaluate, results_dir
         from ...tasks import unavailable
+        from ...task_processes import start_for
         from ...tasks.prefetch import prefetch_for
 
         spec = ctx.spec
@@ -209,10 +210,14 @@ class RunCommand(Command):
         cache = open_cache(args)
         reference = _parity_reference(args, spec, model)
         workers = task_workers(args.concurrent_tasks, len(tasks), recording=reference is not None)
-        # The data loads while the engine starts; results to be read back are not known before the
-        # model's metadata, so a resumed run may load a task it then reuses (in the background).
+        # The data loads while the engine starts (in the task processes, where tasks are scored in processes);
+        # results to be read back are not known before the model's metadata, so a resumed run may load a task
+        # it then reuses.
+        processes = start_for(tasks, workers, skip=list(missing))
+        ahead = ([], ()) if processes else (tasks, _imports_ahead(args))
         with (
-            closing(prefetch_for(tasks, workers, skip=list(missing), imports=_imports_ahead(args))) as prefetch,
+            closing(processes) if processes else nullcontext(),
+            closing(prefetch_for(ahead[0], workers, skip=list(missing), imports=ahead[1])) as prefetch,
             spec.load(model, show_progress_bar=not args.no_progress) as encoder,
         ):
             encoder.use_cache(cache)
@@ -231,6 +236,7 @@ class RunCommand(Command):
                 parity_sample=args.check_parity or 0,
                 prefetch=prefetch,
                 concurrent_tasks=workers,
+                processes=processes,
             )
         if reference is not None:
             reference.close()

@@ -1,0 +1,345 @@
+"""Tasks scored in processes of their own, while this process's backend encodes for all of them.
+
+Tasks evaluated at once on threads (:mod:`vllm_eval.concurrency`) share one interpreter: mteb's scoring is
+mostly Python (retrieval metrics, ranking, k-means set-up) and on one H100 held the GIL about 70 % of the
+time tasks were scoring, so four tasks at once took 76 s where one after another took 118 s, not a quarter
+(docs/bench/h100-concurrent-tasks). Here each task thread hands its task to a process of its own
+(``multiprocessing``'s spawn start, as the replicas): the process loads the task's data and runs the same
+``mteb.evaluate`` (:func:`vllm_eval.results.run_task`) with a proxy model whose ``encode`` (and, for a model
+with its own retrieval search, ``index``/``search``) calls come back over a pipe to the task thread, which runs
+them on the real backend. The backend and its engine or replicas, its cache, counters and timeline stay in
+this process and serve one call at a time as before; only the scoring moves.
+
+A process is started per task thread when the run starts, before the engine: it imports mteb and
+sentence-transformers (what ``mteb.evaluate`` imports) and loads the data of the task it will evaluate first
+while the engine starts. Each process's BLAS and OpenMP pools get their share of the cores.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import timeline
+from .errors import VllmEvalError
+
+logger = logging.getLogger(__name__)
+
+#: ``0`` evaluates concurrent tasks on threads of this process instead (for comparison).
+ENV_SWITCH = "VLLMEVAL_TASK_PROCESSES"
+
+#: The proxy's methods that are forwarded to the backend; everything else (similarity) is computed where the
+#: task runs, from the model's mteb metadata, as mteb's ``AbsEncoder`` does.
+FORWARDED = ("encode", "search")
+
+
+class TaskProcessError(VllmEvalError, RuntimeError):
+    """A process evaluating a task died or could not start (the message names the task and why)."""
+
+
+def wanted(workers: int, model: Any = None) -> bool:
+    """Whether tasks evaluated ``workers`` at once are scored in processes: more than one at once, not switched
+    off by ``VLLMEVAL_TASK_PROCESSES=0``, and (when given) a model whose every mteb call is forwarded (an
+    encoder: ``encode``, optionally ``index``/``search``; a cross-encoder's ``predict`` stays on threads)."""
+    if workers <= 1 or os.environ.get(ENV_SWITCH, "1") == "0":
+        return False
+    if model is None:
+        return True
+    return hasattr(model, "encode") and hasattr(model, "mteb_model_meta") and not hasattr(model, "predict")
+
+
+class Batches:
+    """An mteb ``DataLoader``'s batches (dicts of lists), read where the task runs to cross the pipe; iterated
+    as the loader is. ``dataset`` is what an encoder reads of a loader besides its batches: the item count."""
+
+    def __init__(self, batches: list[dict[str, Any]], n_items: int | None) -> None:
+        self.batches = batches
+        self.dataset = range(n_items) if n_items is not None else None
+
+    def __iter__(self) -> Any:
+        return iter(self.batches)
+
+
+class TaskProcesses:
+    """``n`` processes evaluating one task at a time each; :meth:`evaluate` is called from a task thread.
+
+    Args:
+        n: processes (the tasks evaluated at once).
+        first: the tasks to be evaluated first, in the order the task threads take them: process ``k`` loads
+            ``first[k]``'s data at once (while the engine starts) and is given that task.
+        threads: BLAS/OpenMP threads per process (default: the cores shared among the ``n``).
+
+    Raises:
+        TaskProcessError: from :meth:`evaluate`, a process died (its exit code in the message).
+    """
+
+    def __init__(self, n: int, first: Sequence[Any] = (), threads: int | None = None) -> None:
+        from .concurrency import cores
+
+        ctx = mp.get_context("spawn")  # a forked CUDA context or OpenMP pool is unusable
+        threads = threads or max(1, cores() // max(n, 1))
+        self._lock = threading.Condition()
+        self._idle: list[int] = []
+        self._preloaded: dict[int, str] = {}
+        self._conns: list[Any] = []
+        self._procs: list[Any] = []
+        self._closed = False
+        for k in range(n):
+            task = first[k] if k < len(first) else None
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(
+                target=_child,
+                args=(theirs, pickle.dumps(task) if task is not None else None, threads),
+                name=f"vllm-eval-tasks-{k}",
+                daemon=False,  # mteb or datasets may start processes of their own
+            )
+            proc.start()
+            theirs.close()
+            self._conns.append(ours)
+            self._procs.append(proc)
+            self._idle.append(k)
+            if task is not None:
+                self._preloaded[k] = task.metadata.name
+
+    def __len__(self) -> int:
+        return len(self._procs)
+
+    def evaluate(self, model: Any, task: Any, args: tuple) -> Any:
+        """:func:`vllm_eval.results.run_task` ``(proxy, task, *args)`` in an idle process (the one that loaded
+        ``task`` where there is one), serving its model calls with ``model`` on this thread until it ends.
+
+        Returns:
+            ``run_task``'s :class:`~vllm_eval.results.TaskScore`.
+
+        Raises:
+            What ``model`` raised for the task (as itself), else what the task raised in its process;
+            TaskProcessError: the process died.
+        """
+        name = task.metadata.name
+        k = self._take(name)
+        try:
+            preloaded = self._preloaded.pop(k, None) == name
+            searches = hasattr(model, "search") and hasattr(model, "index")
+            payload = None if preloaded else pickle.dumps(task)
+            self._conns[k].send(("task", payload, model.mteb_model_meta, searches, args))
+            return self._serve(k, name, model)
+        finally:
+            with self._lock:
+                self._idle.append(k)
+                self._lock.notify_all()
+
+    def _take(self, name: str) -> int:
+        with self._lock:
+            while not self._idle:
+                self._lock.wait()
+            mine = [k for k in self._idle if self._preloaded.get(k) == name]
+            free = [k for k in self._idle if k not in self._preloaded]
+            k = (mine or free or self._idle)[0]
+            self._idle.remove(k)
+            return k
+
+    def _serve(self, k: int, name: str, model: Any) -> Any:
+        conn = self._conns[k]
+        failure: BaseException | None = None
+        while True:
+            kind, *rest = self._receive(k, name)
+            if kind == "loaded":
+                timeline.current().add("load", rest[1], rest[2], task=rest[0])
+            elif kind == "call":
+                method, args, kwargs = rest
+                try:
+                    reply = ("value", _call(model, method, args, kwargs))
+                except BaseException as exc:  # told to the task, which fails; raised here as itself
+                    failure = exc
+                    reply = ("error", _portable(exc))
+                try:
+                    conn.send(reply)
+                except OSError:  # the process died meanwhile
+                    raise TaskProcessError(self._ended(k, name)) from None
+            elif kind == "done":
+                return rest[0]
+            else:  # failed
+                raise failure if failure is not None else rest[0]
+
+    def _receive(self, k: int, name: str) -> tuple:
+        conn, proc = self._conns[k], self._procs[k]
+        while not conn.poll(0.5):
+            if self._closed:
+                raise TaskProcessError(f"stopped while evaluating {name}")
+            if not proc.is_alive():
+                raise TaskProcessError(self._ended(k, name))
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            raise TaskProcessError(self._ended(k, name)) from None
+
+    def _ended(self, k: int, name: str) -> str:
+        self._procs[k].join(1.0)
+        return f"the process evaluating {name} exited with code {self._procs[k].exitcode}"
+
+    def close(self) -> None:
+        """Stop every process (a task still running in one is abandoned). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in self._conns:
+            try:
+                conn.send(None)
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 2.0
+        for proc in self._procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5.0)
+        for conn in self._conns:
+            conn.close()
+
+
+def _call(model: Any, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+    if method == "encode":
+        return model.encode(*args, **kwargs)
+    if method == "search":  # index and search in one call: the index is kept per thread (CorpusSearch)
+        corpus, queries, index_kwargs = args
+        model.index(corpus, **index_kwargs)
+        return model.search(queries, **kwargs)
+    raise ValueError(f"not a forwarded model method: {method}")
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it pickles, else a RuntimeError naming it (the other side only needs to raise something)."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+# --- the process -------------------------------------------------------------------------------------
+
+
+def _child(conn: Any, first: bytes | None, threads: int) -> None:
+    """A task process: import what mteb.evaluate imports, load ``first``'s data, then evaluate the tasks it is
+    sent until ``None`` or the parent's end of the pipe closes."""
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)  # before NumPy, scikit-learn and torch start their pools
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    import mteb  # noqa: F401
+
+    try:
+        import sentence_transformers  # noqa: F401  (mteb.evaluate's first import; here, off the task's time)
+    except Exception:  # mteb reports it when it needs it
+        pass
+    preloaded, load_error = None, None
+    if first is not None:
+        try:
+            preloaded = pickle.loads(first)
+            _load(conn, preloaded)
+        except Exception as exc:  # raised where the task is evaluated, as its own failure
+            load_error = exc
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        _, payload, meta, searches, args = message
+        task = preloaded
+        try:
+            if payload is not None:
+                task = pickle.loads(payload)
+            elif load_error is not None:
+                raise load_error
+            _load(conn, task)
+            conn.send(("done", _evaluate(conn, task, meta, searches, args)))
+        except BaseException as exc:  # the parent raises it where the task was evaluated
+            conn.send(("failed", _portable(exc)))
+        finally:
+            preloaded = load_error = None
+            if task is not None:
+                _unload(task)
+
+
+def _load(conn: Any, task: Any) -> None:
+    if task.data_loaded:
+        return
+    start = time.time()
+    task.load_data()
+    conn.send(("loaded", task.metadata.name, start, time.time()))
+
+
+def _unload(task: Any) -> None:
+    try:
+        task.unload_data()
+    except Exception as exc:  # freeing memory is best effort
+        logger.debug("unloading %s raised %s", task.metadata.name, exc)
+
+
+def _evaluate(conn: Any, task: Any, meta: Any, searches: bool, args: tuple) -> Any:
+    import mteb
+
+    from .results import run_task
+
+    output_dir, *rest = args
+    cache = mteb.ResultCache(output_dir) if output_dir else None
+    return run_task(_proxy(conn, meta, searches), task, cache, *rest)
+
+
+def _proxy(conn: Any, meta: Any, searches: bool) -> Any:
+    """The model a task process hands to ``mteb.evaluate``: mteb's ``AbsEncoder`` (similarity from ``meta``) whose
+    ``encode`` (and ``search``, when the real model has its own) runs in the parent."""
+    from mteb.models.abs_encoder import AbsEncoder
+
+    from .streaming import loader_len
+
+    class Proxy(AbsEncoder):
+        def __init__(self) -> None:
+            self.mteb_model_meta = meta
+            self.model = None  # AbsEncoder.similarity looks here for a similarity of the model's own
+
+        def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+            conn.send(("call", method, args, kwargs))
+            kind, value = conn.recv()
+            if kind == "error":
+                raise value
+            return value
+
+        def encode(self, inputs: Any, **kwargs: Any) -> Any:
+            return self.call("encode", Batches(list(inputs), loader_len(inputs)), **kwargs)
+
+    if not searches:
+        return Proxy()
+
+    class SearchingProxy(Proxy):
+        _corpus: Any = None
+
+        def index(self, corpus: Any, **kwargs: Any) -> None:
+            self._corpus = (corpus, kwargs)
+
+        def search(self, queries: Any, **kwargs: Any) -> Any:
+            if self._corpus is None:
+                raise ValueError("Corpus must be indexed before searching.")
+            (corpus, index_kwargs), self._corpus = self._corpus, None
+            return self.call("search", corpus, queries, index_kwargs, **kwargs)
+
+    return SearchingProxy()
+
+
+def start_for(tasks: Sequence[Any], workers: int, *, skip: Sequence[str] = ()) -> TaskProcesses | None:
+    """The :class:`TaskProcesses` of a run of an encoder evaluating ``workers`` tasks at once (None when
+    :func:`wanted` says no), each process loading one of the first tasks in run order (those in ``skip`` left
+    out) while the engine starts."""
+    from .concurrency import in_run_order
+
+    if not wanted(workers):
+        return None
+    first = [t for t in in_run_order(tasks, workers) if t.metadata.name not in set(skip)][:workers]
+    return TaskProcesses(workers, first)

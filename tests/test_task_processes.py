@@ -1,0 +1,79 @@
+"""Tasks scored in processes of their own (:mod:`vllm_eval.task_processes`): a failure of the model is raised as
+itself, a process that dies is named, and nothing is left running. The scores against one-at-a-time evaluation on
+a real engine are compared in tests/test_timeline.py, the run command's early start in tests/test_replicas.py."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from vllm_eval.errors import EngineError
+from vllm_eval.results import evaluate
+from vllm_eval.task_processes import TaskProcessError, TaskProcesses, wanted
+
+
+class _Model:
+    """The sentence-transformers encoder as the parent's model, with ``on_encode`` run before each encode call."""
+
+    def __init__(self, inner, on_encode):
+        self.inner, self.on_encode = inner, on_encode
+        self.mteb_model_meta = inner.mteb_model_meta
+
+    def encode(self, inputs, **kwargs):
+        self.on_encode()
+        return self.inner.encode(inputs, **kwargs)
+
+
+def _task_processes():
+    return [p for p in multiprocessing.active_children() if p.name.startswith("vllm-eval-tasks-")]
+
+
+def _tasks():
+    from vllm_eval.tasks import select_tasks
+
+    return select_tasks(["WordSim353", "SimLex999"])
+
+
+def test_processes_are_used_for_encoders_only_and_can_be_switched_off(monkeypatch, st_encoder, vllm_cross):
+    assert wanted(2, st_encoder) and not wanted(1, st_encoder)
+    assert not wanted(2, vllm_cross)  # a cross-encoder's predict is not forwarded: its tasks stay on threads
+    monkeypatch.setenv("VLLMEVAL_TASK_PROCESSES", "0")
+    assert not wanted(2, st_encoder)
+
+
+def test_the_models_failure_is_raised_as_itself_and_no_process_is_left(st_encoder, tmp_path):
+    def fail():
+        raise EngineError("vLLM failed on input 3")
+
+    with pytest.raises(EngineError, match="input 3"):
+        evaluate(_Model(st_encoder, fail), _tasks(), output_dir=tmp_path, show_progress_bar=False, concurrent_tasks=2)
+    assert _task_processes() == []
+
+
+def test_a_process_that_dies_is_named_with_its_task(st_encoder, tmp_path):
+    processes = TaskProcesses(1)
+
+    def kill():
+        for proc in _task_processes():
+            os.kill(proc.pid, signal.SIGKILL)
+
+    try:
+        with pytest.raises(TaskProcessError, match=r"evaluating (WordSim353|SimLex999) exited with code -9"):
+            evaluate(
+                _Model(st_encoder, kill), _tasks(), show_progress_bar=False, concurrent_tasks=2, processes=processes
+            )
+    finally:
+        processes.close()
+    assert _task_processes() == []
+
+
+def test_scores_through_processes_equal_in_process_ones(st_encoder, tmp_path):
+    alone = evaluate(st_encoder, _tasks(), show_progress_bar=False)
+    together = evaluate(st_encoder, _tasks(), output_dir=tmp_path, show_progress_bar=False, concurrent_tasks=2)
+    assert [(r.task, r.status) for r in together] == [(r.task, "computed") for r in alone]
+    np.testing.assert_array_equal([r.main_score for r in together], [r.main_score for r in alone])
+    assert [r.inputs for r in together] == [r.inputs for r in alone]
