@@ -150,7 +150,9 @@ def test_replica_scores_agree_with_sentence_transformers(replica, vllm_encoder, 
         current().reset()
         monkeypatch.setenv("VLLMEVAL_TASK_PROCESSES", "0" if where == "threads" else "1")
         tasks = [t for t in replica_tasks(replica) if t.metadata.name in names]
-        together = evaluate(vllm_encoder, tasks, output_dir=tmp_path / where, show_progress_bar=False, concurrent_tasks=3)
+        together = evaluate(
+            vllm_encoder, tasks, output_dir=tmp_path / where, show_progress_bar=False, concurrent_tasks=3
+        )
         assert [r.task for r in together] == [r.task for r in rows["vllm"]]
         for alone, shared in zip(rows["vllm"], together, strict=True):
             assert shared.main_score == alone.main_score, (where, alone, shared)

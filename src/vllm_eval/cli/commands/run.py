@@ -194,8 +194,8 @@ class RunCommand(Command):
         from ...concurrency import task_workers
         from ...errors import DataUnavailableError
         from ...results import evaluate, results_dir
-        from ...tasks import unavailable
         from ...task_processes import start_for
+        from ...tasks import unavailable
         from ...tasks.prefetch import prefetch_for
 
         spec = ctx.spec
