@@ -3,7 +3,7 @@
 # sentence-transformers (and mteb's vLLM wrapper), each backend a fresh process, with each run's timeline.
 # After staging vLLM (see scripts/gpu_bench.sh; tokenizers in .devtok/), on the device:
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_time_to_result.sh $OUT PART
-# PART: models | compile | warm | replica | synthetic. warm: one short run of ours to fill the compile cache. compile: byte-compile the staged packages (pip installed them
+# PART: models | compile | warm | replica | synthetic | run. warm: one short run of ours to fill the compile cache. compile: byte-compile the staged packages (pip installed them
 # with --no-compile; a user's pip compiles at install). replica: `bench --suite "MTEB(eng, v2)" --fraction
 # $FRACTION` (default 0.05); synthetic: `bench --suite synthetic` ($N_DOCS documents, default 200000).
 # $RPG replicas per GPU for ours (default 4), $BACKENDS (default "vllm st"), $LIMIT seconds per suite (default
@@ -48,5 +48,16 @@ PY
     echo "exit $?" >> "$out/warm${TAG:-}.log"; grep -E "ready after|exit" "$out/warm${TAG:-}.log" ;;
   replica) suite replica --suite "MTEB(eng, v2)" --fraction "${FRACTION:-0.05}" ;;
   synthetic) suite synthetic --suite synthetic --n-docs "${N_DOCS:-200000}" ;;
+  run)  # ours alone on the replica the `replica` part wrote, as a user runs it: $NAME, $ENV (e.g.
+        # VLLMEVAL_TASK_PROCESSES=0), $EXTRA (e.g. --concurrent-tasks 8); wall seconds in $OUT/run-NAME.txt
+    name=${NAME:?name}; work=/root/work/runs/$name; rm -rf "$work"; mkdir -p "$work"
+    start=$(date +%s.%N)
+    timeout -k 10 "${LIMIT:-300}" env ${ENV:-} python3 -m vllm_eval.cli run --data /root/work/replica/replica-data \
+      --model "$models/bert-base" --dtype "${DTYPE:-float16}" --replicas-per-gpu "${RPG:-4}" --no-cache --no-progress ${EXTRA:-} \
+      --output-dir "$work" > "$work/stdout.txt" 2>&1
+    rc=$?; end=$(date +%s.%N)
+    echo "run $name: exit $rc, wall $(python3 -c "print(round($end - $start, 1))") s" | tee "$out/run-$name.txt"
+    grep -E "ready after|replica .* start" "$work/stdout.txt" | tail -6 >> "$out/run-$name.txt"
+    cp "$work/summary.json" "$out/run-$name-summary.json" 2>/dev/null; tail -5 "$work/stdout.txt" >> "$out/run-$name.txt" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac
