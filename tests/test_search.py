@@ -51,7 +51,7 @@ def test_search_finds_what_mtebs_wrapper_finds(vllm_encoder):
         vllm_encoder.search(split["queries"], top_k=5, num_proc=None, **where)
 
 
-def test_document_texts_are_what_mteb_embeds():
+def test_document_and_query_texts_are_what_mteb_embeds():
     from datasets import Dataset
     from mteb._create_dataloaders import create_dataloader
     from mteb.types import PromptType
@@ -65,6 +65,12 @@ def test_document_texts_are_what_mteb_embeds():
         loader = create_dataloader(corpus, task_metadata=task.metadata, prompt_type=PromptType.document)
         theirs = [t for batch in loader for t in batch["text"]]
         assert search.document_texts(corpus) == theirs
+    instructed = Dataset.from_dict({"id": ["q", "r"], "text": ["what", "why"], "instruction": ["be brief", "say why"]})
+    for queries in (instructed, plain):
+        loader = create_dataloader(queries, task_metadata=task.metadata, prompt_type=PromptType.query)
+        assert search.query_texts(queries) == [t for batch in loader for t in batch["text"]]
+    conversations = Dataset.from_dict({"id": ["c"], "text": [["hi", "there"]]})
+    assert search.query_texts(conversations) is None  # mteb converts those row by row; so does the search
 
 
 def test_reranking_candidates_as_mtebs_wrapper_ranks_them(vllm_encoder, tmp_path):

@@ -57,6 +57,26 @@ def flatten(batches: Iterable[Iterable[T]]) -> Iterator[T]:
     return itertools.chain.from_iterable(batches)
 
 
+class Batches:
+    """Batches of inputs (dicts of lists, ``{"text": [...]}``) iterated as an mteb ``DataLoader`` is, without one:
+    an encoder reads a loader's batches and its item count (``dataset``'s length), nothing else. Built where
+    a loader over a ``datasets.Dataset`` would cost a row lookup per item (tens of microseconds each), and
+    where a loader's batches cross a process boundary (:mod:`vllm_eval.task_processes`)."""
+
+    def __init__(self, batches: list[dict[str, Any]], n_items: int | None) -> None:
+        self.batches = batches
+        self.dataset = range(n_items) if n_items is not None else None
+
+    @classmethod
+    def of_texts(cls, texts: list[str], batch_size: int) -> Batches:
+        """``texts`` in batches of ``batch_size``, as mteb hands plain texts to ``encode``."""
+        size = max(int(batch_size), 1)
+        return cls([{"text": texts[i : i + size]} for i in range(0, len(texts), size)], len(texts))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.batches)
+
+
 def loader_len(inputs: Any) -> int | None:
     """Number of items behind an mteb ``DataLoader`` (its dataset's length), or None when unknown."""
     try:

@@ -54,18 +54,6 @@ def wanted(workers: int, model: Any = None) -> bool:
     return hasattr(model, "encode") and hasattr(model, "mteb_model_meta") and not hasattr(model, "predict")
 
 
-class Batches:
-    """An mteb ``DataLoader``'s batches (dicts of lists), read where the task runs to cross the pipe; iterated
-    as the loader is. ``dataset`` is what an encoder reads of a loader besides its batches: the item count."""
-
-    def __init__(self, batches: list[dict[str, Any]], n_items: int | None) -> None:
-        self.batches = batches
-        self.dataset = range(n_items) if n_items is not None else None
-
-    def __iter__(self) -> Any:
-        return iter(self.batches)
-
-
 class TaskProcesses:
     """``n`` processes evaluating one task at a time each; :meth:`evaluate` is called from a task thread.
 
@@ -298,7 +286,7 @@ def _proxy(conn: Any, meta: Any, searches: bool) -> Any:
     ``encode`` (and ``search``, when the real model has its own) runs in the parent."""
     from mteb.models.abs_encoder import AbsEncoder
 
-    from .streaming import loader_len
+    from .streaming import Batches, loader_len
 
     class Proxy(AbsEncoder):
         def __init__(self) -> None:

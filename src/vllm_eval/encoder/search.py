@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from ..streaming import Batches
+
 logger = logging.getLogger(__name__)
 
 #: Documents per encode call of a full-corpus search (embeddings kept in memory at once: 200,000 x 768
@@ -92,12 +94,16 @@ def document_texts(corpus: Any) -> list[str]:
     return [(f"{title} {t}" if title else t).strip() for title, t in zip(corpus["title"], texts, strict=True)]
 
 
-def _text_loader(texts: list[str], batch_size: int) -> Any:
-    """A DataLoader of ``{"text": [...]}`` batches, the shape mteb hands to ``encode`` for plain texts."""
-    from datasets import Dataset
-    from torch.utils.data import DataLoader
-
-    return DataLoader(Dataset.from_dict({"text": texts}), batch_size=batch_size)
+def query_texts(queries: Any) -> list[str] | None:
+    """The text mteb embeds for each query of a text query dataset: the text, then ``" " + instruction`` where
+    the query has one (mteb's ``_combine_queries_with_instruction_text``), read column-wise; None for queries
+    that are conversations (lists of turns), which mteb converts row by row."""
+    texts = queries["text"]
+    if texts and not isinstance(texts[0], str):
+        return None
+    if "instruction" not in queries.column_names:
+        return list(texts)
+    return [t + " " + i if i is not None else t for t, i in zip(texts, queries["instruction"], strict=True)]
 
 
 def rank_candidates(
@@ -139,11 +145,18 @@ def rank_candidates(
         scores[lo : lo + block] = torch.as_tensor(pairwise(a, b)).float().cpu().numpy()
     if np.isnan(scores).any():
         raise ValueError(f"NaN values detected in the similarity scores: {int(np.isnan(scores).sum())}")
+    # Python floats made at once (a float() per score took most of MindSmall's ranking); the per-query dicts are
+    # mteb's output format.
+    values = scores.tolist()
     out: dict[str, dict[str, float]] = {}
-    for qid, candidates, lo, hi in zip(query_ids, lists, np.cumsum(counts) - counts, np.cumsum(counts), strict=True):
-        mine = scores[lo:hi]
-        keep = np.argsort(-mine, kind="stable")[:k] if len(mine) > k else range(len(mine))
-        out[qid] = {candidates[i]: float(mine[i]) for i in keep}
+    lo = 0
+    for qid, candidates, hi in zip(query_ids, lists, np.cumsum(counts).tolist(), strict=True):
+        if hi - lo > k:
+            keep = np.argsort(-scores[lo:hi], kind="stable")[:k].tolist()
+            out[qid] = {candidates[i]: values[lo + i] for i in keep}
+        else:
+            out[qid] = dict(zip(candidates, values[lo:hi], strict=True))
+        lo = hi
     return out
 
 
@@ -186,8 +199,11 @@ class CorpusSearch:
         where = {"task_metadata": task_metadata, "hf_split": hf_split, "hf_subset": hf_subset}
 
         def encoded(data: Any, prompt_type: Any) -> np.ndarray:
-            if prompt_type == PromptType.document and task_metadata.get_modalities(prompt_type) == ["text"]:
-                loader = _text_loader(document_texts(data), encode_kwargs.get("batch_size", 32))
+            texts = None
+            if task_metadata.get_modalities(prompt_type) == ["text"]:
+                texts = document_texts(data) if prompt_type == PromptType.document else query_texts(data)
+            if texts is not None:
+                loader = Batches.of_texts(texts, encode_kwargs.get("batch_size", 32))
             else:
                 loader = create_dataloader(
                     data, task_metadata=task_metadata, prompt_type=prompt_type, num_proc=num_proc, **encode_kwargs
@@ -207,7 +223,7 @@ class CorpusSearch:
         )
         scores, index = best_documents(self.similarity, query_embeddings, chunks, top_k)
         doc_ids = list(corpus["id"])
+        values, rows = scores.tolist(), index.tolist()  # Python floats at once, not a float() per score
         return {
-            qid: {doc_ids[j]: float(s) for s, j in zip(scores[i], index[i], strict=True)}
-            for i, qid in enumerate(queries["id"])
+            qid: {doc_ids[j]: s for s, j in zip(values[i], rows[i], strict=True)} for i, qid in enumerate(queries["id"])
         }
