@@ -263,6 +263,7 @@ def test_a_parent_of_replicas_imports_no_vllm_and_keeps_each_start_by_step(tmp_p
     # The two tasks were scored in processes of their own (which import sentence-transformers for mteb), each
     # loading its data while the replicas started.
     assert seen == {"rc": 0, "vllm": False, "mteb": True, "sentence_transformers": False}, out.stderr[-2000:]
+    assert "leaked semaphore" not in out.stderr  # replicas and task processes leave no tqdm lock registered
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert {r["task"]: r["status"] for r in summary["scores"]} == {"WordSim353": "computed", "SimLex999": "computed"}
     ready = max(p["end"] for p in summary["timeline"]["phases"] if p["phase"] == "engine")

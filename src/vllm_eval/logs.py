@@ -54,11 +54,22 @@ class _EchoHandler(logging.Handler):
             self.handleError(record)
 
 
-def configure(verbose: bool, output_dir: str | os.PathLike | None) -> Path | None:
+#: ``(verbose, output_dir)`` of this process's :func:`configure`, for processes of ours to log alike.
+_SETTINGS: list[tuple[bool, str | None]] = []
+
+
+def settings() -> tuple[bool, str | None] | None:
+    """What :func:`configure` was called with in this process, or None (a library caller's own logging)."""
+    return _SETTINGS[-1] if _SETTINGS else None
+
+
+def configure(verbose: bool, output_dir: str | os.PathLike | None, *, child: bool = False) -> Path | None:
     """Set up this process's (and its vLLM children's) logging and warnings; returns the log file, if any.
+    ``child``: a process of ours logging as the command that started it (the command line is not recorded again).
 
     Call it before vLLM is imported: some of what it sets is read once, at import.
     """
+    _SETTINGS.append((verbose, str(output_dir) if output_dir else None))
     level = "INFO" if verbose else "ERROR"
     os.environ.setdefault("VLLM_LOGGING_LEVEL", level)
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "INFO" if verbose else "ERROR")
@@ -95,7 +106,11 @@ def configure(verbose: bool, output_dir: str | os.PathLike | None) -> Path | Non
             "level": "DEBUG",
             "encoding": "utf-8",
         }
-        logging.getLogger(_FILE_ONLY).info("command: %s", " ".join(sys.argv))
+        if not child:
+            logging.getLogger(_FILE_ONLY).info("command: %s", " ".join(sys.argv))
+    warnings.showwarning = _make_showwarning(verbose)
+    if child:  # starts no vLLM
+        return log_file
     # vLLM's own logger: its handlers come from this config in every process it starts.
     config = {
         "version": 1,
@@ -108,7 +123,6 @@ def configure(verbose: bool, output_dir: str | os.PathLike | None) -> Path | Non
     with os.fdopen(fd, "w") as fh:
         json.dump(config, fh)
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = path
-    warnings.showwarning = _make_showwarning(verbose)
     return log_file
 
 

@@ -121,3 +121,15 @@ def without_our_env() -> Iterator[None]:
     finally:
         os.environ.update(saved)
         reread_vllm_env()
+
+
+def no_process_locks() -> None:
+    """Give tqdm a thread lock before anything makes one of its bars: by default it makes a ``multiprocessing``
+    lock, a named semaphore that a process of ours ended by a kill (or ``os._exit``) leaves registered, and the
+    command then printed ``resource_tracker: There appear to be N leaked semaphore objects`` at exit. Our
+    processes write no bar another process shares."""
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())

@@ -37,6 +37,7 @@ from typing import Any
 
 from .errors import ReplicaError, UsageError, VllmEvalError
 from .jobpool import JobPool
+from .procenv import no_process_locks
 from .timeline import process_start
 
 __all__ = ["ReplicaError", "ReplicaPool", "plan_replicas"]
@@ -339,6 +340,7 @@ def _worker(
     marks = {"worker": time.time()}
     os.setpgrp()
     os.environ.update(env)
+    no_process_locks()  # a replica ends with os._exit
     parent = os.getppid()
     llm = None
     try:

@@ -21,6 +21,7 @@ import logging
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -69,9 +70,11 @@ class TaskProcesses:
 
     def __init__(self, n: int, first: Sequence[Any] = (), threads: int | None = None) -> None:
         from .concurrency import cores
+        from .logs import settings
 
         ctx = mp.get_context("spawn")  # a forked CUDA context or OpenMP pool is unusable
         threads = threads or max(1, cores() // max(n, 1))
+        logging_as = settings()
         self._lock = threading.Condition()
         self._idle: list[int] = []
         self._preloaded: dict[int, str] = {}
@@ -83,7 +86,7 @@ class TaskProcesses:
             ours, theirs = ctx.Pipe()
             proc = ctx.Process(
                 target=_child,
-                args=(theirs, pickle.dumps(task) if task is not None else None, threads),
+                args=(theirs, pickle.dumps(task) if task is not None else None, threads, logging_as),
                 name=f"vllm-eval-tasks-{k}",
                 daemon=False,  # mteb or datasets may start processes of their own
             )
@@ -168,7 +171,9 @@ class TaskProcesses:
             raise TaskProcessError(self._ended(k, name)) from None
 
     def _ended(self, k: int, name: str) -> str:
-        self._procs[k].join(1.0)
+        from multiprocessing.connection import wait
+
+        wait([self._procs[k].sentinel], 1.0)  # not join(): close() may be reaping it on another thread
         return f"the process evaluating {name} exited with code {self._procs[k].exitcode}"
 
     def close(self) -> None:
@@ -180,8 +185,10 @@ class TaskProcesses:
         # Killed, not asked to exit: a process holding mteb, torch and a task's data took 1-2 s to finish
         # exiting, time the command's user waited for.
         for proc in self._procs:
-            if proc.is_alive():
+            try:
                 proc.kill()
+            except (OSError, ValueError):  # already ended (and reaped)
+                pass
         for proc in self._procs:
             proc.join(5.0)
         for conn in self._conns:
@@ -210,18 +217,11 @@ def _portable(exc: BaseException) -> BaseException:
 # --- the process -------------------------------------------------------------------------------------
 
 
-def _child(conn: Any, first: bytes | None, threads: int) -> None:
+def _child(conn: Any, first: bytes | None, threads: int, logging_as: tuple[bool, str | None] | None) -> None:
     """A task process: import what mteb.evaluate imports, load ``first``'s data, then evaluate the tasks it is
-    sent until ``None`` or the parent's end of the pipe closes."""
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[name] = str(threads)  # before NumPy, scikit-learn and torch start their pools
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    import mteb  # noqa: F401
-
-    try:
-        import sentence_transformers  # noqa: F401  (mteb.evaluate's first import; here, off the task's time)
-    except Exception:  # mteb reports it when it needs it
-        pass
+    sent until ``None`` or the parent's end of the pipe closes. ``logging_as``: the command's logging settings
+    (:func:`vllm_eval.logs.settings`): third-party warnings go where the command sends its own."""
+    _set_up(threads, logging_as)
     preloaded, load_error = None, None
     if first is not None:
         try:
@@ -251,6 +251,28 @@ def _child(conn: Any, first: bytes | None, threads: int) -> None:
             preloaded = load_error = None
             if task is not None:
                 _unload(task)
+
+
+def _set_up(threads: int, logging_as: tuple[bool, str | None] | None) -> None:
+    # Ctrl-C reaches the whole process group: the command stops these processes itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)  # before NumPy, scikit-learn and torch start their pools
+    from .procenv import no_process_locks
+
+    no_process_locks()
+    if logging_as is not None:
+        from .logs import configure
+
+        configure(*logging_as, child=True)
+    else:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    import mteb  # noqa: F401
+
+    try:
+        import sentence_transformers  # noqa: F401  (mteb.evaluate's first import; here, off the task's time)
+    except Exception:  # mteb reports it when it needs it
+        pass
 
 
 def _load(conn: Any, task: Any) -> None:
