@@ -5,9 +5,10 @@ classification, k-means for clustering, ranking metrics for retrieval and rerank
 the scoring is most of a benchmark's wall time (on one H100, 94 of 162 s of a 2 % MTEB(eng, v2) replica,
 docs/bench/h100-time-to-result). Evaluated one after another, the engine idles while a task scores and
 all but one core idle while it encodes. Here up to ``workers`` tasks run at once, each on a thread of
-its own with its own ``mteb.evaluate``; the backend serves one call at a time
-(:meth:`~vllm_eval.base.BackendBase._one_call`), so calls keep the engine's full batch and only the
-scoring overlaps. NumPy, scikit-learn and PyTorch release the GIL in their kernels.
+its own with its own ``mteb.evaluate`` (for an encoder, in a process of its own that the thread serves:
+:mod:`vllm_eval.task_processes`, since mteb's scoring holds the GIL much of the time); the backend serves one
+call at a time (:meth:`~vllm_eval.base.BackendBase._one_call`), so calls keep the engine's full batch and only
+the scoring overlaps.
 
 mteb's evaluators seed their own generators (``random.Random``, ``numpy.random.Generator``, an explicit
 ``random_state``), so a task's scores do not depend on what runs beside it (the test suite checks concurrent
@@ -26,8 +27,8 @@ from typing import Any
 from .errors import UsageError
 
 #: Most tasks evaluated at once by default. On one H100 (16 cores, 4 BERT-base replicas, the 2 % MTEB(eng, v2)
-#: replica) 4 at once took 131.5 s, 8 at once 134.1 s (8 with every core's BLAS threads each: 152.8 s), one
-#: after another 163.8 s: mteb's scoring holds the GIL much of the time, so more threads mostly wait.
+#: replica), scored in processes: 4 at once 62.0 s, 6 at once 62.4 s, 8 at once 72.4 s (eight processes slowed
+#: the replicas' start); on threads 4 at once took 90.1 s on the same machine (docs/bench/h100-task-processes).
 MAX_DEFAULT_WORKERS = 4
 
 

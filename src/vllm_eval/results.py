@@ -149,7 +149,8 @@ def evaluate(
         concurrent_tasks: tasks evaluated at once, each on a thread of its own, taking turns on the model
             (:mod:`vllm_eval.concurrency`; None: by the machine's cores); 1 with a parity check, whose
             recorded inputs are the model's, not a task's. Several at once are scored in processes of their
-            own when the model is an encoder (:mod:`vllm_eval.task_processes`).
+            own when the model is an encoder (:mod:`vllm_eval.task_processes`; spawned: call ``evaluate`` under
+            ``if __name__ == "__main__":``).
         processes: the :class:`~vllm_eval.task_processes.TaskProcesses` to score in (started before the
             engine, loading the first tasks); default: started here when several tasks run at once. Closed
             on return either way.
@@ -276,6 +277,8 @@ OVERWRITE_STRATEGIES = ("only-missing", "never", "always")
 def run_task(
     model: Any, task: Any, cache: Any, strategy: str, prediction_folder: Any, stage: str, reused: bool
 ) -> TaskScore:
+    """One task through ``mteb.evaluate`` (in this process, or in a task process with a stand-in model): its row,
+    ``reused`` saying whether mteb read the result back from ``cache`` (an ``mteb.ResultCache`` or None)."""
     import mteb
 
     result = mteb.evaluate(
