@@ -179,7 +179,7 @@ def test_bad_reranker_inputs(test_models, vllm_cross):
 def two_stage_rows(vllm_cross, st_cross, tmp_path_factory):
     import mteb
 
-    from vllm_eval.results import evaluate_two_stage
+    from vllm_eval.two_stage import evaluate_two_stage
 
     bm25 = mteb.get_model("mteb/baseline-bm25s")
     out = tmp_path_factory.mktemp("rerank")
@@ -235,7 +235,7 @@ class TinyRetrieval(LeeKnownItemRetrieval):
 def test_top_k_larger_than_corpus_and_query_without_candidates(vllm_cross, tmp_path):
     import mteb
 
-    from vllm_eval.results import evaluate_two_stage
+    from vllm_eval.two_stage import evaluate_two_stage
 
     with pytest.warns(UserWarning, match="larger than TinyRetrieval's corpus"):
         rows = evaluate_two_stage(

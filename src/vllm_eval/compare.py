@@ -180,7 +180,7 @@ def _run_encoder(encoder: Any, tasks: list[Any], output_dir: Path, show: bool, *
 def _run_reranker(
     reranker: Any, tasks: list[Any], output_dir: Path, show: bool, first_stage: str, top_k: int, _limit: Any
 ) -> dict[str, float]:
-    from .results import evaluate_two_stage, load_first_stage
+    from .two_stage import evaluate_two_stage, load_first_stage
 
     first = load_first_stage(first_stage, show_progress_bar=show)
     if reranker.cache is not None and hasattr(first, "use_cache"):

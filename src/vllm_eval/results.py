@@ -124,12 +124,10 @@ def evaluate(
 ) -> list[TaskScore]:
     """Evaluate ``model`` (any mteb model protocol) on ``tasks`` with ``mteb.evaluate``, task by task.
 
-    With ``output_dir``, each task's mteb result JSON is written as it finishes and ``summary.json``
-    is rewritten after every task. ``overwrite_strategy`` has mteb's meanings: ``only-missing``
-    (default) reads finished tasks back and runs the rest, ``never`` runs only tasks without a
-    result, ``always`` recomputes everything; what is reused or replaced is logged. Backends of
-    this package tag their results with an mteb experiment (backend, dtype, ...), so configurations
-    of one model keep separate results.
+    With ``output_dir``, each task's mteb result JSON is written as it finishes and ``summary.json`` is rewritten
+    after every task. ``overwrite_strategy`` has mteb's meanings: ``only-missing`` (default) reads finished tasks
+    back and runs the rest, ``never`` runs only tasks without a result, ``always`` recomputes everything; what is
+    reused or replaced is logged. Our backends tag their results with an mteb experiment (backend, dtype, ...).
 
     Args:
         continue_on_error: a task that fails (data unavailable, a failure of its own) becomes a
@@ -146,14 +144,11 @@ def evaluate(
         prefetch: a :class:`vllm_eval.tasks.prefetch.Prefetch` of ``tasks`` already loading (started
             before the engine, so the two overlap); default: one started here, which loads the next
             tasks' data while this one encodes. Closed on return.
-        concurrent_tasks: tasks evaluated at once, each on a thread of its own, taking turns on the model
-            (:mod:`vllm_eval.concurrency`; None: by the machine's cores); 1 with a parity check, whose
-            recorded inputs are the model's, not a task's. Several at once are scored in processes of their
-            own when the model is an encoder (:mod:`vllm_eval.task_processes`; spawned: call ``evaluate`` under
-            ``if __name__ == "__main__":``).
-        processes: the :class:`~vllm_eval.task_processes.TaskProcesses` to score in (started before the
-            engine, loading the first tasks); default: started here when several tasks run at once. Closed
-            on return either way.
+        concurrent_tasks: tasks evaluated at once, taking turns on the model (:mod:`vllm_eval.concurrency`;
+            None: by the machine's cores; 1 with a parity check); for an encoder, each in a process of its own
+            (:mod:`vllm_eval.task_processes`, spawned: call ``evaluate`` under ``if __name__ == "__main__":``).
+        processes: the :class:`~vllm_eval.task_processes.TaskProcesses` to use (started before the engine);
+            default: started here when wanted. Closed on return.
 
     Every phase (data load, encode calls, scoring, writes) goes on the run's timeline
     (:mod:`vllm_eval.timeline`), which ``summary.json`` keeps under ``"timeline"``.
@@ -178,20 +173,11 @@ def evaluate(
     workers = task_workers(concurrent_tasks, len(tasks), recording=parity_reference is not None)
     rows: list[TaskScore | None] = [None] * len(tasks)
     reused = {t.metadata.name for t in tasks if _reused(cache, t.metadata.name, model, overwrite_strategy)}
-    if processes is None and task_processes.wanted(workers, model):
-        processes = task_processes.TaskProcesses(workers)
-    if prefetch is None:
-        from .tasks.prefetch import prefetch_for
-
-        # Task processes load their own tasks' data.
-        prefetch = prefetch_for([] if processes else tasks, workers, skip=[*(skip or {}), *reused])
+    processes, prefetch = _loading(model, tasks, workers, processes, prefetch, [*(skip or {}), *reused])
+    where = (out, cache, overwrite_strategy, prediction_folder, stage, reused)
 
     def run_one(task: Any) -> TaskScore:
-        args = (prediction_folder, stage, task.metadata.name in reused)
-        if processes is not None:
-            run = partial(processes.evaluate, model, task, (str(out) if out else None, overwrite_strategy, *args))
-        else:
-            run = partial(run_task, model, task, cache, overwrite_strategy, *args)
+        run = _runner(model, task, processes, *where)
         return _measured(model, run, device, parity_reference, parity_sample, shared=workers > 1)
 
     def finished(index: int, row: TaskScore) -> None:
@@ -214,6 +200,28 @@ def evaluate(
         if processes is not None:
             processes.close()
     return [r for r in rows if r is not None]
+
+
+def _loading(model: Any, tasks: list[Any], workers: int, processes: Any, prefetch: Any, skip: list[str]) -> tuple:
+    """The run's task processes (given, else started when wanted) and prefetch (given, else one loading the
+    tasks' data here, none of it when task processes load their own)."""
+    if processes is None and task_processes.wanted(workers, model):
+        processes = task_processes.TaskProcesses(workers)
+    if prefetch is None:
+        from .tasks.prefetch import prefetch_for
+
+        prefetch = prefetch_for([] if processes else tasks, workers, skip=skip)
+    return processes, prefetch
+
+
+def _runner(model: Any, task: Any, processes: Any, *where: Any) -> Any:
+    """``run()`` of one task: :func:`run_task` here, or in one of the ``processes``. ``where``: the results folder,
+    its ``mteb.ResultCache``, the overwrite strategy, the prediction folder, the stage and the reused task names."""
+    out, cache, strategy, predictions, stage, reused = where
+    args = (predictions, stage, task.metadata.name in reused)
+    if processes is not None:
+        return partial(processes.evaluate, model, task, (str(out) if out else None, strategy, *args))
+    return partial(run_task, model, task, cache, strategy, *args)
 
 
 def _check_arguments(model: Any, tasks: list[Any], overwrite_strategy: str) -> None:
@@ -492,108 +500,3 @@ def provenance(model: Any) -> dict[str, Any]:
     if hasattr(model, "max_length"):
         out["max_length"] = model.max_length
     return out
-
-
-def load_first_stage(spec: str, **encoder_kwargs: Any) -> Any:
-    """First-stage retriever: ``"bm25s"`` (mteb's ``mteb/baseline-bm25s``) or an embedding model for
-    the vLLM encoder backend.
-
-    Raises:
-        ModelNotFoundError: a model path that does not exist.
-    """
-    if is_bm25(spec):
-        import mteb
-
-        return mteb.get_model("mteb/baseline-bm25s")
-    from .backends import load_backend
-
-    return load_backend("encoder", "vllm", spec, **encoder_kwargs)
-
-
-def is_bm25(spec: str) -> bool:
-    """True for the names of mteb's BM25 baseline (``bm25s``, ``bm25``, ``mteb/baseline-bm25s``)."""
-    return spec.lower() in ("bm25s", "bm25", "mteb/baseline-bm25s")
-
-
-def _corpus_size(task: Any) -> int:
-    if not task.data_loaded:
-        task.load_data()
-    return min(len(split["corpus"]) for subset in task.dataset.values() for split in subset.values())
-
-
-def evaluate_two_stage(
-    first_stage: Any,
-    reranker: Any,
-    tasks: list[Any],
-    *,
-    top_k: int = 100,
-    output_dir: str | Path,
-    show_progress_bar: bool = True,
-    run_info: dict[str, Any] | None = None,
-    overwrite_strategy: str = "always",
-    **evaluate_kwargs: Any,
-) -> list[TaskScore]:
-    """Retrieve with ``first_stage``, keep each query's ``top_k`` and rerank them with ``reranker``.
-
-    The first stage runs through ``mteb.evaluate`` with a prediction folder; each task is then
-    turned into a reranking task with mteb's ``convert_to_reranking(predictions, top_k)`` and
-    evaluated with the reranker. Both stages' mteb results are written under ``output_dir``
-    (``stage1/`` and ``stage2/``).
-
-    ``overwrite_strategy`` (default ``always``: the second stage is built from the first stage's
-    predictions of this run) and ``evaluate_kwargs`` are passed to both stages' :func:`evaluate`.
-
-    Documented edge cases: ``top_k`` larger than a task's corpus keeps the whole corpus (a warning
-    says so); a query for which the first stage returned no document gets no candidate and scores
-    0 in the second stage, as in mteb.
-
-    Returns:
-        Rows for both stages, ``stage="first"`` then ``stage="rerank"`` per task.
-
-    Raises:
-        UsageError: ``top_k`` < 1, or a task that is not a retrieval task.
-    """
-    import warnings
-
-    if top_k < 1:
-        raise UsageError(f"top_k must be >= 1, got {top_k}")
-    for task in tasks:
-        if task.metadata.type not in ("Retrieval", "Reranking"):
-            raise UsageError(f"two-stage reranking needs retrieval tasks; {task.metadata.name} is {task.metadata.type}")
-    out = Path(output_dir)
-    rows: list[TaskScore] = []
-    first_rows = evaluate(
-        first_stage,
-        tasks,
-        output_dir=out / "stage1",
-        show_progress_bar=show_progress_bar,
-        run_info=run_info,
-        overwrite_strategy=overwrite_strategy,
-        **evaluate_kwargs,
-        prediction_folder=out / "predictions",
-        stage="first",
-    )
-    for task, first in zip(tasks, first_rows):
-        k = top_k
-        size = _corpus_size(task)
-        if k > size:
-            warnings.warn(
-                f"top_k={top_k} is larger than {task.metadata.name}'s corpus ({size}); reranking all of it",
-                stacklevel=2,
-            )
-            k = size
-        second_task = type(task)().convert_to_reranking(out / "predictions", top_k=k)
-        rows.append(first)
-        rows.extend(
-            evaluate(
-                reranker,
-                [second_task],
-                output_dir=out / "stage2",
-                show_progress_bar=show_progress_bar,
-                run_info={**(run_info or {}), "top_k": k},
-                overwrite_strategy=overwrite_strategy,
-                **evaluate_kwargs,
-                stage="rerank",
-            )
-        )
-    return rows

@@ -68,8 +68,8 @@ class RerankCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         import tempfile
 
-        from ...results import evaluate_two_stage, is_bm25, load_first_stage
         from ...tasks import check_available
+        from ...two_stage import evaluate_two_stage, is_bm25, load_first_stage
 
         spec = ctx.spec
         model = resolve_model(args.reranker, spec.remote, "--reranker")
