@@ -80,6 +80,31 @@ def test_a_process_that_dies_is_named_with_its_task(st_encoder, tmp_path):
     assert _left_running() == []
 
 
+def test_after_a_process_dies_the_next_task_gets_a_fresh_one(st_encoder, tmp_path):
+    """With --continue-on-error a long run goes on: the killed task fails, the next one runs in a new process."""
+    killed = []
+
+    def kill_once():
+        if not killed:
+            killed.extend(p.pid for p in _task_processes())
+            os.kill(killed[0], signal.SIGKILL)
+
+    processes = TaskProcesses(1)
+    try:
+        rows = evaluate(
+            _Model(st_encoder, kill_once),
+            _tasks(),
+            show_progress_bar=False,
+            processes=processes,  # one task at a time, in task order
+            continue_on_error=True,
+        )
+    finally:
+        processes.close()
+    assert [r.status.split(":")[0] for r in rows] == ["failed", "computed"], rows
+    assert "exited with code -9" in rows[0].status
+    assert _left_running() == []
+
+
 def test_scores_through_processes_equal_in_process_ones(st_encoder, tmp_path):
     alone = evaluate(st_encoder, _tasks(), show_progress_bar=False)
     together = evaluate(st_encoder, _tasks(), output_dir=tmp_path, show_progress_bar=False, concurrent_tasks=2)

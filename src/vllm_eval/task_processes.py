@@ -8,7 +8,8 @@ time tasks were scoring, so four tasks at once took 76 s where one after another
 ``mteb.evaluate`` (:func:`vllm_eval.results.run_task`) with a proxy model whose ``encode`` (and, for a model
 with its own retrieval search, ``index``/``search``) calls come back over a pipe to the task thread, which runs
 them on the real backend. The backend and its engine or replicas, its cache, counters and timeline stay in
-this process and serve one call at a time as before; only the scoring moves.
+this process and serve one call at a time as before; only the scoring moves. On one H100, 4 tasks at once of
+the 2 % MTEB(eng, v2) replica took a run from 90.1 s (threads) to 62.0 s (docs/bench/h100-task-processes).
 
 A process is started per task thread when the run starts, before the engine: it imports mteb and
 sentence-transformers (what ``mteb.evaluate`` imports) and loads the data of the task it will evaluate first
@@ -34,10 +35,6 @@ logger = logging.getLogger(__name__)
 
 #: ``0`` evaluates concurrent tasks on threads of this process instead (for comparison).
 ENV_SWITCH = "VLLMEVAL_TASK_PROCESSES"
-
-#: The proxy's methods that are forwarded to the backend; everything else (similarity) is computed where the
-#: task runs, from the model's mteb metadata, as mteb's ``AbsEncoder`` does.
-FORWARDED = ("encode", "search")
 
 
 class TaskProcessError(VllmEvalError, RuntimeError):
@@ -72,31 +69,29 @@ class TaskProcesses:
         from .concurrency import cores
         from .logs import settings
 
-        ctx = mp.get_context("spawn")  # a forked CUDA context or OpenMP pool is unusable
-        threads = threads or max(1, cores() // max(n, 1))
-        logging_as = settings()
+        self._settings = (threads or max(1, cores() // max(n, 1)), settings())
         self._lock = threading.Condition()
-        self._idle: list[int] = []
+        self._idle: list[int] = list(range(n))
         self._preloaded: dict[int, str] = {}
-        self._conns: list[Any] = []
-        self._procs: list[Any] = []
+        self._conns: list[Any] = [None] * n
+        self._procs: list[Any] = [None] * n
         self._closed = False
         for k in range(n):
-            task = first[k] if k < len(first) else None
-            ours, theirs = ctx.Pipe()
-            proc = ctx.Process(
-                target=_child,
-                args=(theirs, pickle.dumps(task) if task is not None else None, threads, logging_as),
-                name=f"vllm-eval-tasks-{k}",
-                daemon=False,  # mteb or datasets may start processes of their own
-            )
-            proc.start()
-            theirs.close()
-            self._conns.append(ours)
-            self._procs.append(proc)
-            self._idle.append(k)
-            if task is not None:
-                self._preloaded[k] = task.metadata.name
+            self._start(k, first[k] if k < len(first) else None)
+
+    def _start(self, k: int, task: Any) -> None:
+        ours, theirs = mp.get_context("spawn").Pipe()  # spawn: a forked CUDA context or OpenMP pool is unusable
+        proc = mp.get_context("spawn").Process(
+            target=_child,
+            args=(theirs, pickle.dumps(task) if task is not None else None, *self._settings),
+            name=f"vllm-eval-tasks-{k}",
+            daemon=False,  # mteb or datasets may start processes of their own
+        )
+        proc.start()
+        theirs.close()
+        self._conns[k], self._procs[k] = ours, proc
+        if task is not None:
+            self._preloaded[k] = task.metadata.name
 
     def __len__(self) -> int:
         return len(self._procs)
@@ -121,6 +116,9 @@ class TaskProcesses:
             self._conns[k].send(("task", payload, model.mteb_model_meta, searches, args))
             return self._serve(k, name, model)
         finally:
+            if not self._closed and not self._procs[k].is_alive():  # the next task gets a live one
+                self._conns[k].close()
+                self._start(k, None)
             with self._lock:
                 self._idle.append(k)
                 self._lock.notify_all()
