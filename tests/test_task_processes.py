@@ -4,6 +4,7 @@ a real engine are compared in tests/test_timeline.py, the run command's early st
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import os
 import signal
@@ -50,8 +51,34 @@ def _tasks():
 def test_processes_are_used_for_encoders_only_and_can_be_switched_off(monkeypatch, st_encoder, vllm_cross):
     assert wanted(2, st_encoder) and not wanted(1, st_encoder)
     assert not wanted(2, vllm_cross)  # a cross-encoder's predict is not forwarded: its tasks stay on threads
+    assert not wanted(2, _own_similarity(st_encoder))  # a token embedder's MaxSim is not the stand-in's
     monkeypatch.setenv("VLLMEVAL_TASK_PROCESSES", "0")
     assert not wanted(2, st_encoder)
+
+
+def _own_similarity(encoder, calls=None):
+    """``encoder`` with a pairwise similarity of its own (mteb's, counted in ``calls``)."""
+    from mteb.models.abs_encoder import AbsEncoder
+
+    def pairwise(self, a, b):
+        (calls if calls is not None else []).append(len(a))
+        return AbsEncoder.similarity_pairwise(self, a, b)
+
+    own = copy.copy(encoder)
+    own.__class__ = type("OwnSimilarity", (type(encoder),), {"similarity_pairwise": pairwise})
+    return own
+
+
+def test_processes_started_early_are_dropped_for_a_model_with_its_own_similarity(st_encoder):
+    processes = TaskProcesses(2)  # as `run` starts them, before the model is known
+    calls = []
+    rows = evaluate(
+        _own_similarity(st_encoder, calls), _tasks(), show_progress_bar=False, concurrent_tasks=2, processes=processes
+    )
+    assert _left_running() == []
+    assert sorted(calls) == [353, 999]  # the model's own similarity scored both STS tasks, here
+    alone = evaluate(st_encoder, _tasks(), show_progress_bar=False)
+    assert [r.main_score for r in rows] == [r.main_score for r in alone]
 
 
 def test_the_models_failure_is_raised_as_itself_and_no_process_is_left(st_encoder, tmp_path):

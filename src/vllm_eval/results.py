@@ -203,8 +203,11 @@ def evaluate(
 
 
 def _loading(model: Any, tasks: list[Any], workers: int, processes: Any, prefetch: Any, skip: list[str]) -> tuple:
-    """The run's task processes (given, else started when wanted) and prefetch (given, else one loading the
-    tasks' data here, none of it when task processes load their own)."""
+    """The run's task processes (given, unless the model has a similarity of its own; else started when wanted)
+    and prefetch (given, else one loading the tasks' data here, none of it when task processes load their own)."""
+    if processes is not None and not task_processes.stands_in_for(model):  # started before the model was known
+        processes.close()
+        processes = None
     if processes is None and task_processes.wanted(workers, model):
         processes = task_processes.TaskProcesses(workers)
     if prefetch is None:

@@ -43,13 +43,21 @@ class TaskProcessError(VllmEvalError, RuntimeError):
 
 def wanted(workers: int, model: Any = None) -> bool:
     """Whether tasks evaluated ``workers`` at once are scored in processes: more than one at once, not switched
-    off by ``VLLMEVAL_TASK_PROCESSES=0``, and (when given) a model whose every mteb call is forwarded (an
-    encoder: ``encode``, optionally ``index``/``search``; a cross-encoder's ``predict`` stays on threads)."""
+    off by ``VLLMEVAL_TASK_PROCESSES=0``, and (when given) a model whose every mteb call the stand-in answers
+    alike: an encoder (``encode``, optionally ``index``/``search``, forwarded) with mteb's own ``similarity``
+    (computed where the task runs from the model's metadata). A cross-encoder's ``predict`` and a similarity of
+    the model's own (the token embedders' batched MaxSim) keep the tasks on threads."""
     if workers <= 1 or os.environ.get(ENV_SWITCH, "1") == "0":
         return False
-    if model is None:
-        return True
-    return hasattr(model, "encode") and hasattr(model, "mteb_model_meta") and not hasattr(model, "predict")
+    return model is None or stands_in_for(model)
+
+
+def stands_in_for(model: Any) -> bool:
+    """Whether a task process's stand-in answers every mteb call as ``model`` would (see :func:`wanted`)."""
+    from mteb.models.abs_encoder import AbsEncoder
+
+    mtebs = all(getattr(type(model), n, None) is getattr(AbsEncoder, n) for n in ("similarity", "similarity_pairwise"))
+    return mtebs and hasattr(model, "encode") and hasattr(model, "mteb_model_meta") and not hasattr(model, "predict")
 
 
 class TaskProcesses:

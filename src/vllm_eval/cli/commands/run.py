@@ -213,7 +213,7 @@ class RunCommand(Command):
         # The data loads while the engine starts (in the task processes, where tasks are scored in processes);
         # results to be read back are not known before the model's metadata, so a resumed run may load a task
         # it then reuses.
-        processes = start_for(tasks, workers, skip=list(missing))
+        processes = start_for(tasks, workers, skip=list(missing)) if spec.kind == "encoder" else None
         ahead = ([], ()) if processes else (tasks, _imports_ahead(args))
         with (
             closing(processes) if processes else nullcontext(),
