@@ -12,18 +12,20 @@ import time
 
 import numpy as np
 import pytest
+from mteb.models.abs_encoder import AbsEncoder
 
 from vllm_eval.errors import EngineError
 from vllm_eval.results import evaluate
 from vllm_eval.task_processes import TaskProcessError, TaskProcesses, wanted
 
 
-class _Model:
+class _Model(AbsEncoder):
     """The sentence-transformers encoder as the parent's model, with ``on_encode`` run before each encode call."""
 
     def __init__(self, inner, on_encode):
         self.inner, self.on_encode = inner, on_encode
         self.mteb_model_meta = inner.mteb_model_meta
+        self.model = None  # AbsEncoder's similarity: the metadata's
 
     def encode(self, inputs, **kwargs):
         self.on_encode()

@@ -223,7 +223,7 @@ def _runner(model: Any, task: Any, processes: Any, *where: Any) -> Any:
     out, cache, strategy, predictions, stage, reused = where
     args = (predictions, stage, task.metadata.name in reused)
     if processes is not None:
-        return partial(processes.evaluate, model, task, (str(out) if out else None, strategy, *args))
+        return partial(processes.evaluate, model, task, run_task_at, (str(out) if out else None, strategy, *args))
     return partial(run_task, model, task, cache, strategy, *args)
 
 
@@ -312,6 +312,13 @@ def run_task(
         stage=stage,
         status="reused" if reused else "computed",
     )
+
+
+def run_task_at(model: Any, task: Any, output_dir: str | None, *args: Any) -> TaskScore:
+    """:func:`run_task` with the ``mteb.ResultCache`` of ``output_dir`` (None: none): what a task process runs."""
+    import mteb
+
+    return run_task(model, task, mteb.ResultCache(output_dir) if output_dir else None, *args)
 
 
 def _measured(

@@ -5,7 +5,7 @@ mostly Python (retrieval metrics, ranking, k-means set-up) and on one H100 held 
 time tasks were scoring, so four tasks at once took 76 s where one after another took 118 s, not a quarter
 (docs/bench/h100-concurrent-tasks). Here each task thread hands its task to a process of its own
 (``multiprocessing``'s spawn start, as the replicas): the process loads the task's data and runs the same
-``mteb.evaluate`` (:func:`vllm_eval.results.run_task`) with a proxy model whose ``encode`` (and, for a model
+``mteb.evaluate`` (:func:`vllm_eval.results.run_task_at`) with a proxy model whose ``encode`` (and, for a model
 with its own retrieval search, ``index``/``search``) calls come back over a pipe to the task thread, which runs
 them on the real backend. The backend and its engine or replicas, its cache, counters and timeline stay in
 this process and serve one call at a time as before; only the scoring moves. On one H100, 4 tasks at once of
@@ -25,7 +25,7 @@ import pickle
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import timeline
@@ -104,12 +104,13 @@ class TaskProcesses:
     def __len__(self) -> int:
         return len(self._procs)
 
-    def evaluate(self, model: Any, task: Any, args: tuple) -> Any:
-        """:func:`vllm_eval.results.run_task` ``(proxy, task, *args)`` in an idle process (the one that loaded
-        ``task`` where there is one), serving its model calls with ``model`` on this thread until it ends.
+    def evaluate(self, model: Any, task: Any, run: Callable[..., Any], args: tuple) -> Any:
+        """``run(proxy, task, *args)`` in an idle process (the one that loaded ``task`` where there is one),
+        serving its model calls with ``model`` on this thread until it ends. ``run``: a module-level function
+        (it is pickled by name), e.g. :func:`vllm_eval.results.run_task_at`.
 
         Returns:
-            ``run_task``'s :class:`~vllm_eval.results.TaskScore`.
+            What ``run`` returned (it must pickle).
 
         Raises:
             What ``model`` raised for the task (as itself), else what the task raised in its process;
@@ -121,7 +122,7 @@ class TaskProcesses:
             preloaded = self._preloaded.pop(k, None) == name
             searches = hasattr(model, "search") and hasattr(model, "index")
             payload = None if preloaded else pickle.dumps(task)
-            self._conns[k].send(("task", payload, model.mteb_model_meta, searches, args))
+            self._conns[k].send(("task", payload, model.mteb_model_meta, searches, run, args))
             return self._serve(k, name, model)
         finally:
             if not self._closed and not self._procs[k].is_alive():  # the next task gets a live one
@@ -242,7 +243,7 @@ def _child(conn: Any, first: bytes | None, threads: int, logging_as: tuple[bool,
             return
         if message is None:
             return
-        _, payload, meta, searches, args = message
+        _, payload, meta, searches, run, args = message
         task = preloaded
         try:
             if payload is not None:
@@ -250,7 +251,7 @@ def _child(conn: Any, first: bytes | None, threads: int, logging_as: tuple[bool,
             elif load_error is not None:
                 raise load_error
             _load(conn, task)
-            conn.send(("done", _evaluate(conn, task, meta, searches, args)))
+            conn.send(("done", run(_proxy(conn, meta, searches), task, *args)))
         except BaseException as exc:  # the parent raises it where the task was evaluated
             conn.send(("failed", _portable(exc)))
         finally:
@@ -294,16 +295,6 @@ def _unload(task: Any) -> None:
         task.unload_data()
     except Exception as exc:  # freeing memory is best effort
         logger.debug("unloading %s raised %s", task.metadata.name, exc)
-
-
-def _evaluate(conn: Any, task: Any, meta: Any, searches: bool, args: tuple) -> Any:
-    import mteb
-
-    from .results import run_task
-
-    output_dir, *rest = args
-    cache = mteb.ResultCache(output_dir) if output_dir else None
-    return run_task(_proxy(conn, meta, searches), task, cache, *rest)
 
 
 def _proxy(conn: Any, meta: Any, searches: bool) -> Any:
