@@ -54,6 +54,10 @@ def test_processes_are_used_for_encoders_only_and_can_be_switched_off(monkeypatc
     assert wanted(2, st_encoder) and not wanted(1, st_encoder)
     assert not wanted(2, vllm_cross)  # a cross-encoder's predict is not forwarded: its tasks stay on threads
     assert not wanted(2, _own_similarity(st_encoder))  # a token embedder's MaxSim is not the stand-in's
+    from vllm_eval.encoder.vllm import VllmEncoder
+    from vllm_eval.token_embedder.vllm import VllmTokenEmbedder
+
+    assert wanted(2, VllmEncoder) and not wanted(2, VllmTokenEmbedder)  # decided from the class, as `run` does
     monkeypatch.setenv("VLLMEVAL_TASK_PROCESSES", "0")
     assert not wanted(2, st_encoder)
 

@@ -208,6 +208,9 @@ def _loading(model: Any, tasks: list[Any], workers: int, processes: Any, prefetc
     if processes is not None and not task_processes.stands_in_for(model):  # started before the model was known
         processes.close()
         processes = None
+        if prefetch is not None:  # it was left to the processes: load here instead
+            prefetch.close()
+            prefetch = None
     if processes is None and task_processes.wanted(workers, model):
         processes = task_processes.TaskProcesses(workers)
     if prefetch is None:

@@ -53,11 +53,14 @@ def wanted(workers: int, model: Any = None) -> bool:
 
 
 def stands_in_for(model: Any) -> bool:
-    """Whether a task process's stand-in answers every mteb call as ``model`` would (see :func:`wanted`)."""
+    """Whether a task process's stand-in answers every mteb call as ``model`` would (see :func:`wanted`);
+    ``model`` may be a backend class (decided before it is built) or an instance."""
     from mteb.models.abs_encoder import AbsEncoder
 
-    mtebs = all(getattr(type(model), n, None) is getattr(AbsEncoder, n) for n in ("similarity", "similarity_pairwise"))
-    return mtebs and hasattr(model, "encode") and hasattr(model, "mteb_model_meta") and not hasattr(model, "predict")
+    cls = model if isinstance(model, type) else type(model)
+    mtebs = all(getattr(cls, n, None) is getattr(AbsEncoder, n) for n in ("similarity", "similarity_pairwise"))
+    built = isinstance(model, type) or hasattr(model, "mteb_model_meta")
+    return mtebs and built and hasattr(cls, "encode") and not hasattr(cls, "predict")
 
 
 class TaskProcesses:
@@ -100,9 +103,6 @@ class TaskProcesses:
         self._conns[k], self._procs[k] = ours, proc
         if task is not None:
             self._preloaded[k] = task.metadata.name
-
-    def __len__(self) -> int:
-        return len(self._procs)
 
     def evaluate(self, model: Any, task: Any, run: Callable[..., Any], args: tuple) -> Any:
         """``run(proxy, task, *args)`` in an idle process (the one that loaded ``task`` where there is one),
@@ -337,13 +337,13 @@ def _proxy(conn: Any, meta: Any, searches: bool) -> Any:
     return SearchingProxy()
 
 
-def start_for(tasks: Sequence[Any], workers: int, *, skip: Sequence[str] = ()) -> TaskProcesses | None:
-    """The :class:`TaskProcesses` of a run of an encoder evaluating ``workers`` tasks at once (None when
-    :func:`wanted` says no), each process loading one of the first tasks in run order (those in ``skip`` left
-    out) while the engine starts."""
+def start_for(tasks: Sequence[Any], workers: int, backend: type, *, skip: Sequence[str] = ()) -> TaskProcesses | None:
+    """The :class:`TaskProcesses` of a run of ``backend`` (its class, before it is built) evaluating ``workers``
+    tasks at once (None when :func:`wanted` says no), each process loading one of the first tasks in run order
+    (those in ``skip`` left out) while the engine starts."""
     from .concurrency import in_run_order
 
-    if not wanted(workers):
+    if not wanted(workers, backend):
         return None
     first = [t for t in in_run_order(tasks, workers) if t.metadata.name not in set(skip)][:workers]
     return TaskProcesses(workers, first)

@@ -210,14 +210,14 @@ class RunCommand(Command):
         cache = open_cache(args)
         reference = _parity_reference(args, spec, model)
         workers = task_workers(args.concurrent_tasks, len(tasks), recording=reference is not None)
-        # The data loads while the engine starts (in the task processes, where tasks are scored in processes);
-        # results to be read back are not known before the model's metadata, so a resumed run may load a task
-        # it then reuses.
-        processes = start_for(tasks, workers, skip=list(missing)) if spec.kind == "encoder" else None
-        ahead = ([], ()) if processes else (tasks, _imports_ahead(args))
+        # The data loads while the engine starts: in the task processes where tasks are scored there, else on a
+        # thread here. Results to be read back are not known before the model's metadata, so a resumed run may
+        # load a task it then reuses.
+        processes = start_for(tasks, workers, spec.cls, skip=list(missing))
+        here = ([], ()) if processes else (tasks, _imports_ahead(args))
         with (
             closing(processes) if processes else nullcontext(),
-            closing(prefetch_for(ahead[0], workers, skip=list(missing), imports=ahead[1])) as prefetch,
+            closing(prefetch_for(here[0], workers, skip=list(missing), imports=here[1])) as prefetch,
             spec.load(model, show_progress_bar=not args.no_progress) as encoder,
         ):
             encoder.use_cache(cache)
