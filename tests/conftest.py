@@ -23,6 +23,15 @@ os.environ.setdefault("VLLM_RPC_BASE_PATH", _SESSION_DIR)
 
 
 @pytest.fixture(scope="session")
+def replica(tmp_path_factory):
+    """The MTEB(eng, v2) replica at 0.2 % of its sizes (``bench --suite``'s offline tasks), built once."""
+    from vllm_eval.modelinfo import packaged_model_path
+    from vllm_eval.tasks.shaped import build_replica
+
+    return build_replica(tmp_path_factory.mktemp("replica"), "MTEB(eng, v2)", packaged_model_path(), fraction=0.002)
+
+
+@pytest.fixture(scope="session")
 def vllm_encoder():
     """VllmEncoder on the packaged all-MiniLM-L6-v2 (fp32, eager: the CPU defaults)."""
     from vllm_eval import VllmEncoder

@@ -73,14 +73,12 @@ def test_document_and_query_texts_are_what_mteb_embeds():
     assert search.query_texts(conversations) is None  # mteb converts those row by row; so does the search
 
 
-def test_reranking_candidates_as_mtebs_wrapper_ranks_them(vllm_encoder, tmp_path):
+def test_reranking_candidates_as_mtebs_wrapper_ranks_them(vllm_encoder, replica):
     """A reranking task (candidates per query) of a benchmark replica: the same candidates, scores alike."""
     from mteb.models.search_wrappers import SearchEncoderWrapper
 
-    from vllm_eval.modelinfo import packaged_model_path
-    from vllm_eval.tasks.shaped import build_replica, replica_tasks
+    from vllm_eval.tasks.shaped import replica_tasks
 
-    replica = build_replica(tmp_path / "r", "MTEB(eng, v2)", packaged_model_path(), fraction=0.002)
     (task,) = [t for t in replica_tasks(replica) if t.metadata.name == "AskUbuntuDupQuestions"]
     task.load_data()
     split = task.dataset["default"]["test"]
@@ -104,3 +102,46 @@ def test_scoring_stays_off_the_gpu_when_it_would_not_fit(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert search._device(1000).type == "cuda"
     assert search._device(search.DEVICE_BYTES).type == "cpu"  # 4 GiB of float32: mteb's CPU path instead
+
+
+class _Cosine:
+    """mteb's cosine similarity, as a matrix and pair by pair."""
+
+    @staticmethod
+    def similarity(a, b):
+        import torch
+
+        a, b = (
+            torch.nn.functional.normalize(torch.as_tensor(a), dim=-1),
+            torch.nn.functional.normalize(torch.as_tensor(b), dim=-1),
+        )
+        return a @ b.T
+
+    @staticmethod
+    def similarity_pairwise(a, b):
+        import torch
+
+        a, b = (
+            torch.nn.functional.normalize(torch.as_tensor(a), dim=-1),
+            torch.nn.functional.normalize(torch.as_tensor(b), dim=-1),
+        )
+        return (a * b).sum(-1)
+
+
+@pytest.mark.parametrize("factor", [0, 16])  # 0: every pair gathered; 16: read from the score matrix
+def test_candidates_ranked_best_first_and_cut_at_k(monkeypatch, factor):
+    monkeypatch.setattr(search, "MATRIX_FACTOR", factor)
+    monkeypatch.setattr(search, "BLOCK_ENTRIES", 7 * 16)  # several blocks either way
+    rng = np.random.default_rng(1)
+    queries = rng.normal(size=(40, 16)).astype(np.float32)
+    docs = rng.normal(size=(25, 16)).astype(np.float32)
+    query_ids, doc_ids = [f"q{i}" for i in range(40)], [f"d{i}" for i in range(25)]
+    top_ranked = {q: [doc_ids[j] for j in rng.choice(25, size=rng.integers(0, 12), replace=False)] for q in query_ids}
+    ranked = search.rank_candidates(_Cosine, queries, query_ids, docs, doc_ids, top_ranked, 5)
+    full = _Cosine.similarity(queries, docs).numpy()
+    assert list(ranked) == query_ids
+    for i, q in enumerate(query_ids):
+        candidates = [doc_ids.index(d) for d in top_ranked[q]]
+        best = sorted(candidates, key=lambda j: -full[i, j])[:5]
+        assert list(ranked[q]) == [doc_ids[j] for j in best]  # best first, k at most
+        assert np.allclose(list(ranked[q].values()), full[i, best], atol=1e-6)

@@ -144,3 +144,35 @@ def test_scores_through_processes_equal_in_process_ones(st_encoder, tmp_path):
     assert [(r.task, r.status) for r in together] == [(r.task, "computed") for r in alone]
     np.testing.assert_array_equal([r.main_score for r in together], [r.main_score for r in alone])
     assert [r.inputs for r in together] == [r.inputs for r in alone]
+
+
+def test_a_task_with_candidates_is_ranked_in_its_process(st_encoder, replica):
+    """The candidates (2 million pairs for MindSmall at 2 % of its size) and the ranked lists stay in the task's
+    process: the command's model is asked to encode the queries and the corpus, not to search; the scores are
+    those of the search run here."""
+    from vllm_eval.encoder.search import CorpusSearch
+    from vllm_eval.tasks.shaped import replica_tasks
+
+    searched = []
+
+    class Searching(CorpusSearch, _Model):
+        def search(self, queries, **kwargs):
+            searched.append(len(queries))
+            return super().search(queries, **kwargs)
+
+    def task():
+        return [t for t in replica_tasks(replica) if t.metadata.name == "AskUbuntuDupQuestions"]
+
+    encodes = []
+    model = Searching(st_encoder, lambda: encodes.append(1))
+    here = evaluate(model, task(), show_progress_bar=False)
+    assert len(searched) == 1 and len(encodes) == 2
+    searched.clear(), encodes.clear()
+    processes = TaskProcesses(1)
+    try:
+        there = evaluate(model, task(), show_progress_bar=False, processes=processes)
+    finally:
+        processes.close()
+    assert searched == [] and len(encodes) == 2  # queries, then the corpus; ranked in the process
+    assert [r.main_score for r in there] == [r.main_score for r in here]
+    assert _left_running() == []

@@ -82,14 +82,6 @@ def test_prefetch_loads_ahead_in_order_and_hands_back_a_failed_load():
     assert not prefetch._thread.is_alive()
 
 
-@pytest.fixture(scope="module")
-def replica(tmp_path_factory):
-    from vllm_eval.modelinfo import packaged_model_path
-    from vllm_eval.tasks.shaped import build_replica
-
-    return build_replica(tmp_path_factory.mktemp("replica"), "MTEB(eng, v2)", packaged_model_path(), fraction=0.002)
-
-
 def test_replica_has_the_benchmark_shape(replica):
     from vllm_eval.tasks.shaped import replica_tasks, stats_path
 

@@ -332,6 +332,10 @@ def _proxy(conn: Any, meta: Any, searches: bool) -> Any:
             if self._corpus is None:
                 raise ValueError("Corpus must be indexed before searching.")
             (corpus, index_kwargs), self._corpus = self._corpus, None
+            if kwargs.get("top_ranked") is not None:  # ranked here: the candidates and the lists stay here
+                from .encoder.search import search_candidates
+
+                return search_candidates(self, corpus, queries, **kwargs)
             return self.call("search", corpus, queries, index_kwargs, **kwargs)
 
     return SearchingProxy()

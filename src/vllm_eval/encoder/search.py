@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 ENCODE_CHUNK = 200_000
 #: Score-matrix entries per block on the device (queries x documents): 2^26 float32 = 256 MiB.
 BLOCK_ENTRIES = 1 << 26
+#: Candidates are read from the whole score matrix when it has at most this many entries per candidate pair.
+MATRIX_FACTOR = 16
 
 
 #: Most device memory the scoring may hold at once (the engines keep the rest of the GPU): beyond it the
@@ -106,8 +108,47 @@ def query_texts(queries: Any) -> list[str] | None:
     return [t + " " + i if i is not None else t for t, i in zip(texts, queries["instruction"], strict=True)]
 
 
+def candidate_scores(
+    similarity: Any, pairwise: Any, queries: np.ndarray, docs: np.ndarray, pair_query: np.ndarray, pair_doc: np.ndarray
+) -> np.ndarray:
+    """The score of each (query, document) pair, float32 (n_pairs,).
+
+    When the whole query x document score matrix costs at most :data:`MATRIX_FACTOR` times as many entries as
+    there are pairs (MindSmall: 47,250 queries, 106 documents, 2 million pairs at 2 % of its size), it is
+    computed in blocks of queries by ``similarity`` (a matrix product) and the pairs are read from it: gathering
+    two embeddings per pair, as ``pairwise`` needs, moves ``2 x dim`` floats per score instead.
+
+    Args:
+        similarity: ``(a, b) -> (len(a), len(b))`` scores, torch tensors (the model's ``similarity``).
+        pairwise: ``(a, b) -> (len(a),)`` scores row by row (the model's ``similarity_pairwise``).
+        queries, docs: float32 (n, dim) embeddings.
+        pair_query, pair_doc: int64 (n_pairs,) row indices into ``queries`` / ``docs``, ``pair_query`` ascending.
+    """
+    import torch
+
+    scores = np.empty(len(pair_query), dtype=np.float32)
+    if len(queries) * len(docs) <= MATRIX_FACTOR * len(pair_query):
+        rows = max(BLOCK_ENTRIES // max(len(docs), 1), 1)
+        device = _device(docs.size + rows * (len(docs) + queries.shape[1]))
+        d = torch.as_tensor(docs, device=device)
+        bounds = np.searchsorted(pair_query, np.arange(0, len(queries) + rows, rows)).tolist()
+        for block, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            if hi > lo:
+                q = torch.as_tensor(queries[block * rows : (block + 1) * rows], device=device)
+                matrix = torch.as_tensor(similarity(q, d)).float().cpu().numpy()
+                scores[lo:hi] = matrix[pair_query[lo:hi] - block * rows, pair_doc[lo:hi]]
+        return scores
+    block = max(BLOCK_ENTRIES // max(queries.shape[1], 1), 1)
+    device = _device(3 * block * queries.shape[1])
+    for lo in range(0, len(pair_query), block):
+        a = torch.as_tensor(queries[pair_query[lo : lo + block]], device=device)
+        b = torch.as_tensor(docs[pair_doc[lo : lo + block]], device=device)
+        scores[lo : lo + block] = torch.as_tensor(pairwise(a, b)).float().cpu().numpy()
+    return scores
+
+
 def rank_candidates(
-    pairwise: Any,
+    model: Any,
     queries: np.ndarray,
     query_ids: list[str],
     docs: np.ndarray,
@@ -115,49 +156,88 @@ def rank_candidates(
     top_ranked: dict[str, list[str]],
     k: int,
 ) -> dict[str, dict[str, float]]:
-    """Each query's candidates (``top_ranked``) scored and the ``k`` best kept: mteb's reranking search,
-    with every (query, candidate) pair scored in blocks by the model's pairwise similarity instead of one
-    query at a time (MindSmall has 2.4 million queries).
+    """Each query's candidates (``top_ranked``) scored and the ``k`` best kept: mteb's reranking search, with
+    every (query, candidate) pair scored in blocks (:func:`candidate_scores`) instead of one query at a time
+    (MindSmall has 2.4 million queries).
 
     Args:
-        pairwise: ``(a, b) -> scores`` row by row, torch tensors (the model's ``similarity_pairwise``).
+        model: has mteb's ``similarity`` and ``similarity_pairwise`` (torch tensors in, torch tensors out).
         queries, docs: float32 (n, dim) embeddings, in the order of ``query_ids`` / ``doc_ids``.
 
     Returns:
-        ``{query id: {document id: score}}``; a query without candidates maps to ``{}`` (as mteb).
+        ``{query id: {document id: score}}``, each query's documents best first (equal scores in the
+        candidates' order; mteb's metrics sort each query's documents, and sorting sorted ones is cheap); a
+        query without candidates maps to ``{}`` (as mteb).
 
     Raises:
         ValueError: a score is NaN (as mteb).
     """
-    import torch
-
     doc_index = {d: i for i, d in enumerate(doc_ids)}
     lists = [top_ranked.get(qid) or [] for qid in query_ids]
     counts = np.fromiter((len(c) for c in lists), dtype=np.int64, count=len(lists))
     pair_query = np.repeat(np.arange(len(query_ids)), counts)
     pair_doc = np.fromiter((doc_index[d] for c in lists for d in c), dtype=np.int64, count=int(counts.sum()))
-    block = max(BLOCK_ENTRIES // max(queries.shape[1], 1), 1)
-    device = _device(3 * block * queries.shape[1])
-    scores = np.empty(len(pair_query), dtype=np.float32)
-    for lo in range(0, len(pair_query), block):
-        a = torch.as_tensor(queries[pair_query[lo : lo + block]], device=device)
-        b = torch.as_tensor(docs[pair_doc[lo : lo + block]], device=device)
-        scores[lo : lo + block] = torch.as_tensor(pairwise(a, b)).float().cpu().numpy()
+    scores = candidate_scores(model.similarity, model.similarity_pairwise, queries, docs, pair_query, pair_doc)
     if np.isnan(scores).any():
         raise ValueError(f"NaN values detected in the similarity scores: {int(np.isnan(scores).sum())}")
-    # Python floats made at once (a float() per score took most of MindSmall's ranking); the per-query dicts are
-    # mteb's output format.
-    values = scores.tolist()
+    order = np.lexsort((-scores, pair_query))  # by query, then best first; stable
+    # Python floats and ids made at once (a float() per score took most of MindSmall's ranking); the per-query
+    # dicts are mteb's output format.
+    values, ids = scores[order].tolist(), [doc_ids[j] for j in pair_doc[order].tolist()]
     out: dict[str, dict[str, float]] = {}
     lo = 0
-    for qid, candidates, hi in zip(query_ids, lists, np.cumsum(counts).tolist(), strict=True):
-        if hi - lo > k:
-            keep = np.argsort(-scores[lo:hi], kind="stable")[:k].tolist()
-            out[qid] = {candidates[i]: values[lo + i] for i in keep}
-        else:
-            out[qid] = dict(zip(candidates, values[lo:hi], strict=True))
+    for qid, hi in zip(query_ids, np.cumsum(counts).tolist(), strict=True):
+        end = min(hi, lo + k)
+        out[qid] = dict(zip(ids[lo:end], values[lo:end], strict=True))
         lo = hi
     return out
+
+
+def search_candidates(
+    model: Any,
+    corpus: Any,
+    queries: Any,
+    *,
+    top_ranked: dict[str, list[str]],
+    top_k: int,
+    encode_kwargs: dict[str, Any],
+    task_metadata: Any,
+    hf_split: str,
+    hf_subset: str,
+    num_proc: int | None = None,
+    **_: Any,
+) -> dict[str, dict[str, float]]:
+    """mteb's search of a task with candidates per query (``top_ranked``; the keywords are mteb's ``search``
+    call's) through ``model``'s ``encode`` (the queries, then the corpus, one call each) and
+    :func:`rank_candidates`. A task process runs this itself with a stand-in whose ``encode`` runs in the
+    command's process, so neither the candidates nor the ranked lists cross between the two."""
+    where = {"task_metadata": task_metadata, "hf_split": hf_split, "hf_subset": hf_subset}
+    query_embeddings = _encoded(model, queries, "query", encode_kwargs, num_proc, where)
+    doc_embeddings = _encoded(model, corpus, "document", encode_kwargs, num_proc, where)
+    return rank_candidates(
+        model, query_embeddings, list(queries["id"]), doc_embeddings, list(corpus["id"]), top_ranked, top_k
+    )
+
+
+def _encoded(
+    model: Any, data: Any, prompt: str, encode_kwargs: dict[str, Any], num_proc: int | None, where: dict[str, Any]
+) -> np.ndarray:
+    """``data`` (mteb's corpus or queries dataset) encoded by ``model`` in one call, float32 (n, dim)."""
+    from mteb._create_dataloaders import create_dataloader
+    from mteb.types import PromptType
+
+    prompt_type = PromptType(prompt)
+    metadata = where["task_metadata"]
+    texts = None
+    if metadata.get_modalities(prompt_type) == ["text"]:
+        texts = document_texts(data) if prompt_type == PromptType.document else query_texts(data)
+    if texts is not None:
+        loader = Batches.of_texts(texts, encode_kwargs.get("batch_size", 32))
+    else:
+        loader = create_dataloader(
+            data, task_metadata=metadata, prompt_type=prompt_type, num_proc=num_proc, **encode_kwargs
+        )
+    return np.asarray(model.encode(loader, prompt_type=prompt_type, **where, **encode_kwargs), dtype=np.float32)
 
 
 class CorpusSearch:
@@ -190,37 +270,21 @@ class CorpusSearch:
         Raises:
             ValueError: :meth:`index` was not called first (as mteb's wrapper).
         """
-        from mteb._create_dataloaders import create_dataloader
-        from mteb.types import PromptType
-
         corpus = self._indexed().pop(threading.get_ident(), None)
         if corpus is None:
             raise ValueError("Corpus must be indexed before searching.")
         where = {"task_metadata": task_metadata, "hf_split": hf_split, "hf_subset": hf_subset}
-
-        def encoded(data: Any, prompt_type: Any) -> np.ndarray:
-            texts = None
-            if task_metadata.get_modalities(prompt_type) == ["text"]:
-                texts = document_texts(data) if prompt_type == PromptType.document else query_texts(data)
-            if texts is not None:
-                loader = Batches.of_texts(texts, encode_kwargs.get("batch_size", 32))
-            else:
-                loader = create_dataloader(
-                    data, task_metadata=task_metadata, prompt_type=prompt_type, num_proc=num_proc, **encode_kwargs
-                )
-            return np.asarray(self.encode(loader, prompt_type=prompt_type, **where, **encode_kwargs), dtype=np.float32)
-
-        query_embeddings = encoded(queries, PromptType.query)
         if top_ranked is not None:
-            doc_embeddings = encoded(corpus, PromptType.document)
-            return rank_candidates(
-                self.similarity_pairwise, query_embeddings, list(queries["id"]), doc_embeddings,
-                list(corpus["id"]), top_ranked, top_k,
+            return search_candidates(
+                self, corpus, queries, top_ranked=top_ranked, top_k=top_k, encode_kwargs=encode_kwargs,
+                num_proc=num_proc, **where,
             )  # fmt: skip
+        query_embeddings = _encoded(self, queries, "query", encode_kwargs, num_proc, where)
         chunks = (
-            encoded(corpus.select(range(lo, min(lo + ENCODE_CHUNK, len(corpus)))), PromptType.document)
+            _encoded(self, corpus.select(range(lo, min(lo + ENCODE_CHUNK, len(corpus)))), "document", encode_kwargs,
+                     num_proc, where)
             for lo in range(0, len(corpus), ENCODE_CHUNK)
-        )
+        )  # fmt: skip
         scores, index = best_documents(self.similarity, query_embeddings, chunks, top_k)
         doc_ids = list(corpus["id"])
         values, rows = scores.tolist(), index.tolist()  # Python floats at once, not a float() per score
