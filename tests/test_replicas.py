@@ -271,6 +271,58 @@ def test_a_parent_of_replicas_imports_no_vllm_and_keeps_each_start_by_step(tmp_p
     assert set(loads) == {"WordSim353", "SimLex999"} and max(loads.values()) < ready, (loads, ready)
     replicas = summary["replicas"]
     for steps in replicas["start_breakdown"].values():
-        assert set(steps) == {"process", "interpreter", "imports", "engine", "setup"}
+        assert set(steps) == {"process", "interpreter", "imports", "waiting", "engine", "setup"}
         assert steps["engine"] > 0 and steps["interpreter"] < steps["imports"] + steps["engine"]
     assert len(replicas["start_breakdown"]) == 2
+    # Started with the command (replica_process.start_ahead): launched before the command's own imports ended.
+    launched = min(p["start"] for p in summary["timeline"]["phases"] if p["phase"] == "engine")
+    imported = max(p["end"] for p in summary["timeline"]["phases"] if p["phase"] == "imports")
+    assert launched < imported, summary["timeline"]["phases"][:6]
+
+
+@pytest.mark.parametrize(
+    "argv, layout",
+    [
+        (["run", "--data-parallel-size", "2"], (2, 1, 1)),
+        (["-v", "generate", "--replicas-per-gpu=4", "--model", "m"], (1, 4, 1)),
+        (["classify", "--data-parallel-size", "2", "--tensor-parallel-size", "2"], (2, 1, 2)),
+        (["run"], None),  # one engine, in the command's process
+        (["run", "--data-parallel-size", "2", "--backend", "st"], None),
+        (["run", "--data-parallel-size", "2", "--ray-address", "auto"], None),  # Ray places them
+        (["run", "--data-parallel-size", "2", "--endpoint", "http://h:8000"], None),
+        (["bench", "--data-parallel-size", "2"], None),  # each backend runs in a process of its own
+        (["run", "--data-parallel-size", "x"], None),  # the command's parser says what is wrong
+        (["run", "--data-parallel-size", "2", "--help"], None),
+    ],
+)
+def test_the_replicas_to_start_ahead_are_read_from_the_command_line(argv, layout, monkeypatch):
+    from vllm_eval.replica_process import layout_of
+
+    assert layout_of(argv) == layout
+    monkeypatch.setenv("VLLMEVAL_START_AHEAD", "0")
+    assert layout_of(["run", "--data-parallel-size", "2"]) is None
+
+
+def test_replicas_started_ahead_are_stopped_when_the_command_fails_or_plans_otherwise(monkeypatch):
+    """A command that stops at a bad option leaves none running; a pool planned elsewhere stops them and starts
+    its own."""
+    import multiprocessing
+    import time
+
+    from vllm_eval import replica_process
+
+    def replicas():
+        return [p for p in multiprocessing.active_children() if p.name.startswith("vllm-eval-replica-")]
+
+    spawned = []
+    spawn = replica_process.spawn
+    monkeypatch.setattr(replica_process, "spawn", lambda *a: spawned.append(a[3]) or spawn(*a))
+    started = time.monotonic()
+    from vllm_eval.cli import main
+
+    assert main(["run", "--data-parallel-size", "2", "--tasks", "NoSuchTask", "--no-progress"]) == 2
+    assert spawned == [0, 1] and replicas() == [] and time.monotonic() - started < 60
+    replica_process.start_ahead(["run", "--data-parallel-size", "2"])
+    assert len(replicas()) == 2
+    placements = plan_replicas(1, 1, cpu=True, devices=["0"])  # one replica on core 0: not what was started
+    assert replica_process.take_ahead(placements) is None and replicas() == []

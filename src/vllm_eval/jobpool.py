@@ -45,7 +45,7 @@ class PoolState:
         where: ``"local"`` or ``"ray <address>"``.
         ready_seconds: replica index -> seconds from the pool's start until it was ready.
         start_breakdown: replica index -> seconds of its start by step (local replicas: see
-            :func:`vllm_eval.replicas._start_breakdown`).
+            :func:`vllm_eval.replica_process.start_breakdown`).
         jobs_done: replica index -> jobs it finished.
         lost: replica index -> why it was lost.
         redone: jobs sent again after their replica was lost.

@@ -71,11 +71,7 @@ def configure(verbose: bool, output_dir: str | os.PathLike | None, *, child: boo
     """
     _SETTINGS.append((verbose, str(output_dir) if output_dir else None))
     level = "INFO" if verbose else "ERROR"
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", level)
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "INFO" if verbose else "ERROR")
-    if not verbose:
-        # Child processes (vLLM's engine core) print torch's deprecation warnings at import.
-        os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning")
+    preset_environment(verbose)
     log_file = Path(output_dir) / LOG_FILE if output_dir else None
     root = logging.getLogger()
     root.setLevel(logging.INFO)
@@ -124,6 +120,18 @@ def configure(verbose: bool, output_dir: str | os.PathLike | None, *, child: boo
         json.dump(config, fh)
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = path
     return log_file
+
+
+def preset_environment(verbose: bool) -> None:
+    """The variables processes started from here read once, at their start or at an import (vLLM's log level,
+    torch's C++ log level, Python's warning filters), unless the user set them. :func:`configure` sets them;
+    so does the start of replicas ahead of it (:mod:`vllm_eval.replica_process`)."""
+    level = "INFO" if verbose else "ERROR"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", level)
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", level)
+    if not verbose:
+        # Child processes (vLLM's engine core) print torch's deprecation warnings at import.
+        os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning")
 
 
 def _make_showwarning(verbose: bool):

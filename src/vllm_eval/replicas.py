@@ -23,22 +23,17 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing as mp
 import os
-import queue
-import signal
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ReplicaError, UsageError, VllmEvalError
+from .errors import ReplicaError, UsageError
 from .jobpool import JobPool
-from .procenv import no_process_locks
-from .timeline import process_start
+from .replica_process import _kill_group, spawn, start_breakdown, take_ahead
 
 __all__ = ["ReplicaError", "ReplicaPool", "plan_replicas"]
 
@@ -74,9 +69,21 @@ class Placement:
 
 
 def _visible_gpus() -> list[str]:
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES``, else NVML's count (no torch import: replicas are
+    planned before the command's own imports, :mod:`vllm_eval.replica_process`), else torch's."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [d.strip() for d in env.split(",") if d.strip()]
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML here: torch knows
+        pass
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())]
@@ -325,95 +332,6 @@ def _engine_core_in_process(tensor_parallel_size: int) -> dict[str, str]:
     return {ENGINE_CORE_PROCESS: "0"}
 
 
-def _worker(
-    model: str,
-    engine_kwargs: dict[str, Any],
-    env: dict[str, str],
-    index: int,
-    jobs: Any,
-    results: Any,
-    setup: Callable[[Any], Any] | None,
-) -> None:  # jobs: this replica's inbox
-    """Replica process: build one engine, then run jobs ``(job_id, fn, payload)`` until ``None``."""
-    # Own process group: if this process is killed, the parent can still stop the engine-core
-    # processes it started (they would otherwise live on, holding memory).
-    marks = {"worker": time.time()}
-    os.setpgrp()
-    os.environ.update(env)
-    no_process_locks()  # a replica ends with os._exit
-    parent = os.getppid()
-    llm = None
-    try:
-        import vllm  # noqa: F401  (timed on its own: the import is a large share of a start)
-
-        from .engine import acquire_engine
-
-        marks["imported"] = time.time()
-        llm = acquire_engine(model, **engine_kwargs)
-        marks["engine"] = time.time()
-        info = setup(llm) if setup is not None else None
-        marks["setup"] = time.time()
-    except BaseException as exc:  # the parent must hear why, not wait forever
-        results.send(("failed", index, f"{type(exc).__name__}: {exc}", index))
-        _release(llm)
-        return
-    results.send(("ready", index, (info, {**marks, "created": process_start()}), index))
-    try:
-        while True:
-            try:
-                job = jobs.get(timeout=5.0)
-            except queue.Empty:
-                if os.getppid() != parent:  # the parent died without stopping us
-                    break
-                continue
-            if job is None:
-                break
-            job_id, fn, payload = job
-            try:
-                results.send(("done", job_id, fn(llm, payload), index))
-            except BaseException as exc:  # a bad job must not take the replica down
-                logger.debug("job %s failed:\n%s", job_id, traceback.format_exc())
-                # Our own errors go back as themselves (they pickle), so a refusal stays a UsageError and
-                # a failed request keeps its index; anything else is named with the replica.
-                own = isinstance(exc, VllmEvalError)
-                results.send(("error", job_id, exc if own else f"replica {index}: {type(exc).__name__}: {exc}", index))
-    finally:
-        _release(llm)
-        # The engine is shut down and our messages are flushed; skip interpreter finalization, where
-        # vLLM's background threads (CUDA build) aborted with "PyEval_SaveThread: ... GIL is released".
-        results.close()
-        os._exit(0)
-
-
-def _kill_group(pid: int) -> None:
-    """Stop what a dead replica left behind (its engine core and workers share its process group)."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _release(llm: Any) -> None:
-    if llm is not None:
-        from .engine import release_engine
-
-        release_engine(llm)
-
-
-def _start_breakdown(started_at: float, marks: dict[str, float]) -> dict[str, float]:
-    """Seconds of a replica's start by step: ``process`` (until the OS made it), ``interpreter`` (Python's start
-    and unpickling the worker's arguments), ``imports`` (torch and vLLM), ``engine`` (vLLM's engine start:
-    config, weights, compilation, CUDA graphs) and ``setup`` (what the backend reads off the engine)."""
-    steps = (
-        ("process", started_at, marks["created"]),
-        ("interpreter", marks["created"], marks["worker"]),
-        ("imports", marks["worker"], marks["imported"]),
-        ("engine", marks["imported"], marks["engine"]),
-        ("setup", marks["engine"], marks["setup"]),
-    )
-    return {name: round(max(end - start, 0.0), 2) for name, start, end in steps}
-
-
 class ReplicaPool(JobPool):
     """Start replicas per ``placements`` as local processes, run jobs on them (:class:`~vllm_eval.jobpool.JobPool`:
     a replica that dies has its jobs moved to the others), shut them down.
@@ -441,39 +359,32 @@ class ReplicaPool(JobPool):
         start_timeout: float = 900.0,
     ) -> None:
         super().__init__([p.index for p in placements], "local")
-        ctx = mp.get_context("spawn")  # a forked CUDA context or OpenMP pool is unusable
         self.placements = placements
-        # One inbox per replica: a replica killed while reading cannot block the others' queue.
-        self._inboxes = [ctx.Queue() for _ in placements]
-        # One result pipe per replica, one writer each: a shared queue's write lock, held by a replica killed
-        # while writing, would block every other replica's results for ever (seen in CI).
-        pipes = [ctx.Pipe(duplex=False) for _ in placements]
-        self._results = [reader for reader, _ in pipes]
-        self._procs: list[Any] = []
+        self._inboxes: list[Any] = [None] * len(placements)
+        self._results: list[Any] = [None] * len(placements)
+        self._procs: list[Any] = [None] * len(placements)
+        ahead = take_ahead(placements)  # started with the command for this very plan: they imported meanwhile
+        if ahead:
+            self.started_at = min(a.launched for a in ahead)
+            self._started -= time.time() - self.started_at  # ready_seconds count from their launch
         try:
             for wave in sorted({p.wave for p in placements}):
                 members = [p for p in placements if p.wave == wave]
                 for p in members:
-                    proc = ctx.Process(
-                        target=_worker,
-                        name=f"vllm-eval-replica-{p.index}",
-                        daemon=False,
-                        args=(
-                            model,
-                            {**engine_kwargs, **p.engine_kwargs},
-                            p.env,
-                            p.index,
-                            self._inboxes[p.index],
-                            pipes[p.index][1],
-                            setup,
-                        ),
-                    )
-                    proc.start()
-                    pipes[p.index][1].close()  # the replica holds the writing end: its death ends the pipe
-                    self._procs.append(proc)
+                    options = {**engine_kwargs, **p.engine_kwargs}
+                    if ahead:
+                        replica = ahead[p.index]
+                        replica.assign(model, options, setup)
+                    else:
+                        replica = spawn(model, options, p.env, p.index, setup)
+                    self._procs[p.index], self._inboxes[p.index] = replica.proc, replica.inbox
+                    self._results[p.index] = replica.reader
                 self._await_ready(members, start_timeout)
         except BaseException:
             self.close(timeout=5.0)  # replicas still starting would read their stop only once ready
+            for i, replica in enumerate(ahead or ()):
+                if self._procs[i] is None:  # a later wave's, never given its engine
+                    replica.stop()
             raise
         self._started_all()
         self._collector = threading.Thread(target=self._collect, name="vllm-eval-replica-results", daemon=True)
@@ -505,7 +416,7 @@ class ReplicaPool(JobPool):
             if self.info is None:
                 self.info = info
             waiting.pop(index, None)
-            self._ready(index, _start_breakdown(self.started_at, marks))
+            self._ready(index, start_breakdown(self.started_at, marks))
 
     def _send(self, index: int, job_id: int, fn: Callable[[Any, Any], Any], payload: Any) -> None:
         self._inboxes[index].put((job_id, fn, payload))
@@ -515,7 +426,7 @@ class ReplicaPool(JobPool):
         replica whose pipe ended: its death is found by :meth:`_check`)."""
         from multiprocessing.connection import wait
 
-        readers = [self._results[i] for i in indices if not self._results[i].closed]
+        readers = [r for r in (self._results[i] for i in indices) if r is not None and not r.closed]
         if not readers:
             time.sleep(timeout)
             return None
@@ -541,8 +452,8 @@ class ReplicaPool(JobPool):
 
     def _check(self) -> None:
         """Replicas whose process died are lost (what they left behind is stopped)."""
-        for p, proc in zip(self.placements, self._procs):
-            if p.index in self._dead or proc.is_alive():
+        for p, proc in zip(self.placements, self._procs, strict=True):
+            if proc is None or p.index in self._dead or proc.is_alive():
                 continue
             _kill_group(proc.pid)
             self._lost(p.index, f"exited with code {proc.exitcode}")
@@ -552,11 +463,12 @@ class ReplicaPool(JobPool):
         if self._closed:
             return
         self._closed = True
-        for p, proc in zip(self.placements, self._procs):
-            if proc.is_alive():
-                self._inboxes[p.index].put(None)
+        started = [i for i, proc in enumerate(self._procs) if proc is not None]  # later waves may not be
+        for i in started:
+            if self._procs[i].is_alive():
+                self._inboxes[i].put(None)
         deadline = time.monotonic() + timeout
-        for proc in self._procs:
+        for proc in (self._procs[i] for i in started):
             while proc.is_alive() and time.monotonic() < deadline:
                 # Results still coming are read and dropped: a replica blocked sending one would never
                 # read its stop (a pipe holds little; the queue before it buffered in a thread).
@@ -569,8 +481,7 @@ class ReplicaPool(JobPool):
             if proc.exitcode not in (0, None):
                 _kill_group(proc.pid)
         self._fail_pending("the replica pool was closed")
-        for q in self._inboxes:
-            q.close()
-            q.cancel_join_thread()
-        for reader in self._results:
-            reader.close()
+        for i in started:
+            self._inboxes[i].close()
+            self._inboxes[i].cancel_join_thread()
+            self._results[i].close()

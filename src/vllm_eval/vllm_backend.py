@@ -300,5 +300,6 @@ def _record_start(wall: float, seconds: float, pool: Any, ref: Any) -> None:
     if pool is None:
         timeline.current().add("engine", wall, wall + seconds, detail=str(name))
         return
-    for index, ready in sorted(pool.ready_seconds.items()):  # planning the pool counts too
-        timeline.current().add("engine", wall, pool.started_at + ready, detail=f"replica {index}")
+    # Planning the pool counts too; replicas started with the command (replica_process) count from their launch.
+    for index, ready in sorted(pool.ready_seconds.items()):
+        timeline.current().add("engine", min(wall, pool.started_at), pool.started_at + ready, detail=f"replica {index}")

@@ -28,6 +28,7 @@ from typing import Any
 
 from .. import __version__, logs, timeline
 from ..errors import UsageError, VllmEvalError
+from ..replica_process import discard_ahead, start_ahead
 from .base import Command, Context, Parser
 from .checks import check_engine, check_repeats, prepare_output_dir
 from .commands import COMMANDS as _COMMAND_CLASSES
@@ -134,6 +135,7 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
 
 
 def _dispatch(argv: list[str]) -> int:
+    start_ahead(argv)  # replica processes import vLLM while this one imports the rest (replica_process)
     with timeline.phase("imports"):  # the command modules (and mteb with them)
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
@@ -188,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 128 + signum
     finally:
+        discard_ahead()  # what no replica pool took (a bad option, or no replicas after all)
         if main_thread:  # no second interrupt during shutdown
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
