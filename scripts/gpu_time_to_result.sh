@@ -3,7 +3,7 @@
 # sentence-transformers (and mteb's vLLM wrapper), each backend a fresh process, with each run's timeline.
 # After staging vLLM (see scripts/gpu_bench.sh; tokenizers in .devtok/), on the device:
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_time_to_result.sh $OUT PART
-# PART: models | compile | warm | replica | synthetic | run. warm: one short run of ours to fill the compile cache. compile: byte-compile the staged packages (pip installed them
+# PART: models | compile | warm | data | replica | synthetic | run | runs. warm: one short run of ours to fill the compile cache. compile: byte-compile the staged packages (pip installed them
 # with --no-compile; a user's pip compiles at install). replica: `bench --suite "MTEB(eng, v2)" --fraction
 # $FRACTION` (default 0.05); synthetic: `bench --suite synthetic` ($N_DOCS documents, default 200000).
 # $RPG replicas per GPU for ours (default 4), $BACKENDS (default "vllm st"), $LIMIT seconds per suite (default
@@ -46,6 +46,9 @@ PY
     timeout -k 10 "${LIMIT:-240}" python3 -m vllm_eval.cli run --model "$models/bert-base" --dtype float16 \
       --replicas-per-gpu "${RPG:-4}" --tasks WordSim353 --no-cache --no-progress > "$out/warm${TAG:-}.log" 2>&1
     echo "exit $?" >> "$out/warm${TAG:-}.log"; grep -E "ready after|exit" "$out/warm${TAG:-}.log" ;;
+  data)  # the replica `replica` would build, for `run`/`runs` before any suite ran
+    python3 -c "from vllm_eval.tasks.shaped import build_replica; build_replica('/root/work/replica/replica-data', \
+'MTEB(eng, v2)', '$models/bert-base', ${FRACTION:-0.05})" ;;
   replica) suite replica --suite "MTEB(eng, v2)" --fraction "${FRACTION:-0.05}" ;;
   synthetic) suite synthetic --suite synthetic --n-docs "${N_DOCS:-200000}" ;;
   run)  # ours alone on the replica the `replica` part wrote, as a user runs it: $NAME, $ENV (e.g.
@@ -59,5 +62,13 @@ PY
     echo "run $name: exit $rc, wall $(python3 -c "print(round($end - $start, 1))") s" | tee "$out/run-$name.txt"
     grep -E "ready after|replica .* start" "$work/stdout.txt" | tail -6 >> "$out/run-$name.txt"
     cp "$work/summary.json" "$out/run-$name-summary.json" 2>/dev/null; tail -5 "$work/stdout.txt" >> "$out/run-$name.txt" ;;
+  runs)  # ours alone on the replica, one run per NAME:FLAGS of $RUNS (flags comma-separated, e.g.
+         # "eager1:--enforce-eager compiled1: eager2:--enforce-eager"), archived in $OUT/runs$TAG.tgz after each
+    mkdir -p "$out/runs${TAG:-}"
+    for spec in ${RUNS:?RUNS}; do
+      NAME=${spec%%:*} EXTRA=$(echo "${spec#*:}" | tr ',' ' ') OUT_KEEP=1 bash "$0" "$out/runs${TAG:-}" run
+      tar czf "$out/runs${TAG:-}.tgz" -C "$out" "runs${TAG:-}"
+    done
+    cat "$out/runs${TAG:-}"/run-*.txt | grep "^run "; rm -rf "${out:?}/runs${TAG:-}" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac

@@ -303,7 +303,7 @@ def test_the_replicas_to_start_ahead_are_read_from_the_command_line(argv, layout
     assert layout_of(["run", "--data-parallel-size", "2"]) is None
 
 
-def test_replicas_started_ahead_are_stopped_when_the_command_fails_or_plans_otherwise(monkeypatch):
+def test_replicas_started_ahead_are_stopped_when_the_command_fails_or_plans_otherwise(monkeypatch, cli_in_process):
     """A command that stops at a bad option leaves none running; a pool planned elsewhere stops them and starts
     its own."""
     import multiprocessing
@@ -311,16 +311,19 @@ def test_replicas_started_ahead_are_stopped_when_the_command_fails_or_plans_othe
 
     from vllm_eval import replica_process
 
+    before = set(multiprocessing.active_children())  # the session's replicas (dp_encoder) stay
+
     def replicas():
-        return [p for p in multiprocessing.active_children() if p.name.startswith("vllm-eval-replica-")]
+        return [
+            p for p in multiprocessing.active_children() if p.name.startswith("vllm-eval-replica-") and p not in before
+        ]
 
     spawned = []
     spawn = replica_process.spawn
     monkeypatch.setattr(replica_process, "spawn", lambda *a: spawned.append(a[3]) or spawn(*a))
     started = time.monotonic()
-    from vllm_eval.cli import main
-
-    assert main(["run", "--data-parallel-size", "2", "--tasks", "NoSuchTask", "--no-progress"]) == 2
+    code, err = cli_in_process("run", "--data-parallel-size", "2", "--tasks", "NoSuchTask", "--no-progress")
+    assert code == 2 and "NoSuchTask" in err
     assert spawned == [0, 1] and replicas() == [] and time.monotonic() - started < 60
     replica_process.start_ahead(["run", "--data-parallel-size", "2"])
     assert len(replicas()) == 2

@@ -363,6 +363,7 @@ class ReplicaPool(JobPool):
         self._inboxes: list[Any] = [None] * len(placements)
         self._results: list[Any] = [None] * len(placements)
         self._procs: list[Any] = [None] * len(placements)
+        self._reading = threading.Lock()
         ahead = take_ahead(placements)  # started with the command for this very plan: they imported meanwhile
         if ahead:
             self.started_at = min(a.launched for a in ahead)
@@ -430,11 +431,20 @@ class ReplicaPool(JobPool):
         if not readers:
             time.sleep(timeout)
             return None
-        for reader in wait(readers, timeout):
-            try:
-                return reader.recv()
-            except (EOFError, OSError):  # the replica is gone
-                reader.close()
+        try:
+            ready = wait(readers, timeout)
+        except (OSError, ValueError):  # a reader closed meanwhile by the other thread reading (close())
+            return None
+        for reader in ready:
+            # One thread at a time: the collector and close() both read, and a pipe that ended was closed by one
+            # while the other read it (EBADF, then a second close of the same descriptor; seen on an H100).
+            with self._reading:
+                if reader.closed:
+                    continue
+                try:
+                    return reader.recv()
+                except (EOFError, OSError):  # the replica is gone
+                    reader.close()
         return None
 
     def _collect(self) -> None:
@@ -484,4 +494,5 @@ class ReplicaPool(JobPool):
         for i in started:
             self._inboxes[i].close()
             self._inboxes[i].cancel_join_thread()
-            self._results[i].close()
+            with self._reading:
+                self._results[i].close()

@@ -9,7 +9,9 @@ encoded in calls of :data:`ENCODE_CHUNK` documents (one call for most corpora, s
 to the end; each document's text built column-wise, :func:`document_texts`), and the scores and the top
 k are computed in blocks on the GPU of this process when torch sees one (else on the CPU) with the
 model's own similarity: :func:`best_documents` for a full corpus, :func:`rank_candidates` for
-candidates.
+candidates. A task scored in a task process (:mod:`vllm_eval.task_processes`) searches its candidates there
+(:func:`search_candidates`, its encode calls served by the command's backend); a full-corpus search is sent to
+the command's process, whose GPU scores it.
 
 The results are mteb's: the same top ``k`` documents per query with the same scores (up to float
 rounding of the matrix product on another device; documents with equal scores may swap).
