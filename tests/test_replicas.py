@@ -274,7 +274,7 @@ def test_a_parent_of_replicas_imports_no_vllm_and_keeps_each_start_by_step(tmp_p
         assert set(steps) == {"process", "interpreter", "imports", "waiting", "engine", "setup"}
         assert steps["engine"] > 0 and steps["interpreter"] < steps["imports"] + steps["engine"]
     assert len(replicas["start_breakdown"]) == 2
-    # Started with the command (replica_process.start_ahead): launched before the command's own imports ended.
+    # Started with the command (replicas_ahead.start_ahead): launched before the command's own imports ended.
     launched = min(p["start"] for p in summary["timeline"]["phases"] if p["phase"] == "engine")
     imported = max(p["end"] for p in summary["timeline"]["phases"] if p["phase"] == "imports")
     assert launched < imported, summary["timeline"]["phases"][:6]
@@ -296,7 +296,7 @@ def test_a_parent_of_replicas_imports_no_vllm_and_keeps_each_start_by_step(tmp_p
     ],
 )
 def test_the_replicas_to_start_ahead_are_read_from_the_command_line(argv, layout, monkeypatch):
-    from vllm_eval.replica_process import layout_of
+    from vllm_eval.replicas_ahead import layout_of
 
     assert layout_of(argv) == layout
     monkeypatch.setenv("VLLMEVAL_START_AHEAD", "0")
@@ -309,7 +309,7 @@ def test_replicas_started_ahead_are_stopped_when_the_command_fails_or_plans_othe
     import multiprocessing
     import time
 
-    from vllm_eval import replica_process
+    from vllm_eval import replicas_ahead
 
     before = set(multiprocessing.active_children())  # the session's replicas (dp_encoder) stay
 
@@ -319,13 +319,13 @@ def test_replicas_started_ahead_are_stopped_when_the_command_fails_or_plans_othe
         ]
 
     spawned = []
-    spawn = replica_process.spawn
-    monkeypatch.setattr(replica_process, "spawn", lambda *a: spawned.append(a[3]) or spawn(*a))
+    spawn = replicas_ahead.spawn
+    monkeypatch.setattr(replicas_ahead, "spawn", lambda *a: spawned.append(a[3]) or spawn(*a))
     started = time.monotonic()
     code, err = cli_in_process("run", "--data-parallel-size", "2", "--tasks", "NoSuchTask", "--no-progress")
     assert code == 2 and "NoSuchTask" in err
     assert spawned == [0, 1] and replicas() == [] and time.monotonic() - started < 60
-    replica_process.start_ahead(["run", "--data-parallel-size", "2"])
+    replicas_ahead.start_ahead(["run", "--data-parallel-size", "2"])
     assert len(replicas()) == 2
     placements = plan_replicas(1, 1, cpu=True, devices=["0"])  # one replica on core 0: not what was started
-    assert replica_process.take_ahead(placements) is None and replicas() == []
+    assert replicas_ahead.take_ahead(placements) is None and replicas() == []

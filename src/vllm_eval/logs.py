@@ -125,7 +125,7 @@ def configure(verbose: bool, output_dir: str | os.PathLike | None, *, child: boo
 def preset_environment(verbose: bool) -> None:
     """The variables processes started from here read once, at their start or at an import (vLLM's log level,
     torch's C++ log level, Python's warning filters), unless the user set them. :func:`configure` sets them;
-    so does the start of replicas ahead of it (:mod:`vllm_eval.replica_process`)."""
+    so does the start of replicas ahead of it (:mod:`vllm_eval.replicas_ahead`)."""
     level = "INFO" if verbose else "ERROR"
     os.environ.setdefault("VLLM_LOGGING_LEVEL", level)
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", level)

@@ -33,7 +33,7 @@ from typing import Any
 
 from .errors import ReplicaError, UsageError
 from .jobpool import JobPool
-from .replica_process import _kill_group, spawn, start_breakdown, take_ahead
+from .replica_process import ReplicaProcess, kill_group, spawn, start_breakdown
 
 __all__ = ["ReplicaError", "ReplicaPool", "plan_replicas"]
 
@@ -70,7 +70,7 @@ class Placement:
 
 def _visible_gpus() -> list[str]:
     """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES``, else NVML's count (no torch import: replicas are
-    planned before the command's own imports, :mod:`vllm_eval.replica_process`), else torch's."""
+    planned before the command's own imports, :mod:`vllm_eval.replicas_ahead`), else torch's."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [d.strip() for d in env.split(",") if d.strip()]
@@ -344,6 +344,9 @@ class ReplicaPool(JobPool):
             replica's ``info`` is kept in :attr:`info` (e.g. the tokenizer and model limits,
             so the parent needs no engine of its own). Must be a picklable module-level function.
         start_timeout: seconds to wait for one wave of replicas.
+        ahead: processes started with the command for exactly these placements, one each in order
+            (:func:`vllm_eval.replicas_ahead.take_ahead`): given their engine instead of new ones being started;
+            ``started_at`` and the ready times then count from their launch.
 
     Raises:
         ReplicaError: a replica failed to start (its reason in the message); the others are stopped.
@@ -357,6 +360,7 @@ class ReplicaPool(JobPool):
         *,
         setup: Callable[[Any], Any] | None = None,
         start_timeout: float = 900.0,
+        ahead: list[ReplicaProcess] | None = None,
     ) -> None:
         super().__init__([p.index for p in placements], "local")
         self.placements = placements
@@ -364,7 +368,6 @@ class ReplicaPool(JobPool):
         self._results: list[Any] = [None] * len(placements)
         self._procs: list[Any] = [None] * len(placements)
         self._reading = threading.Lock()
-        ahead = take_ahead(placements)  # started with the command for this very plan: they imported meanwhile
         if ahead:
             self.started_at = min(a.launched for a in ahead)
             self._started -= time.time() - self.started_at  # ready_seconds count from their launch
@@ -465,7 +468,7 @@ class ReplicaPool(JobPool):
         for p, proc in zip(self.placements, self._procs, strict=True):
             if proc is None or p.index in self._dead or proc.is_alive():
                 continue
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             self._lost(p.index, f"exited with code {proc.exitcode}")
 
     def close(self, timeout: float = 60.0) -> None:
@@ -489,7 +492,7 @@ class ReplicaPool(JobPool):
                 proc.terminate()
                 proc.join(10)
             if proc.exitcode not in (0, None):
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
         self._fail_pending("the replica pool was closed")
         for i in started:
             self._inboxes[i].close()

@@ -168,6 +168,7 @@ class VllmBackend(Resource):
             info = setup(self.llm)
         else:
             from .replicas import ReplicaPool, plan_replicas
+            from .replicas_ahead import take_ahead
 
             placements = plan_replicas(
                 data_parallel_size,
@@ -176,7 +177,7 @@ class VllmBackend(Resource):
                 engine_kwargs=self.engine_kwargs,
                 model=ref.path,
             )
-            self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=setup)
+            self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=setup, ahead=take_ahead(placements))
             info = self.pool.info
         # The pool times its own start (until every replica is ready); planning it takes no time to speak of.
         self._engine_start_s = self.pool.start_seconds if self.pool is not None else time.perf_counter() - started
@@ -300,6 +301,6 @@ def _record_start(wall: float, seconds: float, pool: Any, ref: Any) -> None:
     if pool is None:
         timeline.current().add("engine", wall, wall + seconds, detail=str(name))
         return
-    # Planning the pool counts too; replicas started with the command (replica_process) count from their launch.
+    # Planning the pool counts too; replicas started with the command (replicas_ahead) count from their launch.
     for index, ready in sorted(pool.ready_seconds.items()):
         timeline.current().add("engine", min(wall, pool.started_at), pool.started_at + ready, detail=f"replica {index}")

@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import __version__, logs, timeline
 from ..errors import UsageError, VllmEvalError
-from ..replica_process import discard_ahead, start_ahead
+from ..replicas_ahead import discard_ahead, start_ahead
 from .base import Command, Context, Parser
 from .checks import check_engine, check_repeats, prepare_output_dir
 from .commands import COMMANDS as _COMMAND_CLASSES
@@ -135,7 +135,7 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
 
 
 def _dispatch(argv: list[str]) -> int:
-    start_ahead(argv)  # replica processes import vLLM while this one imports the rest (replica_process)
+    start_ahead(argv)  # replica processes import vLLM while this one imports the rest (replicas_ahead)
     with timeline.phase("imports"):  # the command modules (and mteb with them)
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
