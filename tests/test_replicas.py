@@ -159,7 +159,7 @@ def test_a_dead_replica_costs_time_not_results(dp_encoder, vllm_encoder):
         deadline = time.monotonic() + 60
         while sum(pool.jobs_done.values()) < done_before + 2 and time.monotonic() < deadline:
             time.sleep(0.005)
-        os.kill(pool._procs[1].pid, signal.SIGKILL)
+        os.kill(pool._replicas[1].proc.pid, signal.SIGKILL)
 
     killer = threading.Thread(target=kill_after_first_jobs, daemon=True)
     texts = [f"text number {i}" for i in range(400)]

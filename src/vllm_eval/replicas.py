@@ -364,9 +364,8 @@ class ReplicaPool(JobPool):
     ) -> None:
         super().__init__([p.index for p in placements], "local")
         self.placements = placements
-        self._inboxes: list[Any] = [None] * len(placements)
-        self._results: list[Any] = [None] * len(placements)
-        self._procs: list[Any] = [None] * len(placements)
+        #: Each replica's process, inbox and result pipe, by placement index (None until its wave starts).
+        self._replicas: list[ReplicaProcess | None] = [None] * len(placements)
         self._reading = threading.Lock()
         if ahead:
             self.started_at = min(a.launched for a in ahead)
@@ -381,13 +380,12 @@ class ReplicaPool(JobPool):
                         replica.assign(model, options, setup)
                     else:
                         replica = spawn(model, options, p.env, p.index, setup)
-                    self._procs[p.index], self._inboxes[p.index] = replica.proc, replica.inbox
-                    self._results[p.index] = replica.reader
+                    self._replicas[p.index] = replica
                 self._await_ready(members, start_timeout)
         except BaseException:
             self.close(timeout=5.0)  # replicas still starting would read their stop only once ready
             for i, replica in enumerate(ahead or ()):
-                if self._procs[i] is None:  # a later wave's, never given its engine
+                if self._replicas[i] is None:  # a later wave's, never given its engine
                     replica.stop()
             raise
         self._started_all()
@@ -405,7 +403,7 @@ class ReplicaPool(JobPool):
             if message is None:
                 deadline -= 5.0
                 for p in waiting.values():
-                    proc = self._procs[p.index]
+                    proc = self._replicas[p.index].proc
                     if not proc.is_alive():
                         raise ReplicaError(f"{p.describe()} exited with code {proc.exitcode} while starting") from None
                 if deadline <= 0:
@@ -423,14 +421,15 @@ class ReplicaPool(JobPool):
             self._ready(index, start_breakdown(self.started_at, marks))
 
     def _send(self, index: int, job_id: int, fn: Callable[[Any, Any], Any], payload: Any) -> None:
-        self._inboxes[index].put((job_id, fn, payload))
+        self._replicas[index].inbox.put((job_id, fn, payload))
 
     def _receive(self, indices: list[int], timeout: float) -> tuple | None:
         """The next message from one of replicas ``indices``, or None after ``timeout`` seconds (or from a
         replica whose pipe ended: its death is found by :meth:`_check`)."""
         from multiprocessing.connection import wait
 
-        readers = [r for r in (self._results[i] for i in indices) if r is not None and not r.closed]
+        started = (self._replicas[i] for i in indices)
+        readers = [r.reader for r in started if r is not None and not r.reader.closed]
         if not readers:
             time.sleep(timeout)
             return None
@@ -465,27 +464,27 @@ class ReplicaPool(JobPool):
 
     def _check(self) -> None:
         """Replicas whose process died are lost (what they left behind is stopped)."""
-        for p, proc in zip(self.placements, self._procs, strict=True):
-            if proc is None or p.index in self._dead or proc.is_alive():
+        for p, replica in zip(self.placements, self._replicas, strict=True):
+            if replica is None or p.index in self._dead or replica.proc.is_alive():
                 continue
-            kill_group(proc.pid)
-            self._lost(p.index, f"exited with code {proc.exitcode}")
+            kill_group(replica.proc.pid)
+            self._lost(p.index, f"exited with code {replica.proc.exitcode}")
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop every replica (each shuts its engine down), then reap the processes. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        started = [i for i, proc in enumerate(self._procs) if proc is not None]  # later waves may not be
-        for i in started:
-            if self._procs[i].is_alive():
-                self._inboxes[i].put(None)
+        started = [r for r in self._replicas if r is not None]  # later waves may not be
+        for replica in started:
+            if replica.proc.is_alive():
+                replica.inbox.put(None)
         deadline = time.monotonic() + timeout
-        for proc in (self._procs[i] for i in started):
+        for proc in (r.proc for r in started):
             while proc.is_alive() and time.monotonic() < deadline:
                 # Results still coming are read and dropped: a replica blocked sending one would never
                 # read its stop (a pipe holds little; the queue before it buffered in a thread).
-                self._receive(list(range(len(self._results))), 0.1)
+                self._receive(list(range(len(self._replicas))), 0.1)
                 proc.join(0.1)
             if proc.is_alive():
                 logger.warning("replica process %s did not stop in %.0f s; terminating", proc.name, timeout)
@@ -494,8 +493,8 @@ class ReplicaPool(JobPool):
             if proc.exitcode not in (0, None):
                 kill_group(proc.pid)
         self._fail_pending("the replica pool was closed")
-        for i in started:
-            self._inboxes[i].close()
-            self._inboxes[i].cancel_join_thread()
+        for replica in started:
+            replica.inbox.close()
+            replica.inbox.cancel_join_thread()
             with self._reading:
-                self._results[i].close()
+                replica.reader.close()

@@ -19,6 +19,7 @@ rounding of the matrix product on another device; documents with equal scores ma
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import Any
@@ -214,8 +215,8 @@ def search_candidates(
     :func:`rank_candidates`. A task process runs this itself with a stand-in whose ``encode`` runs in the
     command's process, so neither the candidates nor the ranked lists cross between the two."""
     where = {"task_metadata": task_metadata, "hf_split": hf_split, "hf_subset": hf_subset}
-    query_embeddings = _encoded(model, queries, "query", encode_kwargs, num_proc, where)
-    doc_embeddings = _encoded(model, corpus, "document", encode_kwargs, num_proc, where)
+    encoded = functools.partial(_encoded, model, encode_kwargs=encode_kwargs, num_proc=num_proc, where=where)
+    query_embeddings, doc_embeddings = encoded(queries, "query"), encoded(corpus, "document")
     return rank_candidates(
         model, query_embeddings, list(queries["id"]), doc_embeddings, list(corpus["id"]), top_ranked, top_k
     )
@@ -281,12 +282,12 @@ class CorpusSearch:
                 self, corpus, queries, top_ranked=top_ranked, top_k=top_k, encode_kwargs=encode_kwargs,
                 num_proc=num_proc, **where,
             )  # fmt: skip
-        query_embeddings = _encoded(self, queries, "query", encode_kwargs, num_proc, where)
+        encoded = functools.partial(_encoded, self, encode_kwargs=encode_kwargs, num_proc=num_proc, where=where)
+        query_embeddings = encoded(queries, "query")
         chunks = (
-            _encoded(self, corpus.select(range(lo, min(lo + ENCODE_CHUNK, len(corpus)))), "document", encode_kwargs,
-                     num_proc, where)
+            encoded(corpus.select(range(lo, min(lo + ENCODE_CHUNK, len(corpus)))), "document")
             for lo in range(0, len(corpus), ENCODE_CHUNK)
-        )  # fmt: skip
+        )
         scores, index = best_documents(self.similarity, query_embeddings, chunks, top_k)
         doc_ids = list(corpus["id"])
         values, rows = scores.tolist(), index.tolist()  # Python floats at once, not a float() per score
