@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Where the throughput of BERT-base-shaped replicas on one GPU goes (mixed 16-500 tokens), on the lent machine
+# after staging (scripts/gpu_bench.sh: models part first; py-spy's wheel copied into .devstage/bin/):
+#   source .devstage/bin/on-device.sh && bash scripts/gpu_profile.sh $OUT PART
+# PART:
+#   sweep    `vllm-eval bench` with $RPGS replicas per GPU (default "1 2 4 8"), each in its own process, while
+#            `nvidia-smi dmon` samples the GPU each second; $OUT/sweep.txt: tok/s and the busy seconds' SM%.
+#   spy      py-spy (raw stacks of every process, 25 Hz, non-blocking) over one 4-replica bench; $OUT/spy.txt.gz.
+#   kernels  scripts/gpu_kernel_profile.py: one in-process engine's kernel time against wall time ($CONFIGS).
+# $N texts (default 50000), $EXTRA more flags for bench (e.g. --max-num-batched-tokens 32768), $TAG a suffix.
+set -uo pipefail
+out=${1:?output dir}; part=${2:?part}; tag=${TAG:-}
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
+models=${MODELS_DIR:-/root/models}; n=${N:-50000}
+B=(--model "$models/bert-base" --dtype float16 --backends vllm --lengths mixed:16-500 --batch-sizes "$n" --n-texts "$n")
+rates() { tr '\r' '\n' < "$1" | grep -E "tok/s|rror|Traceback" | grep -v "it/s\]" || true; }
+busy() {  # the SM% of samples from second $2 to $3 (dmon's time column, HH:MM:SS) in $1
+  awk -v a="$2" -v b="$3" '$1 !~ /^#/ && $2 >= a && $2 <= b {printf "%s ", $4}' "$1"; echo; }
+case $part in
+  sweep)
+    nvidia-smi dmon -s u -d 1 -o DT > "$out/dmon$tag.txt" 2>&1 & dm=$!
+    for r in ${RPGS:-1 2 4 8}; do
+      a=$(date +%T)
+      timeout -k 10 "${LIMIT:-240}" python3 -m vllm_eval.cli bench "${B[@]}" --replicas-per-gpu "$r" ${EXTRA:-} \
+        --output-dir "/root/work/sweep$tag-r$r" > "$out/sweep$tag-r$r.log" 2>&1
+      echo "== $r replicas per GPU, exit $? ($a - $(date +%T))" >> "$out/sweep$tag.txt"
+      rates "$out/sweep$tag-r$r.log" >> "$out/sweep$tag.txt"
+      echo "SM% each second: $(busy "$out/dmon$tag.txt" "$a" "$(date +%T)")" >> "$out/sweep$tag.txt"
+      gzip -f "$out/sweep$tag-r$r.log"
+    done
+    kill $dm; cat "$out/sweep$tag.txt"
+    tar czf "$out/sweep$tag-logs.tgz" -C "$out" $(cd "$out" && ls sweep$tag-r*.log.gz dmon$tag.txt) && \
+      (cd "$out" && rm -f sweep$tag-r*.log.gz dmon$tag.txt) ;;
+  spy)
+    spy=$(command -v py-spy || echo /root/spy/bin/py-spy)
+    [ -x "$spy" ] || python3 -m pip install -q --no-index --no-deps --target /root/spy .devstage/bin/py_spy-*.whl
+    timeout -s INT -k 20 "${LIMIT:-240}" "$spy" record --subprocesses --nonblocking -r 25 -f raw -o "/root/work/spy$tag.txt" -- \
+      python3 -m vllm_eval.cli bench "${B[@]}" --replicas-per-gpu "${RPG:-4}" ${EXTRA:-} --output-dir /root/work/spy$tag \
+      > "$out/spy$tag.log" 2>&1
+    echo "exit $?" >> "$out/spy$tag.log"; rates "$out/spy$tag.log"; tail -3 "$out/spy$tag.log"
+    gzip -c "/root/work/spy$tag.txt" > "$out/spy$tag.txt.gz" ;;
+  kernels)
+    timeout -k 10 "${LIMIT:-400}" python3 scripts/gpu_kernel_profile.py --model "$models/bert-base" --dtype float16 \
+      --n-texts "${N_KERNEL:-20000}" --out "$out/kernels$tag.json" --configs ${CONFIGS:-'{}'} > "$out/kernels$tag.log" 2>&1
+    echo "exit $?" >> "$out/kernels$tag.log"; grep -vE "INFO|it/s\]" "$out/kernels$tag.log" | tail -60 ;;
+  *) echo "unknown part $part" >&2; exit 2 ;;
+esac
