@@ -3,8 +3,8 @@
 # after staging (scripts/gpu_bench.sh: models part first; py-spy's wheel copied into .devstage/bin/):
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_profile.sh $OUT PART
 # PART:
-#   sweep    `vllm-eval bench` with $RPGS replicas per GPU (default "1 2 4 8"), each in its own process, while
-#            `nvidia-smi dmon` samples the GPU each second; $OUT/sweep.txt: tok/s and the busy seconds' SM%.
+#   sweep    `vllm-eval bench` once per spec of $SPECS (replicas per GPU, options, environment), each in its own
+#            process, while `nvidia-smi dmon` samples the GPU each second; $OUT/sweep.txt: tok/s and each second's SM%.
 #   spy      py-spy (raw stacks of every process, 25 Hz, non-blocking) over one 4-replica bench; $OUT/spy.txt.gz.
 #   kernels  scripts/gpu_kernel_profile.py: one in-process engine's kernel time against wall time ($CONFIGS).
 # $N texts (default 50000), $EXTRA more flags for bench (e.g. --max-num-batched-tokens 32768), $TAG a suffix.
@@ -17,20 +17,22 @@ rates() { tr '\r' '\n' < "$1" | grep -E "tok/s|rror|Traceback" | grep -v "it/s\]
 busy() {  # the SM% of samples from second $2 to $3 (dmon's time column, HH:MM:SS) in $1
   awk -v a="$2" -v b="$3" '$1 !~ /^#/ && $2 >= a && $2 <= b {printf "%s ", $4}' "$1"; echo; }
 case $part in
-  sweep)
+  sweep)  # $SPECS: NAME:RPG:ARGS each, ARGS comma-separated, VAR=value ones set in the environment (e.g.
+          # "r4:4: r1a:1:--async-scheduling,true r2m:2:VLLM_ENABLE_V1_MULTIPROCESSING=1"); default: 4, 1, 8 replicas
     nvidia-smi dmon -s u -d 1 -o DT > "$out/dmon$tag.txt" 2>&1 & dm=$!
-    for r in ${RPGS:-1 2 4 8}; do
+    for spec in ${SPECS:-r4:4: r1:1: r8:8:}; do
+      name=${spec%%:*}; rest=${spec#*:}; r=${rest%%:*}; args=(); envs=()
+      for a in $(echo "${rest#*:}" | tr ',' ' '); do [[ $a =~ ^[A-Z_0-9]+= ]] && envs+=("$a") || args+=("$a"); done
       a=$(date +%T)
-      timeout -k 10 "${LIMIT:-240}" python3 -m vllm_eval.cli bench "${B[@]}" --replicas-per-gpu "$r" ${EXTRA:-} \
-        --output-dir "/root/work/sweep$tag-r$r" > "$out/sweep$tag-r$r.log" 2>&1
-      echo "== $r replicas per GPU, exit $? ($a - $(date +%T))" >> "$out/sweep$tag.txt"
-      rates "$out/sweep$tag-r$r.log" >> "$out/sweep$tag.txt"
+      timeout -k 10 "${LIMIT:-240}" env "${envs[@]}" python3 -m vllm_eval.cli bench "${B[@]}" --replicas-per-gpu "$r" \
+        "${args[@]}" --output-dir "/root/work/sweep$tag-$name" > "$out/sweep$tag-$name.log" 2>&1
+      echo "== $name: $r per GPU ${envs[*]} ${args[*]}, exit $? ($a - $(date +%T))" >> "$out/sweep$tag.txt"
+      rates "$out/sweep$tag-$name.log" >> "$out/sweep$tag.txt"
       echo "SM% each second: $(busy "$out/dmon$tag.txt" "$a" "$(date +%T)")" >> "$out/sweep$tag.txt"
-      gzip -f "$out/sweep$tag-r$r.log"
+      gzip -f "$out/sweep$tag-$name.log"
+      tar czf "$out/sweep$tag-logs.tgz" -C "$out" $(cd "$out" && ls sweep$tag-*.log.gz dmon$tag.txt)
     done
-    kill $dm; cat "$out/sweep$tag.txt"
-    tar czf "$out/sweep$tag-logs.tgz" -C "$out" $(cd "$out" && ls sweep$tag-r*.log.gz dmon$tag.txt) && \
-      (cd "$out" && rm -f sweep$tag-r*.log.gz dmon$tag.txt) ;;
+    kill $dm; cat "$out/sweep$tag.txt"; (cd "$out" && rm -f sweep$tag-*.log.gz dmon$tag.txt) ;;
   spy)
     spy=$(command -v py-spy || echo /root/spy/bin/py-spy)
     [ -x "$spy" ] || python3 -m pip install -q --no-index --no-deps --target /root/spy .devstage/bin/py_spy-*.whl
