@@ -5,6 +5,7 @@
 # PART:
 #   sweep    `vllm-eval bench` once per spec of $SPECS (replicas per GPU, options, environment), each in its own
 #            process, while `nvidia-smi dmon` samples the GPU each second; $OUT/sweep.txt: tok/s and each second's SM%.
+#   best     the fastest spec of this machine's sweeps: "RPG FLAGS" (environment variables first).
 #   spy      py-spy (raw stacks of every process, 25 Hz, non-blocking) over one 4-replica bench; $OUT/spy.txt.gz.
 #   kernels  scripts/gpu_kernel_profile.py: one in-process engine's kernel time against wall time ($CONFIGS).
 # $N texts (default 50000), $EXTRA more flags for bench (e.g. --max-num-batched-tokens 32768), $TAG a suffix.
@@ -32,7 +33,10 @@ case $part in
       gzip -f "$out/sweep$tag-$name.log"
       tar czf "$out/sweep$tag-logs.tgz" -C "$out" $(cd "$out" && ls sweep$tag-*.log.gz dmon$tag.txt)
     done
-    kill $dm; cat "$out/sweep$tag.txt"; (cd "$out" && rm -f sweep$tag-*.log.gz dmon$tag.txt) ;;
+    kill $dm; cat "$out/sweep$tag.txt" | tee -a /root/work/sweeps.txt; (cd "$out" && rm -f sweep$tag-*.log.gz dmon$tag.txt) ;;
+  best)  # the fastest spec of this machine's sweeps so far, as "RPG ENV_AND_FLAGS" (for RPG= and EXTRA=)
+    awk '/^== /{sub(/^== /,""); split($0, h, ", exit"); spec=h[1]} /tok\/s/{for(i=1;i<=NF;i++) if($(i+1)=="tok/s" && $i+0>best){best=$i+0; b=spec}}
+      END{split(b, p, ": "); split(p[2], q, " per GPU"); print q[1], q[2]}' /root/work/sweeps.txt ;;
   spy)
     spy=$(command -v py-spy || echo /root/spy/bin/py-spy)
     [ -x "$spy" ] || python3 -m pip install -q --no-index --no-deps --target /root/spy .devstage/bin/py_spy-*.whl
