@@ -7,6 +7,7 @@
 #            process, while `nvidia-smi dmon` samples the GPU each second; $OUT/sweep.txt: tok/s and each second's SM%.
 #   best     the fastest spec of this machine's sweeps: "RPG FLAGS" (environment variables first).
 #   spy      py-spy (raw stacks of every process, 25 Hz, non-blocking) over one 4-replica bench; $OUT/spy.txt.gz.
+#   spy-run  py-spy over `vllm-eval run --data $DATA` (ours alone on a suite's data); $OUT/spy-run.txt.gz.
 #   kernels  scripts/gpu_kernel_profile.py: one in-process engine's kernel time against wall time ($CONFIGS).
 # $N texts (default 50000), $EXTRA more flags for bench (e.g. --max-num-batched-tokens 32768), $TAG a suffix.
 set -uo pipefail
@@ -45,6 +46,16 @@ case $part in
       > "$out/spy$tag.log" 2>&1
     echo "exit $?" >> "$out/spy$tag.log"; rates "$out/spy$tag.log"; tail -3 "$out/spy$tag.log"
     gzip -c "/root/work/spy$tag.txt" > "$out/spy$tag.txt.gz" ;;
+  spy-run)  # py-spy over ours alone on the data a suite built ($DATA, default the synthetic suite's), as a user runs it
+    spy=$(command -v py-spy || echo /root/spy/bin/py-spy)
+    [ -x "$spy" ] || python3 -m pip install -q --no-index --no-deps --target /root/spy .devstage/bin/py_spy-*.whl
+    timeout -s INT -k 20 "${LIMIT:-240}" "$spy" record --subprocesses --nonblocking -r 25 -f raw -o "/root/work/spy-run$tag.txt" -- \
+      python3 -m vllm_eval.cli run --data "${DATA:-/root/work/synthetic/synthetic-data}" --model "$models/bert-base" \
+      --dtype float16 --replicas-per-gpu "${RPG:-4}" --no-cache --no-progress ${EXTRA:-} --output-dir "/root/work/spy-run$tag" \
+      > "$out/spy-run$tag.log" 2>&1
+    echo "exit $?" >> "$out/spy-run$tag.log"; tail -3 "$out/spy-run$tag.log"
+    cp "/root/work/spy-run$tag/summary.json" "$out/spy-run$tag-summary.json" 2>/dev/null
+    gzip -c "/root/work/spy-run$tag.txt" > "$out/spy-run$tag.txt.gz" ;;
   kernels)
     timeout -k 10 "${LIMIT:-400}" python3 scripts/gpu_kernel_profile.py --model "$models/bert-base" --dtype float16 \
       --n-texts "${N_KERNEL:-20000}" --out "$out/kernels$tag.json" --configs ${CONFIGS:-'{}'} > "$out/kernels$tag.log" 2>&1

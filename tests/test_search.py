@@ -145,3 +145,16 @@ def test_candidates_ranked_best_first_and_cut_at_k(monkeypatch, factor):
         best = sorted(candidates, key=lambda j: -full[i, j])[:5]
         assert list(ranked[q]) == [doc_ids[j] for j in best]  # best first, k at most
         assert np.allclose(list(ranked[q].values()), full[i, best], atol=1e-6)
+
+
+def test_columns_and_texts_read_at_once_follow_a_selection():
+    import datasets
+
+    corpus = datasets.Dataset.from_dict(
+        {"id": ["a", "b", "c", "d"], "title": ["T", "", "U", ""], "text": [" one ", "two ", "three", " four"]}
+    ).select([3, 1, 2])  # an indices mapping over the table, as mteb's splits and subsets make
+    assert search.column(corpus, "id") == ["d", "b", "c"] == [row["id"] for row in corpus]
+    assert search.document_texts(corpus) == ["four", "two", "U three"]
+    queries = datasets.Dataset.from_dict({"text": ["q1", "q2"], "instruction": ["do", None]}).select([1, 0])
+    assert search.query_texts(queries) == ["q2", "q1 do"]
+    assert search.query_texts(queries.remove_columns("instruction")) == ["q2", "q1"]

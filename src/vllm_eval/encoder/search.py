@@ -89,26 +89,33 @@ def best_documents(similarity: Any, queries: np.ndarray, docs_chunks: Any, k: in
     return best_scores.float().cpu().numpy(), best_index.cpu().numpy()
 
 
+def column(data: Any, name: str) -> list[Any]:
+    """Column ``name`` of a ``datasets.Dataset`` (or a table with columns) as a list, read at once: ``datasets``
+    4+ returns a lazy ``Column`` whose iteration reads one row at a time (``list(ds["id"])``: 1.36 s for 200,000
+    ids on a 2-core machine; ``ds["id"][:]``: 0.014 s)."""
+    return data[name][:]
+
+
 def document_texts(corpus: Any) -> list[str]:
     """The text mteb embeds for each document of a corpus dataset: ``title + " " + text`` stripped when the
     title is not empty, else the text stripped (mteb's ``_corpus_to_dict``), read column-wise: mteb maps
     it row by row with ``datasets``, 7 s for 200,000 documents on an H100 machine."""
-    texts = corpus["text"]
+    texts = column(corpus, "text")
     if "title" not in corpus.column_names:
         return [t.strip() for t in texts]
-    return [(f"{title} {t}" if title else t).strip() for title, t in zip(corpus["title"], texts, strict=True)]
+    return [(f"{title} {t}" if title else t).strip() for title, t in zip(column(corpus, "title"), texts, strict=True)]
 
 
 def query_texts(queries: Any) -> list[str] | None:
     """The text mteb embeds for each query of a text query dataset: the text, then ``" " + instruction`` where
     the query has one (mteb's ``_combine_queries_with_instruction_text``), read column-wise; None for queries
     that are conversations (lists of turns), which mteb converts row by row."""
-    texts = queries["text"]
+    texts = column(queries, "text")
     if texts and not isinstance(texts[0], str):
         return None
     if "instruction" not in queries.column_names:
-        return list(texts)
-    return [t + " " + i if i is not None else t for t, i in zip(texts, queries["instruction"], strict=True)]
+        return texts
+    return [t + " " + i if i is not None else t for t, i in zip(texts, column(queries, "instruction"), strict=True)]
 
 
 def candidate_scores(
@@ -218,7 +225,7 @@ def search_candidates(
     encoded = functools.partial(_encoded, model, encode_kwargs=encode_kwargs, num_proc=num_proc, where=where)
     query_embeddings, doc_embeddings = encoded(queries, "query"), encoded(corpus, "document")
     return rank_candidates(
-        model, query_embeddings, list(queries["id"]), doc_embeddings, list(corpus["id"]), top_ranked, top_k
+        model, query_embeddings, column(queries, "id"), doc_embeddings, column(corpus, "id"), top_ranked, top_k
     )
 
 
@@ -289,8 +296,9 @@ class CorpusSearch:
             for lo in range(0, len(corpus), ENCODE_CHUNK)
         )
         scores, index = best_documents(self.similarity, query_embeddings, chunks, top_k)
-        doc_ids = list(corpus["id"])
+        doc_ids = column(corpus, "id")
         values, rows = scores.tolist(), index.tolist()  # Python floats at once, not a float() per score
         return {
-            qid: {doc_ids[j]: s for s, j in zip(values[i], rows[i], strict=True)} for i, qid in enumerate(queries["id"])
+            qid: {doc_ids[j]: s for s, j in zip(values[i], rows[i], strict=True)}
+            for i, qid in enumerate(column(queries, "id"))
         }
