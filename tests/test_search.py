@@ -158,3 +158,12 @@ def test_columns_and_texts_read_at_once_follow_a_selection():
     queries = datasets.Dataset.from_dict({"text": ["q1", "q2"], "instruction": ["do", None]}).select([1, 0])
     assert search.query_texts(queries) == ["q2", "q1 do"]
     assert search.query_texts(queries.remove_columns("instruction")) == ["q2", "q1"]
+
+
+def test_no_scoring_warm_up_where_the_scoring_runs_on_the_cpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    queries = np.ones((4, 8), dtype=np.float32)
+    assert search.warm_scoring(lambda a, b: a @ b.T, queries, 10) is None  # no CPU block scored for nothing
+    assert search.warm_scoring(lambda a, b: a @ b.T, queries[:0], 10) is None

@@ -8,10 +8,10 @@ and (tasks with candidates per query, ``top_ranked``) scores one query at a time
 encoded in calls of :data:`ENCODE_CHUNK` documents (one call for most corpora, so every replica is busy
 to the end; each document's text built column-wise, :func:`document_texts`), and the scores and the top
 k are computed in blocks on the GPU of this process when torch sees one (else on the CPU) with the
-model's own similarity: :func:`best_documents` for a full corpus, :func:`rank_candidates` for
-candidates. A task scored in a task process (:mod:`vllm_eval.task_processes`) searches its candidates there
-(:func:`search_candidates`, its encode calls served by the command's backend); a full-corpus search is sent to
-the command's process, whose GPU scores it.
+model's own similarity: :func:`best_documents` for a full corpus (its GPU kernels loaded while the corpus
+is encoded, :func:`warm_scoring`), :func:`rank_candidates` for candidates. A task scored in a task process
+(:mod:`vllm_eval.task_processes`) searches its candidates there (:func:`search_candidates`, its encode calls
+served by the command's backend); a full-corpus search is sent to the command's process, whose GPU scores it.
 
 The results are mteb's: the same top ``k`` documents per query with the same scores (up to float
 rounding of the matrix product on another device; documents with equal scores may swap).
@@ -94,6 +94,40 @@ def column(data: Any, name: str) -> list[Any]:
     4+ returns a lazy ``Column`` whose iteration reads one row at a time (``list(ds["id"])``: 1.36 s for 200,000
     ids on a 2-core machine; ``ds["id"][:]``: 0.014 s)."""
     return data[name][:]
+
+
+def warm_scoring(similarity: Any, queries: np.ndarray, k: int) -> threading.Thread | None:
+    """Start, on a thread, one block of :func:`best_documents`' work on the GPU it will score on (``queries``
+    against random documents), so that CUDA's first-use costs in this process (kernels loaded on first use,
+    cuBLAS's handle, the first large allocations) are paid while the corpus is encoded. Measured on an H100
+    (``scripts/search_bench.py``, 1,000 queries x 200,000 documents x 768): the first ``best_documents`` of a process
+    took 3.4 s, the second 0.08 s, the CPU 0.98 s.
+
+    Returns:
+        the started thread (join it before the process ends), or None where scoring would run on the CPU.
+        A failure on the thread is logged at debug level; the scoring itself then meets it again.
+    """
+    block = max(BLOCK_ENTRIES // max(len(queries), 1), 1)
+    entries = queries.size + len(queries) * (block + 6 * k)
+    if len(queries) == 0 or _device(entries).type != "cuda":
+        return None
+
+    def warm() -> None:
+        import torch
+
+        try:
+            device = _device(entries)
+            q = torch.as_tensor(queries, device=device)
+            d = torch.randn((block, queries.shape[1]), device=device, dtype=q.dtype)
+            scores = torch.as_tensor(similarity(q, d), device=device)
+            torch.topk(scores, min(k, block), dim=1)
+            torch.cuda.synchronize(device)
+        except Exception as exc:  # noqa: BLE001 - a warm-up only; the search reports its own failure
+            logger.debug("warming the scoring device failed: %s: %s", type(exc).__name__, exc)
+
+    thread = threading.Thread(target=warm, name="vllm-eval-warm-scoring", daemon=True)
+    thread.start()
+    return thread
 
 
 def document_texts(corpus: Any) -> list[str]:
@@ -291,11 +325,16 @@ class CorpusSearch:
             )  # fmt: skip
         encoded = functools.partial(_encoded, self, encode_kwargs=encode_kwargs, num_proc=num_proc, where=where)
         query_embeddings = encoded(queries, "query")
+        warming = warm_scoring(self.similarity, query_embeddings, top_k)
         chunks = (
             encoded(corpus.select(range(lo, min(lo + ENCODE_CHUNK, len(corpus)))), "document")
             for lo in range(0, len(corpus), ENCODE_CHUNK)
         )
-        scores, index = best_documents(self.similarity, query_embeddings, chunks, top_k)
+        try:
+            scores, index = best_documents(self.similarity, query_embeddings, chunks, top_k)
+        finally:
+            if warming is not None:
+                warming.join()
         doc_ids = column(corpus, "id")
         values, rows = scores.tolist(), index.tolist()  # Python floats at once, not a float() per score
         return {
