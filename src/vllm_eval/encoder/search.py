@@ -52,6 +52,13 @@ def _device(entries: int = 0) -> Any:
     return torch.device("cuda") if fits and torch.cuda.is_available() else torch.device("cpu")
 
 
+def _blocks(queries: np.ndarray, k: int) -> tuple[int, int]:
+    """Documents per block of :func:`best_documents` for these queries, and the float32 values it holds at once:
+    the queries, one block's scores, and the running best (values and indices, twice ``k``)."""
+    block = max(BLOCK_ENTRIES // max(len(queries), 1), 1)
+    return block, queries.size + len(queries) * (block + 6 * k)
+
+
 def best_documents(similarity: Any, queries: np.ndarray, docs_chunks: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best documents per query over every chunk of document embeddings.
 
@@ -67,9 +74,8 @@ def best_documents(similarity: Any, queries: np.ndarray, docs_chunks: Any, k: in
     """
     import torch
 
-    block = max(BLOCK_ENTRIES // max(len(queries), 1), 1)
-    # Held at once: the queries, one block's scores, and the running best (values and indices, twice k).
-    device = _device(queries.size + len(queries) * (block + 6 * k))
+    block, entries = _blocks(queries, k)
+    device = _device(entries)
     q = torch.as_tensor(queries, device=device)
     best_scores = torch.empty((len(queries), 0), device=device)
     best_index = torch.empty((len(queries), 0), dtype=torch.long, device=device)
@@ -107,8 +113,7 @@ def warm_scoring(similarity: Any, queries: np.ndarray, k: int) -> threading.Thre
         the started thread (join it before the process ends), or None where scoring would run on the CPU.
         A failure on the thread is logged at debug level; the scoring itself then meets it again.
     """
-    block = max(BLOCK_ENTRIES // max(len(queries), 1), 1)
-    entries = queries.size + len(queries) * (block + 6 * k)
+    block, entries = _blocks(queries, k)
     if len(queries) == 0 or _device(entries).type != "cuda":
         return None
 
