@@ -96,7 +96,7 @@ def best_documents(similarity: Any, queries: np.ndarray, docs_chunks: Any, k: in
 
 
 def column(data: Any, name: str) -> list[Any]:
-    """Column ``name`` of a ``datasets.Dataset`` (or a table with columns) as a list, read at once: ``datasets``
+    """Column ``name`` of a ``datasets.Dataset`` (or a dict of lists) as a list, read at once: ``datasets``
     4+ returns a lazy ``Column`` whose iteration reads one row at a time (``list(ds["id"])``: 1.36 s for 200,000
     ids on a 2-core machine; ``ds["id"][:]``: 0.014 s)."""
     return data[name][:]
