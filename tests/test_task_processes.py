@@ -176,3 +176,30 @@ def test_a_task_with_candidates_is_ranked_in_its_process(st_encoder, replica):
     assert searched == [] and len(encodes) == 2  # queries, then the corpus; ranked in the process
     assert [r.main_score for r in there] == [r.main_score for r in here]
     assert _left_running() == []
+
+
+def test_own_data_tasks_stay_in_the_commands_process_with_the_same_scores(st_encoder, tmp_path):
+    """A ``--data`` file's task is an object of a class made at run time, which does not pickle: it is evaluated
+    on a thread here while other tasks go to the processes."""
+    import json
+
+    from vllm_eval.task_processes import sendable
+    from vllm_eval.tasks.owntasks import own_mteb_task
+
+    words = ["cat", "dog", "car", "bus", "tree", "leaf", "sea", "lake"]
+    paths = []
+    for name, shift in (("first", 1), ("second", 3)):
+        path = tmp_path / f"{name}.jsonl"
+        rows = [{"sentence1": w, "sentence2": words[(i + shift) % 8], "score": float(i)} for i, w in enumerate(words)]
+        path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        paths.append(path)
+
+    def tasks():
+        return [own_mteb_task(p) for p in paths] + _tasks()[:1]
+
+    assert [sendable(t) for t in tasks()] == [False, False, True]
+    alone = evaluate(st_encoder, tasks(), show_progress_bar=False)
+    together = evaluate(st_encoder, tasks(), output_dir=tmp_path / "out", show_progress_bar=False, concurrent_tasks=2)
+    assert [(r.task, r.status) for r in together] == [(r.task, "computed") for r in alone]
+    np.testing.assert_array_equal([r.main_score for r in together], [r.main_score for r in alone])
+    assert not _left_running()

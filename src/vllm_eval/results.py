@@ -221,11 +221,12 @@ def _loading(model: Any, tasks: list[Any], workers: int, processes: Any, prefetc
 
 
 def _runner(model: Any, task: Any, processes: Any, *where: Any) -> Any:
-    """``run()`` of one task: :func:`run_task` here, or in one of the ``processes``. ``where``: the results folder,
+    """``run()`` of one task: :func:`run_task` here, or in one of the ``processes`` (a task that cannot be sent
+    there, :func:`~vllm_eval.task_processes.sendable`, runs here). ``where``: the results folder,
     its ``mteb.ResultCache``, the overwrite strategy, the prediction folder, the stage and the reused task names."""
     out, cache, strategy, predictions, stage, reused = where
     args = (predictions, stage, task.metadata.name in reused)
-    if processes is not None:
+    if processes is not None and task_processes.sendable(task):
         return partial(processes.evaluate, model, task, run_task_at, (str(out) if out else None, strategy, *args))
     return partial(run_task, model, task, cache, strategy, *args)
 

@@ -343,6 +343,16 @@ def _proxy(conn: Any, meta: Any, searches: bool) -> Any:
     return SearchingProxy()
 
 
+def sendable(task: Any) -> bool:
+    """Whether ``task`` can go to a task process: its class pickles by name. A task class made at run time (each
+    ``--data`` file's own task) does not; such a task is evaluated on a thread of the command's process."""
+    try:
+        pickle.dumps(type(task))
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
+
+
 def start_for(tasks: Sequence[Any], workers: int, backend: type, *, skip: Sequence[str] = ()) -> TaskProcesses | None:
     """The :class:`TaskProcesses` of a run of ``backend`` (its class, before it is built) evaluating ``workers``
     tasks at once (None when :func:`wanted` says no), each process loading one of the first tasks in run order
@@ -351,5 +361,5 @@ def start_for(tasks: Sequence[Any], workers: int, backend: type, *, skip: Sequen
 
     if not wanted(workers, backend):
         return None
-    first = [t for t in in_run_order(tasks, workers) if t.metadata.name not in set(skip)][:workers]
+    first = [t for t in in_run_order(tasks, workers) if t.metadata.name not in set(skip) and sendable(t)][:workers]
     return TaskProcesses(workers, first)
