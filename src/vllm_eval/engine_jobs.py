@@ -82,6 +82,22 @@ def encoder_info(llm: Any) -> dict[str, Any]:
     }
 
 
+def _embed_request(payload: tuple[list[Any], int | None, bool | None]) -> tuple[list[Any], Any, dict | None]:
+    """One chunk's ``embed`` request as vLLM takes it: the prompts (token ids as ``TokensPrompt``s; texts and
+    prompts with images as they are), the ``PoolingParams`` and the tokenization options (texts: vLLM tokenizes,
+    without truncation; else None)."""
+    from vllm import PoolingParams
+    from vllm.inputs import TokensPrompt
+
+    inputs, dimensions, normalize = payload
+    params = PoolingParams(dimensions=dimensions, use_activation=normalize)
+    if inputs and isinstance(inputs[0], str):
+        return inputs, params, {"truncate_prompt_tokens": -1}
+    if inputs and not isinstance(inputs[0], dict):  # token ids (a dict is a prompt with images)
+        return [TokensPrompt(prompt_token_ids=x) for x in inputs], params, None
+    return inputs, params, None
+
+
 def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]) -> np.ndarray:
     """Embed one chunk on ``llm``: token-id lists, texts, or prompts with ``multi_modal_data`` -> float32 (n, dim).
 
@@ -93,17 +109,9 @@ def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]) -> n
     Raises:
         RequestFailed: vLLM failed on an input (its index in the chunk and vLLM's reason).
     """
-    from vllm import PoolingParams
-    from vllm.inputs import TokensPrompt
-
-    inputs, dimensions, normalize = payload
-    params = PoolingParams(dimensions=dimensions, use_activation=normalize)
-    kwargs: dict[str, Any] = {"pooling_params": params, "use_tqdm": False, "pooling_task": "embed"}
-    if inputs and isinstance(inputs[0], str):
-        kwargs["tokenization_kwargs"] = {"truncate_prompt_tokens": -1}
-    elif inputs and not isinstance(inputs[0], dict):  # token ids (a dict is a prompt with images)
-        inputs = [TokensPrompt(prompt_token_ids=x) for x in inputs]
-    return embedding_rows(llm.encode(inputs, **kwargs))
+    prompts, params, tokenization = _embed_request(payload)
+    kwargs = {"tokenization_kwargs": tokenization} if tokenization is not None else {}
+    return embedding_rows(llm.encode(prompts, pooling_params=params, use_tqdm=False, pooling_task="embed", **kwargs))
 
 
 def submit_embed(
@@ -111,33 +119,28 @@ def submit_embed(
 ) -> Future | None:
     """:func:`embed_job` without waiting, on the in-process engine's :mod:`~vllm_eval.pipeline`: a future of the
     same float32 (n, dim) rows (computed through ``named``, which names a failed request), or None where the
-    pipeline does not apply (then ``embed_job`` runs): images (prompts with ``multi_modal_data`` keep
-    ``LLM.embed``), no inputs, an engine without the pipeline's APIs.
+    pipeline does not apply (then ``embed_job`` runs): images (prompts with ``multi_modal_data`` go through
+    ``LLM.encode``), no inputs, an engine without the pipeline's APIs.
 
     Raises:
         VLLMValidationError: vLLM refused an input before it ran (none of the chunk is left in the engine).
     """
-    inputs, dimensions, normalize = payload
+    inputs = payload[0]
     pipeline = engine_pipeline(llm, "embed") if inputs and not isinstance(inputs[0], dict) else None
     if pipeline is None:
         return None
-    from vllm import PoolingParams
-    from vllm.inputs import TokensPrompt
-
-    params = PoolingParams(dimensions=dimensions, use_activation=normalize)
+    prompts, params, tokenization = _embed_request(payload)
 
     def finish(outputs: list[Any]) -> np.ndarray:
         return named(lambda: embedding_rows(outputs))
 
-    if isinstance(inputs[0], str):  # vLLM tokenizes, as embed_job asks it to (no truncation)
-        return pipeline.submit(inputs, params, "embed", finish, {"truncate_prompt_tokens": -1})
-    return pipeline.submit([TokensPrompt(prompt_token_ids=x) for x in inputs], params, "embed", finish)
+    return pipeline.submit(prompts, params, "embed", finish, tokenization)
 
 
 def embedding_rows(outputs: list[Any]) -> np.ndarray:
-    """Finished ``PoolingRequestOutput``s of ``embed`` requests -> float32 (n, dim): what :func:`embed_job` makes
-    of ``LLM.embed``'s outputs (``EmbeddingOutput.from_base`` reads each pooled vector's values; here they are
-    cast to float32 without the round trip through Python floats, which changes no value).
+    """Finished ``PoolingRequestOutput``s of ``embed`` requests -> float32 (n, dim): the values ``LLM.embed`` would
+    give (``EmbeddingOutput.from_base`` reads each pooled vector into Python floats; here they are cast to float32
+    without that round trip, which changes no value).
 
     Raises:
         RequestFailed: vLLM failed on an output (its index and reason).
