@@ -16,19 +16,25 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 VLLM_LO
 models=${MODELS_DIR:-/root/models}; n=${N:-50000}
 B=(--model "$models/bert-base" --dtype float16 --backends vllm --lengths mixed:16-500 --batch-sizes "$n" --n-texts "$n")
 rates() { tr '\r' '\n' < "$1" | grep -E "tok/s|rror|Traceback" | grep -v "it/s\]" || true; }
+mps_on() {  # a private NVIDIA MPS control daemon: processes given its pipe directory share one GPU context
+  export CUDA_MPS_PIPE_DIRECTORY=/root/work/mps/pipe CUDA_MPS_LOG_DIRECTORY=/root/work/mps/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"; nvidia-cuda-mps-control -d; }
+mps_off() { echo quit | nvidia-cuda-mps-control; sleep 1; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; }
 busy() {  # the SM% of samples from second $2 to $3 (dmon's time column, HH:MM:SS) in $1
   awk -v a="$2" -v b="$3" '$1 !~ /^#/ && $2 >= a && $2 <= b {printf "%s ", $4}' "$1"; echo; }
 case $part in
   sweep)  # $SPECS: NAME:RPG:ARGS each, ARGS comma-separated, VAR=value ones set in the environment (e.g.
-          # "r4:4: r1a:1:--async-scheduling,true r2m:2:VLLM_ENABLE_V1_MULTIPROCESSING=1"); default: 4, 1, 8 replicas
+          # "r4:4: r1a:1:--async-scheduling,true r2m:2:VLLM_ENABLE_V1_MULTIPROCESSING=1"); default: 4, 1, 8 replicas.
+          # MPS=1 among a spec's variables: that bench runs under a private MPS daemon (mps_on / mps_off)
     nvidia-smi dmon -s u -d 1 -o DT > "$out/dmon$tag.txt" 2>&1 & dm=$!
     for spec in ${SPECS:-r4:4: r1:1: r8:8:}; do
       name=${spec%%:*}; rest=${spec#*:}; r=${rest%%:*}; args=(); envs=()
       for a in $(echo "${rest#*:}" | tr ',' ' '); do [[ $a =~ ^[A-Z_0-9]+= ]] && envs+=("$a") || args+=("$a"); done
-      a=$(date +%T)
+      a=$(date +%T); [[ " ${envs[*]} " == *" MPS=1 "* ]] && mps_on
       timeout -k 10 "${LIMIT:-240}" env "${envs[@]}" python3 -m vllm_eval.cli bench "${B[@]}" --replicas-per-gpu "$r" \
         "${args[@]}" --output-dir "/root/work/sweep$tag-$name" > "$out/sweep$tag-$name.log" 2>&1
       echo "== $name: $r per GPU ${envs[*]} ${args[*]}, exit $? ($a - $(date +%T))" >> "$out/sweep$tag.txt"
+      [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && mps_off
       rates "$out/sweep$tag-$name.log" >> "$out/sweep$tag.txt"
       echo "SM% each second: $(busy "$out/dmon$tag.txt" "$a" "$(date +%T)")" >> "$out/sweep$tag.txt"
       gzip -f "$out/sweep$tag-$name.log"

@@ -329,3 +329,35 @@ def test_replicas_started_ahead_are_stopped_when_the_command_fails_or_plans_othe
     assert len(replicas()) == 2
     placements = plan_replicas(1, 1, cpu=True, devices=["0"])  # one replica on core 0: not what was started
     assert replicas_ahead.take_ahead(placements) is None and replicas() == []
+
+
+def _engine_alone(core_process: str, with_worker: bool) -> bool:
+    """In a fresh process: :func:`engine_in_this_process` with ``VLLM_ENABLE_V1_MULTIPROCESSING=core_process`` and,
+    if asked, a child process alive (as an engine's worker would be)."""
+    import multiprocessing
+    import time
+
+    from vllm_eval.replica_process import engine_in_this_process
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = core_process
+    worker = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,)) if with_worker else None
+    if worker is not None:
+        worker.start()
+    try:
+        return engine_in_this_process()
+    finally:
+        if worker is not None:
+            worker.kill()
+            worker.join()
+
+
+def test_a_replica_skips_vllms_shutdown_only_when_its_engine_is_all_in_its_process():
+    """Told to stop, a replica whose engine core runs in its process and started no worker exits without vLLM's
+    shutdown (its exit frees the engine); an engine core or a worker in another process is shut down by vLLM."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        alone = [pool.submit(_engine_alone, core, worker).result(timeout=120) for core, worker in
+                 (("0", False), ("1", False), ("0", True))]  # fmt: skip
+    assert alone == [True, False, False]

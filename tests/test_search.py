@@ -12,7 +12,7 @@ from vllm_eval.encoder import search
 def test_best_documents_over_chunks_and_blocks_is_the_global_top_k(monkeypatch):
     import torch
 
-    monkeypatch.setattr(search, "BLOCK_ENTRIES", 7 * 13)  # 13 documents per block for 7 queries
+    monkeypatch.setattr(search, "BLOCK_ENTRIES", 16 * 13)  # 13 documents per block: their 16-wide embeddings
     rng = np.random.default_rng(0)
     queries = rng.normal(size=(7, 16)).astype(np.float32)
     docs = rng.normal(size=(100, 16)).astype(np.float32)
@@ -24,6 +24,18 @@ def test_best_documents_over_chunks_and_blocks_is_the_global_top_k(monkeypatch):
     assert np.allclose(scores, np.take_along_axis(full, expected, axis=1), atol=1e-5)
     few, _ = search.best_documents(lambda a, b: torch.as_tensor(a) @ torch.as_tensor(b).T, queries, [docs[:3]], 10)
     assert few.shape == (7, 3)  # a corpus smaller than k keeps every document
+
+
+def test_a_block_of_documents_is_bounded_however_few_the_queries():
+    """Few queries allow wide blocks of scores, but a block's documents are bounded too: the scoring warm-up
+    allocates a whole block of them, and 10 queries once asked it for 6.7 million 768-wide documents (20 GB on an
+    H100, beside four engines: out of memory)."""
+    for n_queries in (1, 10, 1000, 100_000):
+        queries = np.zeros((n_queries, 768), dtype=np.float32)
+        block, entries = search._blocks(queries, 100)
+        assert 1 <= block and block * 768 <= search.BLOCK_ENTRIES and block * n_queries <= search.BLOCK_ENTRIES
+        assert entries >= queries.size + block * (768 + n_queries)
+    assert search._blocks(np.zeros((1000, 768), dtype=np.float32), 10)[1] * 4 <= search.DEVICE_BYTES  # on the GPU
 
 
 def test_search_finds_what_mtebs_wrapper_finds(vllm_encoder):

@@ -322,7 +322,9 @@ def _engine_core_in_process(tensor_parallel_size: int) -> dict[str, str]:
     user chose (``VLLM_ENABLE_V1_MULTIPROCESSING``) or an engine spans GPUs (not measured).
 
     The replica is a process of its own already: a second one per engine only re-imports vLLM and
-    copies every output between processes. Measured on an H100 (vLLM 0.26.0, random-weight BERT-base
+    copies every output between processes, and a replica whose engine is all in its process stops at once
+    (:func:`vllm_eval.replica_process.engine_in_this_process`). (CPU replicas choose the same themselves:
+    :func:`vllm_eval.procenv.choose_engine_core_process`.) Measured on an H100 (vLLM 0.26.0, random-weight BERT-base
     fp16, 4 replicas, the 200,000-document synthetic suite, warm compile cache): ready in 36.4 s instead
     of 59.4 s, encoding 24.3 s instead of 26.7 s, 95.8 s instead of 121.4 s from process start to
     results (docs/bench/h100-time-to-result).

@@ -53,10 +53,12 @@ def _device(entries: int = 0) -> Any:
 
 
 def _blocks(queries: np.ndarray, k: int) -> tuple[int, int]:
-    """Documents per block of :func:`best_documents` for these queries, and the float32 values it holds at once:
-    the queries, one block's scores, and the running best (values and indices, twice ``k``)."""
-    block = max(BLOCK_ENTRIES // max(len(queries), 1), 1)
-    return block, queries.size + len(queries) * (block + 6 * k)
+    """Documents per block of :func:`best_documents` for these queries (its scores and its embeddings each at most
+    :data:`BLOCK_ENTRIES` values), and the float32 values it holds at once: the queries, one block of documents and
+    its scores, and the running best (values and indices, twice ``k``)."""
+    dim = queries.shape[1] if queries.ndim == 2 else 1
+    block = max(min(BLOCK_ENTRIES // max(len(queries), 1), BLOCK_ENTRIES // max(dim, 1)), 1)
+    return block, queries.size + block * dim + len(queries) * (block + 6 * k)
 
 
 def best_documents(similarity: Any, queries: np.ndarray, docs_chunks: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
