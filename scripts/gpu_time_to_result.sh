@@ -8,8 +8,7 @@
 # $FRACTION` (default 0.05); synthetic: `bench --suite synthetic` ($N_DOCS documents, default 200000).
 # $RPG replicas per GPU for ours (default 4), $BACKENDS (default "vllm st"), $LIMIT seconds per suite (default
 # 540), $EXTRA more flags for ours (e.g. --enforce-eager), $TAG a suffix for the output names, $SRC another tree's
-# src/ to run (e.g. the previous commit's, for a side-by-side), $MPS=1: the suite runs under a private NVIDIA MPS
-# daemon (every backend's processes are its clients).
+# src/ to run (e.g. the previous commit's, for a side-by-side).
 # Writes $OUT/<part><tag>.txt (the suite's tables) and $OUT/<part><tag>.tgz (its log, suite.json, each backend's
 # summary.json).
 set -uo pipefail
@@ -20,15 +19,10 @@ suite() {  # suite NAME ARGS...: one `bench --suite`, its tables to $OUT/NAME.tx
   local work=/root/work/$1; local name=$1${TAG:-}; shift
   rm -rf "$work/vllm" "$work/st" "$work/mteb-vllm"
   mkdir -p "$out/$name"
-  if [ "${MPS:-0}" = 1 ]; then
-    export CUDA_MPS_PIPE_DIRECTORY=/root/work/mps/pipe CUDA_MPS_LOG_DIRECTORY=/root/work/mps/log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"; nvidia-cuda-mps-control -d
-  fi
   local layout=(--replicas-per-gpu "${RPG:-4}"); [ "${BACKENDS:-vllm st}" = st ] && layout=()
   timeout -k 10 "${LIMIT:-540}" python3 -m vllm_eval.cli bench "$@" --model "$models/bert-base" --dtype float16 \
     --backends ${BACKENDS:-vllm st} "${layout[@]}" ${EXTRA:-} --output-dir "$work" > "$out/$name/bench.log" 2>&1
   echo "exit $?" >> "$out/$name/bench.log"
-  [ "${MPS:-0}" = 1 ] && { echo quit | nvidia-cuda-mps-control; sleep 1; }
   tr '\r' '\n' < "$out/$name/bench.log" | grep -v "it/s\]" | grep -E "suite\]|│|┃|━|exit|rror" > "$out/$name.txt"
   cp "$work/suite.json" "$out/$name/" 2>/dev/null
   for b in vllm st mteb-vllm; do [ -f "$work/$b/summary.json" ] && cp "$work/$b/summary.json" "$out/$name/$b-summary.json"; done

@@ -142,8 +142,9 @@ def _worker(
             logging.shutdown()
     finally:
         _release(llm)
-        # The engine is shut down and our messages are flushed; skip interpreter finalization, where
-        # vLLM's background threads (CUDA build) aborted with "PyEval_SaveThread: ... GIL is released".
+        # The engine is shut down (or left to this process's exit) and our messages are flushed; skip interpreter
+        # finalization, where vLLM's background threads (CUDA build) aborted with "PyEval_SaveThread: ... GIL is
+        # released".
         results.close()
         os._exit(0)
 
