@@ -116,14 +116,14 @@ def warm_scoring(similarity: Any, queries: np.ndarray, k: int) -> threading.Thre
         A failure on the thread is logged at debug level; the scoring itself then meets it again.
     """
     block, entries = _blocks(queries, k)
-    if len(queries) == 0 or _device(entries).type != "cuda":
+    device = _device(entries)
+    if len(queries) == 0 or device.type != "cuda":
         return None
 
     def warm() -> None:
         import torch
 
         try:
-            device = _device(entries)
             q = torch.as_tensor(queries, device=device)
             d = torch.randn((block, queries.shape[1]), device=device, dtype=q.dtype)
             scores = torch.as_tensor(similarity(q, d), device=device)
