@@ -25,7 +25,7 @@ def make_images(n: int, size: int = 224, seed: int = 0) -> list:
     from PIL import Image
     from sklearn.datasets import load_digits
 
-    from vllm_eval.images import ImageInput
+    from vllm_eval.models.images import ImageInput
 
     digits = load_digits().images  # (1797, 8, 8) in 0..16
     rng = np.random.default_rng(seed)
@@ -52,7 +52,7 @@ def make_texts(n: int, seed: int = 0) -> list[str]:
 
 def _encoder(backend: str, model: str, dtype: str, replicas_per_gpu: int, engine: dict):
     from vllm_eval import VllmEncoder
-    from vllm_eval.encoder.st import SentenceTransformerEncoder
+    from vllm_eval.models.encoder.st import SentenceTransformerEncoder
 
     if backend == "st":
         return SentenceTransformerEncoder(model, dtype=dtype, batch_size=256, show_progress_bar=False)

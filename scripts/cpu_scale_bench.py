@@ -1,7 +1,7 @@
 """Issue #6 on CPU: one engine vs two replicas in-process, one `vllm serve` vs two behind the remote backend.
 
 Run from the repository root:  .venv/bin/python scripts/cpu_scale_bench.py [OUTPUT_DIR] [N_TEXTS]
-Every figure comes from `vllm_eval.bench.run_bench` (the `vllm-eval bench` harness) on the same
+Every figure comes from `vllm_eval.measure.bench.run_bench` (the `vllm-eval bench` harness) on the same
 texts (packaged all-MiniLM-L6-v2, fp32, mixed 16-500 tokens). Servers are started with
 `vllm_eval.testing.serve_model`; a two-server run binds each to its own half of the cores, as the
 in-process replicas are.
@@ -16,11 +16,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 if __name__ == "__main__":
-    from vllm_eval.bench import plot, run_bench
-    from vllm_eval.modelinfo import packaged_model_path
-    from vllm_eval.replicas import _cpu_cores
-    from vllm_eval.results import package_versions
+    from vllm_eval.evaluation.results import package_versions
+    from vllm_eval.measure.bench import plot, run_bench
+    from vllm_eval.replicas.pool import _cpu_cores
     from vllm_eval.testing import serve_model
+    from vllm_eval.utils.modelinfo import packaged_model_path
 
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "results/cpu-scale")
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 1000

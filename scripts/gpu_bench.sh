@@ -2,7 +2,7 @@
 # The GPU measurements of issues #5 and #6, run on the lent machine after vLLM is staged
 # (../shared/device/stage-vllm.sh). Random-weight models of real shapes are built there; only
 # tokenizers travel (.devtok/, git-ignored), made here with:
-#   .venv/bin/python -c "from transformers import AutoTokenizer; from vllm_eval.modelinfo import packaged_model_path; \
+#   .venv/bin/python -c "from transformers import AutoTokenizer; from vllm_eval.utils.modelinfo import packaged_model_path; \
 #     AutoTokenizer.from_pretrained(packaged_model_path()).save_pretrained('.devtok/bert'); \
 #     from vllm_eval.testing import tiny_tokenizer; tiny_tokenizer().save_pretrained('.devtok/qwen')"
 # Then, on the device (carry .devstage/bin and .devtok):

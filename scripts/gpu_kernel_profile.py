@@ -37,7 +37,7 @@ def _busy_us(intervals: list[tuple[float, float]]) -> float:
 
 
 def _encode_all(llm, ids: list[list[int]], chunk: int) -> None:
-    from vllm_eval.engine_jobs import embed_job
+    from vllm_eval.engine.jobs import embed_job
 
     for i in range(0, len(ids), chunk):
         embed_job(llm, (ids[i : i + chunk], None, None))
@@ -49,7 +49,7 @@ def profile_config(model: str, dtype: str, extra: dict, ids: list[list[int]], ch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from vllm_eval.engine import acquire_engine, release_engine
+    from vllm_eval.engine.build import acquire_engine, release_engine
 
     tokens = sum(map(len, ids))
     started = time.perf_counter()
@@ -112,7 +112,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from vllm_eval.bench import make_texts
+    from vllm_eval.measure.bench import make_texts
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     texts, _ = make_texts(tokenizer, args.n_texts, args.lengths)

@@ -39,7 +39,7 @@ def build(path: Path) -> Path:
 def main() -> None:
     import numpy as np
 
-    from vllm_eval.generator.vllm import VllmGenerator
+    from vllm_eval.models.generator.vllm import VllmGenerator
     from vllm_eval.tasks.data import lee_background_documents, lee_documents
 
     out = Path(sys.argv[1])

@@ -7,7 +7,7 @@ import sys
 
 
 def main() -> None:
-    from vllm_eval.generator.vllm import VllmGenerator
+    from vllm_eval.models.generator.vllm import VllmGenerator
     from vllm_eval.tasks.generative import get_generative_task
 
     model = sys.argv[1]

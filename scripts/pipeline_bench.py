@@ -1,4 +1,5 @@
-"""One in-process engine, synchronous chunks (one ``LLM.embed`` each) against pipelined ones (vllm_eval.pipeline).
+"""One in-process engine, synchronous chunks (one ``LLM.embed`` each) against pipelined ones
+(vllm_eval.engine.pipeline).
 
     python scripts/pipeline_bench.py [N_TEXTS] [CHUNK_SIZE] [MODEL]
 

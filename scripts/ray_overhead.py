@@ -43,9 +43,9 @@ def _measure(label: str, texts: list[str], tokens: int, **kwargs) -> tuple[np.nd
 
 
 def main() -> None:
-    from vllm_eval.bench import make_texts
-    from vllm_eval.modelinfo import packaged_model_path
+    from vllm_eval.measure.bench import make_texts
     from vllm_eval.testing import ray_cluster, row_cosines
+    from vllm_eval.utils.modelinfo import packaged_model_path
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--address", default=None, help="a running cluster (default: start a loopback one)")

@@ -1,4 +1,4 @@
-"""Time the pieces of a full-corpus retrieval search after the corpus is encoded (vllm_eval.encoder.search), on
+"""Time the pieces of a full-corpus retrieval search after the corpus is encoded (vllm_eval.models.encoder.search), on
 this machine: the corpus's ids and texts read from a ``datasets.Dataset``, CUDA's start in this process, and
 ``best_documents`` (scores and top k) on the GPU and on the CPU, then mteb's result dicts.
 
@@ -25,7 +25,7 @@ def main() -> None:
     import torch
     from mteb.similarity_functions import cos_sim
 
-    from vllm_eval.encoder import search
+    from vllm_eval.models.encoder import search
 
     n = args.docs
     corpus = datasets.Dataset.from_dict(

@@ -104,8 +104,8 @@ def rerank(args: argparse.Namespace) -> dict:
     import torch
 
     from vllm_eval import VllmReranker
-    from vllm_eval.images import ImageInput
-    from vllm_eval.presets import ScoreTemplate
+    from vllm_eval.models.images import ImageInput
+    from vllm_eval.models.presets import ScoreTemplate
 
     n = args.n_parity
     template = ScoreTemplate(
@@ -143,7 +143,7 @@ def rerank(args: argparse.Namespace) -> dict:
 
 def throughput(args: argparse.Namespace) -> dict:
     from vllm_eval import VllmEncoder
-    from vllm_eval.images import ImageInput
+    from vllm_eval.models.images import ImageInput
 
     images = digits(args.n_images, 224)
     out = {"n_images": args.n_images, "side_px": 224}

@@ -25,8 +25,8 @@ os.environ.setdefault("VLLM_RPC_BASE_PATH", _SESSION_DIR)
 @pytest.fixture(scope="session")
 def replica(tmp_path_factory):
     """The MTEB(eng, v2) replica at 0.2 % of its sizes (``bench --suite``'s offline tasks), built once."""
-    from vllm_eval.modelinfo import packaged_model_path
     from vllm_eval.tasks.shaped import build_replica
+    from vllm_eval.utils.modelinfo import packaged_model_path
 
     return build_replica(tmp_path_factory.mktemp("replica"), "MTEB(eng, v2)", packaged_model_path(), fraction=0.002)
 
@@ -73,7 +73,7 @@ def test_models(tmp_path_factory):
 @pytest.fixture(scope="session")
 def vllm_cross(test_models):
     """VllmReranker on the seeded MiniLM cross-encoder."""
-    from vllm_eval.reranker import VllmReranker
+    from vllm_eval.models.reranker import VllmReranker
 
     with VllmReranker(str(test_models["cross"]), show_progress_bar=False) as ce:
         yield ce
@@ -82,7 +82,7 @@ def vllm_cross(test_models):
 @pytest.fixture(scope="session")
 def vllm_classifier(test_models):
     """VllmClassifier on the seeded two-label MiniLM classifier."""
-    from vllm_eval.classifier.vllm import VllmClassifier
+    from vllm_eval.models.classifier.vllm import VllmClassifier
 
     with VllmClassifier(str(test_models["classifier"]), show_progress_bar=False) as c:
         yield c
@@ -91,7 +91,7 @@ def vllm_classifier(test_models):
 @pytest.fixture(scope="session")
 def generator(test_models):
     """VllmGenerator on the tiny random Qwen3, 12 new tokens."""
-    from vllm_eval.generator import VllmGenerator
+    from vllm_eval.models.generator import VllmGenerator
 
     with VllmGenerator(str(test_models["qwen3"]), sampling={"max_tokens": 12}, show_progress_bar=False) as g:
         yield g
@@ -105,7 +105,8 @@ def cli_in_process(monkeypatch, capsys):
     Logging is left as pytest set it up, the environment is restored afterwards, and the session's
     engines survive (``main`` shuts down every engine of its process when it ends).
     """
-    from vllm_eval import cli, engine
+    from vllm_eval import cli
+    from vllm_eval.engine import build as engine
 
     monkeypatch.setattr(cli.logs, "configure", lambda verbose, output_dir: None)
     monkeypatch.setattr(engine, "shutdown_all", lambda: None)

@@ -9,22 +9,30 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from vllm_eval import backends
-from vllm_eval.backends import BACKENDS, KINDS, backend_class, backend_names, engine_options, is_remote, load_backend
-from vllm_eval.encoder.base import EncoderBase
-from vllm_eval.errors import UnknownNameError, UsageError
-from vllm_eval.http import HttpClient, RemoteBackend, expect
-from vllm_eval.modelinfo import build_model_meta, served_model_ref
-from vllm_eval.prompts import resolve_prompting
+from vllm_eval.models import backends
+from vllm_eval.models.backends import (
+    BACKENDS,
+    KINDS,
+    backend_class,
+    backend_names,
+    engine_options,
+    is_remote,
+    load_backend,
+)
+from vllm_eval.models.encoder.base import EncoderBase
+from vllm_eval.models.http import HttpClient, RemoteBackend, expect
+from vllm_eval.models.prompts import resolve_prompting
 from vllm_eval.testing import JsonStubHandler, stub_server, url_of
+from vllm_eval.utils.errors import UnknownNameError, UsageError
+from vllm_eval.utils.modelinfo import build_model_meta, served_model_ref
 
 BASES = {
-    "encoder": "vllm_eval.encoder.base:EncoderBase",
-    "reranker": "vllm_eval.reranker.base:RerankerBase",
-    "generator": "vllm_eval.generator.base:GeneratorBase",
-    "classifier": "vllm_eval.classifier.base:ClassifierBase",
-    "token_classifier": "vllm_eval.token_classifier.base:TokenClassifierBase",
-    "token_embedder": "vllm_eval.token_embedder.base:TokenEmbedderBase",
+    "encoder": "vllm_eval.models.encoder.base:EncoderBase",
+    "reranker": "vllm_eval.models.reranker.base:RerankerBase",
+    "generator": "vllm_eval.models.generator.base:GeneratorBase",
+    "classifier": "vllm_eval.models.classifier.base:ClassifierBase",
+    "token_classifier": "vllm_eval.models.token_classifier.base:TokenClassifierBase",
+    "token_embedder": "vllm_eval.models.token_embedder.base:TokenEmbedderBase",
 }
 
 
@@ -90,7 +98,7 @@ def test_a_new_backend_is_one_table_line(monkeypatch):
     """A server type added by one line shows up as a CLI choice and loads through the table."""
     from vllm_eval.cli import build_parser
 
-    monkeypatch.setitem(BACKENDS, ("encoder", "tei"), "vllm_eval.encoder.remote:RemoteEncoder")
+    monkeypatch.setitem(BACKENDS, ("encoder", "tei"), "vllm_eval.models.encoder.remote:RemoteEncoder")
     assert "tei" in _choices(build_parser(), "run", "backend")
     assert backends.is_remote("encoder", "tei")
 

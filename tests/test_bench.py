@@ -7,8 +7,8 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from vllm_eval.bench import BenchRecord, make_texts, parse_lengths, plot
-from vllm_eval.modelinfo import packaged_model_path
+from vllm_eval.measure.bench import BenchRecord, make_texts, parse_lengths, plot
+from vllm_eval.utils.modelinfo import packaged_model_path
 
 
 def test_texts_have_the_requested_token_counts():
@@ -41,7 +41,7 @@ def test_plots_are_written(tmp_path):
 
 
 def test_synthetic_retrieval_task_is_beir_and_each_query_is_in_its_document(tmp_path):
-    from vllm_eval.suite import build_synthetic_retrieval
+    from vllm_eval.measure.suite import build_synthetic_retrieval
     from vllm_eval.tasks.owntasks import own_mteb_task
 
     data = build_synthetic_retrieval(tmp_path / "syn", packaged_model_path(), n_docs=120, n_queries=15, seed=2)
@@ -84,7 +84,7 @@ def test_suite_times_each_backend_in_its_own_process_and_compares_scores(tmp_pat
     # psutil dates the process start to the kernel clock tick, not better than a fraction of a second
     assert ours["wall"] <= records["vllm"]["seconds"] + 1 and "seconds per phase" in result.stdout
     # `vllm-eval report` on the suite's folder renders each backend's run
-    from vllm_eval.report import write_report
+    from vllm_eval.measure.report import write_report
 
     page = write_report([out], tmp_path / "report.html").read_text()
     assert str(out / "vllm") in page and str(out / "st") in page

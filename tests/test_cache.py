@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from mteb.types import PromptType
 
-from vllm_eval.cache import OutputCache, identity_digest, input_key, weights_fingerprint
-from vllm_eval.modelinfo import packaged_model_path
+from vllm_eval.models.cache import OutputCache, identity_digest, input_key, weights_fingerprint
 from vllm_eval.tasks.offline import LeeKnownItemRetrieval
 from vllm_eval.testing import text_loader
+from vllm_eval.utils.modelinfo import packaged_model_path
 
 TEXTS = ["The cat sat on the mat.", "Stocks fell sharply on Monday.", "A dog barked.", "The cat sat on the mat."]
 
@@ -46,7 +46,7 @@ def test_a_damaged_entry_is_recomputed_never_returned(tmp_path):
 _WRITER = """
 import sys
 import numpy as np
-from vllm_eval.cache import OutputCache
+from vllm_eval.models.cache import OutputCache
 cache = OutputCache(sys.argv[1])
 worker = int(sys.argv[2])
 for batch in range(40):
@@ -172,7 +172,7 @@ def test_reranker_and_generator_cache(tmp_path, vllm_cross, generator):
 
 
 def test_st_and_vllm_results_in_one_output_dir_stay_apart(tmp_path, vllm_encoder, st_encoder):
-    from vllm_eval.results import evaluate, results_dir
+    from vllm_eval.evaluation.results import evaluate, results_dir
     from vllm_eval.tasks import get_tasks
 
     out = tmp_path / "res"
@@ -189,7 +189,7 @@ def test_st_and_vllm_results_in_one_output_dir_stay_apart(tmp_path, vllm_encoder
 
 @pytest.mark.parametrize("bad", ["/dev/null/x"])
 def test_an_unusable_cache_dir_is_named(bad):
-    from vllm_eval.errors import UsageError
+    from vllm_eval.utils.errors import UsageError
 
     with pytest.raises(UsageError, match="cache-dir"):
         OutputCache(bad)

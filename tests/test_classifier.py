@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from vllm_eval.errors import UsageError
 from vllm_eval.tasks.classification import classification_metrics, get_classification_data, label_indices
 from vllm_eval.tasks.owndata import read_rows
+from vllm_eval.utils.errors import UsageError
 
 
 @pytest.fixture(scope="module")
 def hf_classifier(test_models):
-    from vllm_eval.classifier.hf import TransformersClassifier
+    from vllm_eval.models.classifier.hf import TransformersClassifier
 
     with TransformersClassifier(str(test_models["classifier"]), show_progress_bar=False) as c:
         yield c
@@ -117,8 +117,8 @@ def test_classify_cli_on_a_packaged_task_and_on_a_file(cli_in_process, test_mode
 @pytest.mark.slow
 def test_remote_classifier_matches_in_process(test_models, vllm_classifier):
     """A real `vllm serve` of the classifier: /classify gives the in-process probabilities."""
-    from vllm_eval.classifier.remote import RemoteClassifier
-    from vllm_eval.http import HttpOptions
+    from vllm_eval.models.classifier.remote import RemoteClassifier
+    from vllm_eval.models.http import HttpOptions
     from vllm_eval.testing import serve_model
 
     texts = get_classification_data("PangLeePolarity").texts[:40]

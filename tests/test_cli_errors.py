@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from vllm_eval.modelinfo import packaged_model_path
 from vllm_eval.testing import JsonStubHandler, stub_server, url_of
+from vllm_eval.utils.modelinfo import packaged_model_path
 
 MINILM = packaged_model_path()
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from vllm_eval.compare import Config, ConfigResult, agreement, compare_results, configurations, parse_reference
+from vllm_eval.measure.compare import Config, ConfigResult, agreement, compare_results, configurations, parse_reference
 
 
 def test_configurations_labels_and_tolerances():

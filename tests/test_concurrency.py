@@ -1,4 +1,5 @@
-"""Tasks evaluated at once (:mod:`vllm_eval.concurrency`): order, results by index, a failure that stops the run
+"""Tasks evaluated at once (:mod:`vllm_eval.evaluation.concurrency`): order, results by index, a failure that stops
+the run
 at once, each task's own scikit-learn model. The scores of concurrent against sequential evaluation on a real
 engine are compared in tests/test_timeline.py (the benchmark replica)."""
 
@@ -11,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from vllm_eval.concurrency import in_run_order, own_evaluator, run_tasks, task_workers
-from vllm_eval.errors import UsageError
+from vllm_eval.evaluation.concurrency import in_run_order, own_evaluator, run_tasks, task_workers
+from vllm_eval.utils.errors import UsageError
 
 
 def _task(name: str, size: int = 0):

@@ -10,9 +10,9 @@ import pytest
 from mteb.types import PromptType
 from torch.utils.data import DataLoader
 
-from vllm_eval.engine import live_engines
-from vllm_eval.prompts import PromptResolver
-from vllm_eval.streaming import TruncationWarning
+from vllm_eval.engine.build import live_engines
+from vllm_eval.models.prompts import PromptResolver
+from vllm_eval.models.streaming import TruncationWarning
 from vllm_eval.tasks.offline import LeeDocSimilarity, LeeKnownItemRetrieval
 
 TEXTS = ["The cat sat on the mat.", "Stocks fell sharply on Monday.", "A dog barked at the postman."]
@@ -138,7 +138,7 @@ def test_matryoshka_dimensions_unsupported_is_a_clear_error(vllm_encoder):
 
 def test_matryoshka_dimensions_when_declared(vllm_encoder):
     from vllm_eval import VllmEncoder
-    from vllm_eval.engine import _in_process
+    from vllm_eval.engine.build import _in_process
 
     overrides = {"matryoshka_dimensions": [128, 384]}
     enc = VllmEncoder(dimensions=128, hf_overrides=overrides, show_progress_bar=False)
@@ -266,8 +266,8 @@ def test_engine_starts_in_process_with_numba_loaded(vllm_encoder):
     import numba
 
     from vllm_eval import VllmEncoder
-    from vllm_eval.engine import _in_process
-    from vllm_eval.procenv import modules_breaking_kernel_scan
+    from vllm_eval.engine.build import _in_process
+    from vllm_eval.engine.procenv import modules_breaking_kernel_scan
 
     # numba loads llvmlite, whose library wrapper breaks vLLM's in-process kernel walk; it is left out
     # of sys.modules while an engine starts, so a new engine's core still runs in this process.
@@ -282,7 +282,7 @@ def test_engine_starts_in_process_with_numba_loaded(vllm_encoder):
 
 
 def test_in_process_chunks_are_pipelined(vllm_encoder, monkeypatch):
-    """The next chunk's requests are in the engine before this one's outputs are collected (vllm_eval.pipeline),
+    """The next chunk's requests are in the engine before this one's outputs are collected (vllm_eval.engine.pipeline),
     with the rows of the synchronous path (one LLM.embed per chunk)."""
     from vllm_eval import VllmEncoder
 
@@ -308,8 +308,8 @@ def test_in_process_chunks_are_pipelined(vllm_encoder, monkeypatch):
 
 
 def test_pipelined_refusal_leaves_nothing_in_the_engine(vllm_encoder):
-    from vllm_eval.engine_jobs import embed_job, submit_embed
-    from vllm_eval.errors import UsageError
+    from vllm_eval.engine.jobs import embed_job, submit_embed
+    from vllm_eval.utils.errors import UsageError
 
     ids = [[101, 2000, 102], [101, 999_999, 102]]  # the second is refused after the first was added
     future = vllm_encoder.submit_split(embed_job, 2, lambda lo, hi: (ids[lo:hi], None, None), pipelined=submit_embed)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_eval import cli, errors
+from vllm_eval import cli
+from vllm_eval.utils import errors
 
 
 @pytest.mark.parametrize(
@@ -50,7 +51,7 @@ def test_library_callers_catching_builtins_still_work():
 
 
 def test_reference_backends_take_vllm_and_torch_dtype_names():
-    from vllm_eval.base import torch_dtype_name
+    from vllm_eval.models.base import torch_dtype_name
 
     assert [torch_dtype_name(d) for d in ("float", "half", "bf16", "float32")] == [
         "float32",

@@ -41,7 +41,7 @@ def test_greedy_outputs_are_identical_across_runs(generator):
 
 
 def test_system_prompt_kept_or_merged(test_models, generator):
-    from vllm_eval.generator import VllmGenerator
+    from vllm_eval.models.generator import VllmGenerator
 
     with VllmGenerator(str(test_models["qwen3"]), system_prompt="Be brief.", show_progress_bar=False) as g:
         assert g.llm is generator.llm  # same engine: chat options are per request
@@ -75,7 +75,7 @@ def test_images_become_parts_in_position(generator):
 
 
 def test_model_without_chat_template(test_models, tmp_path):
-    from vllm_eval.generator import VllmGenerator
+    from vllm_eval.models.generator import VllmGenerator
 
     bare = tmp_path / "bare"
     shutil.copytree(test_models["qwen3"], bare)
@@ -91,7 +91,7 @@ def test_model_without_chat_template(test_models, tmp_path):
 
 
 def test_unknown_sampling_option_is_named(test_models):
-    from vllm_eval.generator import sampling_params
+    from vllm_eval.models.generator import sampling_params
 
     with pytest.raises(TypeError, match="temprature"):
         sampling_params({"temprature": 0.5})
@@ -180,7 +180,7 @@ def test_loglikelihood_matches_transformers(generator, test_models):
     print(f"loglikelihood |vLLM - transformers| max = {delta:.2e} (values {got})")
     assert delta <= 1e-4
     # The hf backend (compare's reference) renders and tokenizes through the same base: same numbers.
-    from vllm_eval.generator.hf import TransformersGenerator
+    from vllm_eval.models.generator.hf import TransformersGenerator
 
     hf_kwargs = {"sampling": {"max_tokens": 12}, "show_progress_bar": False, "batch_size": 2}
     with TransformersGenerator(test_models["qwen3"], **hf_kwargs) as hf:
@@ -217,7 +217,7 @@ def test_digits_task_loads_real_images():
 
 
 def test_a_prompt_over_max_model_len_is_a_named_usage_error(generator):
-    from vllm_eval.errors import UsageError
+    from vllm_eval.utils.errors import UsageError
 
     long = "word " * 3000  # the tiny model's max_model_len is 2048
     with pytest.raises(UsageError, match=r"context 'word word .* tokens; the engine's max_model_len is 2048"):
@@ -271,7 +271,7 @@ def test_split_reasoning_reads_the_answer_after_the_reasoning():
 def test_chat_template_kwargs_reach_the_prompt_and_unfinished_reasoning_gives_no_answer(
     generator, test_models, tmp_path
 ):
-    from vllm_eval.generator import VllmGenerator
+    from vllm_eval.models.generator import VllmGenerator
     from vllm_eval.tasks.multiple_choice import split_reasoning
 
     model, task = str(test_models["qwen3"]), get_generative_task("PangLeePolarity")
@@ -311,7 +311,7 @@ def test_chat_template_kwargs_reach_the_prompt_and_unfinished_reasoning_gives_no
 
 
 def test_loglikelihood_scoring_turns_a_default_on_reasoning_switch_off(generator, test_models):
-    from vllm_eval.generator import VllmGenerator
+    from vllm_eval.models.generator import VllmGenerator
 
     model = str(test_models["qwen3"])
     contexts, conts = ["Is 2 > 1?", "Is 2 > 1?", "Which is it?"], ["yes", "no", " positive"]

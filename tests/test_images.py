@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vllm_eval.errors import UsageError
-from vllm_eval.images import ImageInput
+from vllm_eval.models.images import ImageInput
+from vllm_eval.utils.errors import UsageError
 
 
 def _digits(n: int, offset: int = 0) -> list:
@@ -68,7 +68,7 @@ def test_clip_texts_and_images_match_transformers(clip):
 
 
 def test_images_repeat_once_and_are_cached_by_their_pixels(clip, tmp_path):
-    from vllm_eval.cache import OutputCache
+    from vllm_eval.models.cache import OutputCache
     from vllm_eval.tasks import get_tasks
 
     _, enc = clip
@@ -100,8 +100,8 @@ def test_images_repeat_once_and_are_cached_by_their_pixels(clip, tmp_path):
 def test_a_served_clip_embeds_images_through_chat_messages_as_in_process(clip):
     """A real `vllm serve` of the tiny CLIP: texts as `input`, images as chat messages with PNG data URLs, many
     per request and (as an older server takes them) one per request: the in-process vectors, raw as asked."""
-    from vllm_eval.encoder.remote import RemoteEncoder
-    from vllm_eval.http import HttpOptions
+    from vllm_eval.models.encoder.remote import RemoteEncoder
+    from vllm_eval.models.http import HttpOptions
     from vllm_eval.tasks import get_tasks
     from vllm_eval.testing import row_cosines, serve_model
 
@@ -128,7 +128,7 @@ def test_digit_image_tasks_score_as_mtebs_own_clip(clip, cli_in_process, tmp_pat
 
     from mteb.models.model_implementations.clip_models import CLIPModel
 
-    from vllm_eval.results import evaluate
+    from vllm_eval.evaluation.results import evaluate
     from vllm_eval.tasks.images import IMAGE_TASKS
 
     model_dir, enc = clip
@@ -154,7 +154,7 @@ def test_sentence_transformers_reference_takes_images_and_compare_agrees(clip, c
     image tasks, per task and per input."""
     import json
 
-    from vllm_eval.encoder.st import SentenceTransformerEncoder
+    from vllm_eval.models.encoder.st import SentenceTransformerEncoder
     from vllm_eval.tasks import get_tasks
     from vllm_eval.testing import row_cosines
 
@@ -206,7 +206,7 @@ def test_siglip_texts_padded_as_trained_and_images_match_transformers(tmp_path):
 
 
 def test_an_image_task_for_a_text_only_model_is_refused_before_its_engine(cli_in_process, monkeypatch):
-    from vllm_eval import engine
+    from vllm_eval.engine import build as engine
 
     def no_engine(*args, **kwargs):
         raise AssertionError("an engine started")
@@ -222,7 +222,7 @@ def test_evaluate_refuses_image_tasks_for_a_text_only_model_in_one_line():
     """Any backend (a served model too, whose config is not read before it starts): before mteb's traceback."""
     from types import SimpleNamespace
 
-    from vllm_eval.results import evaluate
+    from vllm_eval.evaluation.results import evaluate
     from vllm_eval.tasks import get_tasks
 
     text_only = SimpleNamespace(mteb_model_meta=SimpleNamespace(modalities=["text"], name="served"))
@@ -260,7 +260,7 @@ def test_own_image_files_as_mteb_tasks(clip, cli_in_process, tmp_path):
     images; an (image, label) file runs as image classification; a missing image is named by file and line."""
     import json
 
-    from vllm_eval.results import evaluate
+    from vllm_eval.evaluation.results import evaluate
     from vllm_eval.tasks.images import DigitsTextToImageRetrieval
     from vllm_eval.tasks.owntasks import own_mteb_task
 
@@ -287,8 +287,8 @@ def test_own_image_files_as_mteb_tasks(clip, cli_in_process, tmp_path):
 
 def test_chunks_hold_one_kind_of_input():
     """The pooled stream's chunks break where texts give way to images, so a backend gets one kind per chunk."""
-    from vllm_eval.pooling import _is_image
-    from vllm_eval.streaming import chunked
+    from vllm_eval.models.pooling import _is_image
+    from vllm_eval.models.streaming import chunked
 
     image = ImageInput(np.zeros((4, 4), dtype=np.uint8))
     items = ["a", "b", image, image, image, "c"]

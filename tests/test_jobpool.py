@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_eval.errors import ReplicaError
-from vllm_eval.jobpool import JobPool
+from vllm_eval.replicas.jobpool import JobPool
+from vllm_eval.utils.errors import ReplicaError
 
 
 class _Pool(JobPool):

@@ -1,4 +1,5 @@
-"""The package's shape: no file over 600 lines, no function over 100, no import cycle between modules.
+"""The package's shape: at most 12 entries at the top, subsystem packages whose imports point down the layers
+(docs/architecture.md), no file over 600 lines, no function over 100, no import cycle between modules.
 
 Read from the source with ``ast`` (nothing is imported). An import inside a function counts as an
 edge too: a lazy import hides a cycle from Python, not from a reader.
@@ -14,6 +15,22 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "vllm_eval"
 MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 100
+MAX_TOP_ENTRIES = 12
+#: The subsystem packages, lowest first: a module imports from its own package or from one listed before it
+#: (``testing`` builds test models from any layer; ``vllm_eval/__init__`` only re-exports lazily).
+LAYERS = [
+    "utils",
+    "engine",
+    "replicas",
+    "models",
+    "evaluation",
+    "tasks",
+    "measure",
+    "api",
+    "cli",
+    "__main__",
+    "testing",
+]
 
 
 def _modules() -> dict[str, Path]:
@@ -45,6 +62,30 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
             continue
         found.update(t for t in targets if t in known and t != name)
     return found
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_at_most_12_entries_at_the_top():
+    entries = sorted(p.name for p in SRC.iterdir() if p.name != "__pycache__")
+    assert len(entries) <= MAX_TOP_ENTRIES, entries
+    assert {e.removesuffix(".py") for e in entries} <= {*LAYERS, "__init__"}, entries
+
+
+def test_imports_point_down_the_layers():
+    modules = _modules()
+    up = []
+    for name, path in modules.items():
+        for target in _imports(name, path, set(modules)):
+            here, there = _layer(name), _layer(target)
+            if there == "__init__" and here != "__init__" and target == "vllm_eval":
+                continue  # the package's version and lazy names
+            if here != "__init__" and LAYERS.index(there) > LAYERS.index(here):
+                up.append(f"{name} -> {target}")
+    assert not up, up
 
 
 def test_no_file_over_600_lines():

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from vllm_eval.errors import DataUnavailableError, UsageError
 from vllm_eval.tasks.owntasks import detect_type, own_mteb_task
+from vllm_eval.utils.errors import DataUnavailableError, UsageError
 
 
 def _jsonl(path, rows):
@@ -104,7 +104,7 @@ def test_malformed_files_name_file_line_and_field(tmp_path, files):
 
 
 def test_own_tasks_run_through_mteb_with_the_reference_encoder(files, st_encoder):
-    from vllm_eval.results import evaluate
+    from vllm_eval.evaluation.results import evaluate
 
     tasks = [own_mteb_task(files[k]) for k in ("sts", "pairs", "rerank", "beir", "classification")]
     rows = evaluate(st_encoder, tasks, show_progress_bar=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_eval.results import evaluate
+from vllm_eval.evaluation.results import evaluate
 from vllm_eval.tasks import data, get_tasks
 from vllm_eval.testing import row_cosines, score_deltas
 

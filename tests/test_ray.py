@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from vllm_eval.errors import ReplicaError, UsageError
 from vllm_eval.testing import ray_cluster, row_cosines
+from vllm_eval.utils.errors import ReplicaError, UsageError
 
 ray = pytest.importorskip("ray")
 
@@ -24,7 +24,7 @@ def cluster():
 
 
 def test_without_ray_or_a_cluster_the_option_is_one_line(monkeypatch):
-    from vllm_eval.ray_replicas import connect
+    from vllm_eval.replicas.ray import connect
 
     with pytest.raises(UsageError, match=r"--ray-address 'x:y': expected auto, HOST:PORT"):
         connect("x:y")
@@ -54,7 +54,7 @@ def ray_encoder(cluster):
 
 
 def test_two_actors_score_as_one_engine(cluster, ray_encoder, vllm_encoder, tmp_path):
-    from vllm_eval.results import evaluate
+    from vllm_eval.evaluation.results import evaluate
     from vllm_eval.tasks import get_tasks
 
     tasks = ["WordSim353", "LeeDocSimilarity"]

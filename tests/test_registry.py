@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_eval.presets import ModelPreset, ScoreTemplate, find_preset, get_preset, list_presets, register_preset
+from vllm_eval.models.presets import ModelPreset, ScoreTemplate, find_preset, get_preset, list_presets, register_preset
 
 
 def test_kinds_and_lookup():
@@ -43,7 +43,7 @@ def test_score_template_validation():
 
 
 def test_preset_engine_options_merge_with_the_users():
-    from vllm_eval.engine_args import merge_engine_kwargs
+    from vllm_eval.engine.args import merge_engine_kwargs
 
     preset = get_preset("qwen3-reranker").engine_kwargs
     merged = merge_engine_kwargs(preset, {"hf_overrides": {"head_dtype": "float32"}, "dtype": "bfloat16"})
@@ -53,8 +53,8 @@ def test_preset_engine_options_merge_with_the_users():
 
 
 def test_presets_resolve_per_kind_and_describe_what_they_set():
-    from vllm_eval.errors import UnknownNameError, UsageError
-    from vllm_eval.presets import resolve_preset
+    from vllm_eval.models.presets import resolve_preset
+    from vllm_eval.utils.errors import UnknownNameError, UsageError
 
     assert resolve_preset("intfloat/e5-large-v2", "encoder").name == "e5"
     assert resolve_preset("/models/Qwen3-Embedding-0.6B", "encoder").name == "qwen3-embedding"

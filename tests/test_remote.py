@@ -11,12 +11,12 @@ import time
 import numpy as np
 import pytest
 
-from vllm_eval.encoder.remote import RemoteEncoder
-from vllm_eval.errors import EndpointError, UsageError
-from vllm_eval.generator.remote import RemoteGenerator
-from vllm_eval.http import HttpOptions
-from vllm_eval.reranker.remote import RemoteReranker
+from vllm_eval.models.encoder.remote import RemoteEncoder
+from vllm_eval.models.generator.remote import RemoteGenerator
+from vllm_eval.models.http import HttpOptions
+from vllm_eval.models.reranker.remote import RemoteReranker
 from vllm_eval.testing import JsonStubHandler, stub_server, url_of
+from vllm_eval.utils.errors import EndpointError, UsageError
 
 
 def _http(urls, **kwargs) -> HttpOptions:
@@ -129,8 +129,8 @@ def test_dead_endpoint_skipped_and_all_dead_fails(stubs):
 @pytest.fixture(scope="module")
 def vllm_server():
     """A real `vllm serve` of the packaged MiniLM on loopback (fp32, eager, small KV reserve)."""
-    from vllm_eval.modelinfo import packaged_model_path
     from vllm_eval.testing import serve_model
+    from vllm_eval.utils.modelinfo import packaged_model_path
 
     with serve_model(packaged_model_path(), timeout=240) as url:
         yield url
@@ -157,8 +157,8 @@ def test_a_server_killed_mid_run_hands_its_requests_to_the_other(vllm_server, vl
 
     import psutil
 
-    from vllm_eval.modelinfo import packaged_model_path
     from vllm_eval.testing import serve_model
+    from vllm_eval.utils.modelinfo import packaged_model_path
 
     with serve_model(packaged_model_path(), timeout=240) as second:
         port = second.rsplit(":", 1)[1]

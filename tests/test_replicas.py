@@ -8,7 +8,7 @@ import signal
 import numpy as np
 import pytest
 
-from vllm_eval.replicas import ReplicaError, plan_replicas
+from vllm_eval.replicas.pool import ReplicaError, plan_replicas
 from vllm_eval.testing import row_cosines, run_cli, score_deltas
 
 
@@ -37,8 +37,8 @@ def test_gpu_replicas_run_their_engine_core_in_process_unless_told(monkeypatch):
 
 
 def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypatch):
-    import vllm_eval.replicas as replicas
-    from vllm_eval.modelinfo import packaged_model_path
+    import vllm_eval.replicas.pool as replicas
+    from vllm_eval.utils.modelinfo import packaged_model_path
 
     monkeypatch.setattr(replicas, "_gpu_total_bytes", lambda: 80 * 1024**3)
     model = packaged_model_path()  # MiniLM-L6: 6 layers, 12 heads of 32
@@ -132,7 +132,7 @@ def test_two_replicas_match_one_engine_in_order(dp_encoder, vllm_encoder):
     assert sorted(ready) == [0, 1] and 0 < max(ready.values()) <= dp_encoder.pool.start_seconds
     assert dp_encoder.counters.engine_start_seconds == dp_encoder.pool.start_seconds
     # On the timeline: one engine lane per replica, from the start call to that replica's ready.
-    from vllm_eval.timeline import current
+    from vllm_eval.utils.timeline import current
 
     lanes = {p.detail: p for p in current().phases if p.name == "engine" and str(p.detail).startswith("replica")}
     pool = dp_encoder.pool
@@ -196,8 +196,8 @@ def test_cli_refuses_replicas_where_they_do_not_apply(argv, match):
 
 @pytest.mark.slow
 def test_two_generator_replicas_match_one_engine(generator, test_models):
-    from vllm_eval.errors import UsageError
-    from vllm_eval.generator import VllmGenerator
+    from vllm_eval.models.generator import VllmGenerator
+    from vllm_eval.utils.errors import UsageError
 
     # chunk_size 2 per replica: ten samples make three steps of two jobs each.
     with VllmGenerator(
@@ -229,7 +229,7 @@ def test_two_generator_replicas_match_one_engine(generator, test_models):
 
 @pytest.mark.slow
 def test_two_reranker_replicas_match_one_engine(vllm_cross):
-    from vllm_eval.reranker import VllmReranker
+    from vllm_eval.models.reranker import VllmReranker
     from vllm_eval.tasks.data import lee_documents
 
     docs = list(lee_documents()[:30])
@@ -296,7 +296,7 @@ def test_a_parent_of_replicas_imports_no_vllm_and_keeps_each_start_by_step(tmp_p
     ],
 )
 def test_the_replicas_to_start_ahead_are_read_from_the_command_line(argv, layout, monkeypatch):
-    from vllm_eval.replicas_ahead import layout_of
+    from vllm_eval.replicas.ahead import layout_of
 
     assert layout_of(argv) == layout
     monkeypatch.setenv("VLLMEVAL_START_AHEAD", "0")
@@ -309,7 +309,7 @@ def test_replicas_started_ahead_are_stopped_when_the_command_fails_or_plans_othe
     import multiprocessing
     import time
 
-    from vllm_eval import replicas_ahead
+    from vllm_eval.replicas import ahead as replicas_ahead
 
     before = set(multiprocessing.active_children())  # the session's replicas (dp_encoder) stay
 
@@ -337,7 +337,7 @@ def _engine_alone(core_process: str, with_worker: bool) -> bool:
     import multiprocessing
     import time
 
-    from vllm_eval.replica_process import engine_in_this_process
+    from vllm_eval.replicas.process import engine_in_this_process
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = core_process
     worker = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,)) if with_worker else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vllm_eval.errors import UsageError
+from vllm_eval.utils.errors import UsageError
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def _same(one, two, rows_one, rows_two, what: str) -> None:
 
 
 def test_classifier_and_reward_model_on_two_replicas(test_models, vllm_classifier, tmp_path):
-    from vllm_eval.classifier.vllm import VllmClassifier
+    from vllm_eval.models.classifier.vllm import VllmClassifier
     from vllm_eval.testing import build_tiny_reward_model
 
     texts = _texts()
@@ -56,9 +56,9 @@ def test_classifier_and_reward_model_on_two_replicas(test_models, vllm_classifie
 
 
 def test_token_classifier_and_token_embedder_on_two_replicas(test_models, tmp_path):
+    from vllm_eval.models.token_classifier.vllm import VllmTokenClassifier
+    from vllm_eval.models.token_embedder.vllm import VllmTokenEmbedder
     from vllm_eval.testing import build_minilm_colbert
-    from vllm_eval.token_classifier.vllm import VllmTokenClassifier
-    from vllm_eval.token_embedder.vllm import VllmTokenEmbedder
 
     texts = _texts()
     sentences = [t.split()[:40] or ["empty"] for t in texts]

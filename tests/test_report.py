@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from vllm_eval.compare import Config, ConfigResult, compare_results, save
+from vllm_eval.measure.compare import Config, ConfigResult, compare_results, save
 
 TASKS = ["WordSim353", "LeeKnownItemRetrieval"]
 
@@ -23,7 +23,7 @@ def _chromium() -> str:
 def test_report_is_self_contained_and_renders(cli_in_process, tmp_path, vllm_encoder):
     from PIL import Image
 
-    from vllm_eval.results import evaluate
+    from vllm_eval.evaluation.results import evaluate
     from vllm_eval.tasks import get_tasks
 
     run = tmp_path / "run"

@@ -10,10 +10,10 @@ import torch
 from mteb.types import PromptType
 from torch.utils.data import DataLoader
 
-from vllm_eval.errors import UsageError
-from vllm_eval.presets import ScoreTemplate, get_preset
-from vllm_eval.streaming import TruncationWarning
+from vllm_eval.models.presets import ScoreTemplate, get_preset
+from vllm_eval.models.streaming import TruncationWarning
 from vllm_eval.tasks.offline import LeeKnownItemRetrieval
+from vllm_eval.utils.errors import UsageError
 
 QUERIES = ["what is a cat", "stock market news", "", "rain in the forecast"]
 DOCS = ["a cat is a small domesticated animal", "shares fell sharply on monday", "an empty query", ""]
@@ -25,7 +25,7 @@ def loader(texts: list) -> DataLoader:
 
 @pytest.fixture(scope="session")
 def st_cross(test_models):
-    from vllm_eval.reranker import SentenceTransformerReranker
+    from vllm_eval.models.reranker import SentenceTransformerReranker
 
     with SentenceTransformerReranker(str(test_models["cross"]), device="cpu", show_progress_bar=False) as ce:
         yield ce
@@ -33,7 +33,7 @@ def st_cross(test_models):
 
 @pytest.fixture(scope="session")
 def qwen3_reranker(test_models):
-    from vllm_eval.reranker import VllmReranker
+    from vllm_eval.models.reranker import VllmReranker
 
     with VllmReranker(str(test_models["qwen3"]), preset="qwen3-reranker", show_progress_bar=False) as ce:
         yield ce
@@ -58,7 +58,7 @@ def test_cross_encoder_matches_sentence_transformers(vllm_cross, st_cross):
 
 
 def test_predict_streams_pairs_with_prefixes(vllm_cross):
-    from vllm_eval.reranker import VllmReranker
+    from vllm_eval.models.reranker import VllmReranker
 
     meta = LeeKnownItemRetrieval.metadata
     with VllmReranker(
@@ -130,7 +130,7 @@ def test_template_uses_task_instruction_and_keeps_its_tail(qwen3_reranker, test_
 
 
 def test_general_score_template_for_any_classifier(vllm_cross):
-    from vllm_eval.reranker import VllmReranker
+    from vllm_eval.models.reranker import VllmReranker
 
     tpl = ScoreTemplate(query_template="Q: {query} ", document_template="D: {document}")
     with VllmReranker(str(vllm_cross.model), score_template=tpl, show_progress_bar=False) as ce:
@@ -142,8 +142,8 @@ def test_general_score_template_for_any_classifier(vllm_cross):
 
 
 def test_bi_encoder_scores_by_cosine(vllm_encoder):
-    from vllm_eval.modelinfo import packaged_model_path
-    from vllm_eval.reranker import VllmReranker
+    from vllm_eval.models.reranker import VllmReranker
+    from vllm_eval.utils.modelinfo import packaged_model_path
 
     with VllmReranker(packaged_model_path(), show_progress_bar=False) as bi:
         assert bi.mode == "bi-encoder"
@@ -154,7 +154,7 @@ def test_bi_encoder_scores_by_cosine(vllm_encoder):
 
 
 def test_bad_reranker_inputs(test_models, vllm_cross):
-    from vllm_eval.reranker import VllmReranker
+    from vllm_eval.models.reranker import VllmReranker
 
     with pytest.raises(ValueError, match="neither a classifier head nor a registered reranker recipe"):
         VllmReranker(str(test_models["qwen3"]))
@@ -179,7 +179,7 @@ def test_bad_reranker_inputs(test_models, vllm_cross):
 def two_stage_rows(vllm_cross, st_cross, tmp_path_factory):
     import mteb
 
-    from vllm_eval.two_stage import evaluate_two_stage
+    from vllm_eval.evaluation.two_stage import evaluate_two_stage
 
     bm25 = mteb.get_model("mteb/baseline-bm25s")
     out = tmp_path_factory.mktemp("rerank")
@@ -235,7 +235,7 @@ class TinyRetrieval(LeeKnownItemRetrieval):
 def test_top_k_larger_than_corpus_and_query_without_candidates(vllm_cross, tmp_path):
     import mteb
 
-    from vllm_eval.two_stage import evaluate_two_stage
+    from vllm_eval.evaluation.two_stage import evaluate_two_stage
 
     with pytest.warns(UserWarning, match="larger than TinyRetrieval's corpus"):
         rows = evaluate_two_stage(
@@ -257,7 +257,7 @@ def test_top_k_larger_than_corpus_and_query_without_candidates(vllm_cross, tmp_p
     data["default"]["test"]["q2"] = {}
     pred.write_text(json.dumps(data))
     task = TinyRetrieval().convert_to_reranking(tmp_path / "predictions", top_k=5)
-    from vllm_eval.results import evaluate
+    from vllm_eval.evaluation.results import evaluate
 
     (row,) = evaluate(vllm_cross, [task], show_progress_bar=False)
     assert 0 <= row.main_score <= 2 / 3 + 1e-9  # q2 contributes 0 to the mean
@@ -266,7 +266,7 @@ def test_top_k_larger_than_corpus_and_query_without_candidates(vllm_cross, tmp_p
 
 
 def test_pairs_of_unequal_sides_are_refused_and_an_inputs_own_error_kept():
-    from vllm_eval.reranker.base import _pairs
+    from vllm_eval.models.reranker.base import _pairs
 
     assert list(_pairs(["q1", "q2"], ["d1", "d2"])) == [("q1", "d1"), ("q2", "d2")]
     for queries, docs in ((["q1"], ["d1", "d2"]), (["q1", "q2"], ["d1"])):

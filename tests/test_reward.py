@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from vllm_eval.errors import UsageError
 from vllm_eval.tasks.preference import load_preference_file, pairwise_metrics, render_conversations
+from vllm_eval.utils.errors import UsageError
 
 
 def test_pairwise_accuracy_on_three_hand_checked_pairs():
@@ -125,7 +125,7 @@ def test_per_token_reward_head_is_read_at_the_last_token(reward_models):
     from safetensors.torch import load_file
     from transformers import AutoTokenizer, Qwen2Model
 
-    from vllm_eval.classifier.vllm import VllmClassifier
+    from vllm_eval.models.classifier.vllm import VllmClassifier
 
     path = str(reward_models["qwen2"])
     tok = AutoTokenizer.from_pretrained(path)

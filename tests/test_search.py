@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vllm_eval.encoder import search
+from vllm_eval.models.encoder import search
 
 
 def test_best_documents_over_chunks_and_blocks_is_the_global_top_k(monkeypatch):

@@ -1,4 +1,5 @@
-"""Tasks scored in processes of their own (:mod:`vllm_eval.task_processes`): a failure of the model is raised as
+"""Tasks scored in processes of their own (:mod:`vllm_eval.evaluation.task_processes`): a failure of the model is
+raised as
 itself, a process that dies is named, and nothing is left running. The scores against one-at-a-time evaluation on
 a real engine are compared in tests/test_timeline.py, the run command's early start in tests/test_replicas.py."""
 
@@ -14,9 +15,9 @@ import numpy as np
 import pytest
 from mteb.models.abs_encoder import AbsEncoder
 
-from vllm_eval.errors import EngineError
-from vllm_eval.results import evaluate
-from vllm_eval.task_processes import TaskProcessError, TaskProcesses, wanted
+from vllm_eval.evaluation.results import evaluate
+from vllm_eval.evaluation.task_processes import TaskProcessError, TaskProcesses, wanted
+from vllm_eval.utils.errors import EngineError
 
 
 class _Model(AbsEncoder):
@@ -54,8 +55,8 @@ def test_processes_are_used_for_encoders_only_and_can_be_switched_off(monkeypatc
     assert wanted(2, st_encoder) and not wanted(1, st_encoder)
     assert not wanted(2, vllm_cross)  # a cross-encoder's predict is not forwarded: its tasks stay on threads
     assert not wanted(2, _own_similarity(st_encoder))  # a token embedder's MaxSim is not the stand-in's
-    from vllm_eval.encoder.vllm import VllmEncoder
-    from vllm_eval.token_embedder.vllm import VllmTokenEmbedder
+    from vllm_eval.models.encoder.vllm import VllmEncoder
+    from vllm_eval.models.token_embedder.vllm import VllmTokenEmbedder
 
     assert wanted(2, VllmEncoder) and not wanted(2, VllmTokenEmbedder)  # decided from the class, as `run` does
     monkeypatch.setenv("VLLMEVAL_TASK_PROCESSES", "0")
@@ -150,7 +151,7 @@ def test_a_task_with_candidates_is_ranked_in_its_process(st_encoder, replica):
     """The candidates (2 million pairs for MindSmall at 2 % of its size) and the ranked lists stay in the task's
     process: the command's model is asked to encode the queries and the corpus, not to search; the scores are
     those of the search run here."""
-    from vllm_eval.encoder.search import CorpusSearch
+    from vllm_eval.models.encoder.search import CorpusSearch
     from vllm_eval.tasks.shaped import replica_tasks
 
     searched = []
@@ -183,7 +184,7 @@ def test_own_data_tasks_stay_in_the_commands_process_with_the_same_scores(st_enc
     on a thread here while other tasks go to the processes."""
     import json
 
-    from vllm_eval.task_processes import sendable
+    from vllm_eval.evaluation.task_processes import sendable
     from vllm_eval.tasks.owntasks import own_mteb_task
 
     words = ["cat", "dog", "car", "bus", "tree", "leaf", "sea", "lake"]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from vllm_eval.timeline import MERGE_GAP_S, Timeline, phase_totals
+from vllm_eval.utils.timeline import MERGE_GAP_S, Timeline, phase_totals
 
 
 def test_encode_calls_merge_and_scoring_is_the_rest_of_a_task():
@@ -53,8 +53,8 @@ def test_each_thread_has_its_own_task_and_waits_are_not_scoring():
 def test_prefetch_loads_ahead_in_order_and_hands_back_a_failed_load():
     import sys
 
+    from vllm_eval.evaluation.prefetch import Prefetch
     from vllm_eval.tasks import get_tasks
-    from vllm_eval.tasks.prefetch import Prefetch
 
     sys.modules.pop("colorsys", None)
     first, second = get_tasks(["WordSim353", "SimLex999"])
@@ -115,7 +115,7 @@ def test_replica_has_the_benchmark_shape(replica):
 @pytest.mark.slow
 def test_replica_scores_agree_with_sentence_transformers(replica, vllm_encoder, st_encoder, tmp_path, monkeypatch):
     """One task of each type, scored by mteb's own evaluators, the same within 1e-3 on both backends."""
-    from vllm_eval.results import evaluate
+    from vllm_eval.evaluation.results import evaluate
     from vllm_eval.tasks.shaped import replica_tasks
 
     names = [
@@ -136,7 +136,7 @@ def test_replica_scores_agree_with_sentence_transformers(replica, vllm_encoder, 
 
     # Three at once on the same engine, scored in processes, then on threads: the same scores and per-task counts
     # as one after another.
-    from vllm_eval.timeline import current
+    from vllm_eval.utils.timeline import current
 
     for where in ("threads", "together"):
         current().reset()

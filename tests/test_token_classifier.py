@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from vllm_eval.errors import UsageError
 from vllm_eval.tasks.ner import load_ner_file, ner_metrics, read_conll
+from vllm_eval.utils.errors import UsageError
 
 CONLL = """-DOCSTART- -X- O O
 
@@ -58,9 +58,9 @@ def test_conll_and_table_files_load_and_bad_ones_are_named(tmp_path):
 
 @pytest.mark.slow
 def test_vllm_token_probabilities_match_transformers_and_the_cli_scores_a_file(test_models, cli_in_process, tmp_path):
+    from vllm_eval.models.token_classifier.hf import TransformersTokenClassifier
+    from vllm_eval.models.token_classifier.vllm import VllmTokenClassifier
     from vllm_eval.tasks.data import lee_documents
-    from vllm_eval.token_classifier.hf import TransformersTokenClassifier
-    from vllm_eval.token_classifier.vllm import VllmTokenClassifier
 
     path = str(test_models["token_classifier"])
     sentences = [d.split()[:60] for d in lee_documents()[:20]] + [["Ünïcödé", "words"], ["word"] * 700]
@@ -109,11 +109,11 @@ def test_vllm_token_probabilities_match_transformers_and_the_cli_scores_a_file(t
 def test_remote_token_classify_through_pooling_matches_transformers(test_models):
     """A real `vllm serve` of the tagger: /pooling (task token_classify) on our token ids gives the
     transformers probabilities, word by word."""
-    from vllm_eval.http import HttpOptions
+    from vllm_eval.models.http import HttpOptions
+    from vllm_eval.models.token_classifier.hf import TransformersTokenClassifier
+    from vllm_eval.models.token_classifier.remote import RemoteTokenClassifier
     from vllm_eval.tasks.data import lee_documents
     from vllm_eval.testing import serve_model
-    from vllm_eval.token_classifier.hf import TransformersTokenClassifier
-    from vllm_eval.token_classifier.remote import RemoteTokenClassifier
 
     path = str(test_models["token_classifier"])
     sentences = [d.split()[:40] for d in lee_documents()[:8]] + [["word"] * 700]

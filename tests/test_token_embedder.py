@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from vllm_eval.errors import UsageError
+from vllm_eval.utils.errors import UsageError
 
 
 class _Scorer:
@@ -18,7 +18,7 @@ class _Scorer:
 
 
 def test_max_sim_on_a_hand_checked_example():
-    from vllm_eval.token_embedder.base import TokenEmbedderBase
+    from vllm_eval.models.token_embedder.base import TokenEmbedderBase
 
     q = [np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float16)]
     docs = [np.array([[1.0, 0.0]]), np.array([[0.6, 0.8], [0.0, 1.0]]), np.array([[0.0, -1.0], [0.8, 0.6]])]
@@ -49,11 +49,11 @@ def colbert(tmp_path_factory):
 
 @pytest.mark.slow
 def test_vllm_token_vectors_match_transformers_and_retrieval_runs_in_mteb(colbert, cli_in_process, tmp_path):
-    from vllm_eval.results import evaluate
+    from vllm_eval.evaluation.results import evaluate
+    from vllm_eval.models.token_embedder.hf import TransformersTokenEmbedder
+    from vllm_eval.models.token_embedder.vllm import VllmTokenEmbedder
     from vllm_eval.tasks import get_tasks
     from vllm_eval.tasks.data import lee_documents
-    from vllm_eval.token_embedder.hf import TransformersTokenEmbedder
-    from vllm_eval.token_embedder.vllm import VllmTokenEmbedder
 
     texts = [*lee_documents()[:20], "", "Ünïcödé text", "word " * 700]
     with (
@@ -110,7 +110,7 @@ def test_vllm_token_vectors_match_transformers_and_retrieval_runs_in_mteb(colber
 
 
 def test_colbert_width_in_config_is_left_to_the_weights():
-    from vllm_eval.token_embedder.vllm import _colbert_width_overrides
+    from vllm_eval.models.token_embedder.vllm import _colbert_width_overrides
 
     assert _colbert_width_overrides({"architectures": ["HF_ColBERT"], "dim": 128}) == {"hf_overrides": {"dim": None}}
     assert _colbert_width_overrides({"architectures": ["HF_ColBERT"]}) is None
@@ -122,8 +122,8 @@ def test_colbert_width_in_config_is_left_to_the_weights():
 def test_colbert_config_naming_its_width_starts_and_gives_the_same_vectors(colbert, tmp_path):
     import shutil
 
+    from vllm_eval.models.token_embedder.vllm import VllmTokenEmbedder
     from vllm_eval.tasks.data import lee_documents
-    from vllm_eval.token_embedder.vllm import VllmTokenEmbedder
 
     # colbert-ir/colbertv2.0-style configs may carry the width; vLLM 0.32's BERT ColBERT fails to start on it.
     named = tmp_path / "with-dim"
@@ -143,10 +143,10 @@ def test_colbert_config_naming_its_width_starts_and_gives_the_same_vectors(colbe
 
 @pytest.mark.slow
 def test_remote_pooling_token_embed_matches_in_process(colbert):
-    from vllm_eval.http import HttpOptions
+    from vllm_eval.models.http import HttpOptions
+    from vllm_eval.models.token_embedder.hf import TransformersTokenEmbedder
+    from vllm_eval.models.token_embedder.remote import RemoteTokenEmbedder
     from vllm_eval.testing import serve_model
-    from vllm_eval.token_embedder.hf import TransformersTokenEmbedder
-    from vllm_eval.token_embedder.remote import RemoteTokenEmbedder
 
     texts = ["the cat sat on the mat", "rain is expected tomorrow in Sydney", "a"]
     with TransformersTokenEmbedder(colbert, show_progress_bar=False) as h:
@@ -176,6 +176,7 @@ def test_late_interaction_over_images_matches_transformers_and_runs_an_image_tas
     import torch
     from transformers import AutoTokenizer, Idefics3ImageProcessor
 
+    from vllm_eval.models.token_embedder.vllm import VllmTokenEmbedder
     from vllm_eval.tasks import get_tasks
     from vllm_eval.testing import (
         build_tiny_colmodernvbert,
@@ -183,7 +184,6 @@ def test_late_interaction_over_images_matches_transformers_and_runs_an_image_tas
         row_cosines,
         text_loader,
     )
-    from vllm_eval.token_embedder.vllm import VllmTokenEmbedder
 
     model = str(build_tiny_colmodernvbert(tmp_path / "tiny-colmodernvbert"))
     images, queries = _digit_images(3), ["a handwritten seven", "zero"]

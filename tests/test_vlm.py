@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_eval.generator import VllmGenerator
-from vllm_eval.generator.base import to_pil
+from vllm_eval.models.generator import VllmGenerator
+from vllm_eval.models.generator.base import to_pil
 from vllm_eval.tasks.generative import get_generative_task, run_multiple_choice
 
 
@@ -110,7 +110,7 @@ def test_image_task_scored_by_loglikelihood(vlm, tmp_path):
 
 
 def test_image_loglikelihoods_are_cached_per_image(vlm, tmp_path):
-    from vllm_eval.cache import OutputCache
+    from vllm_eval.models.cache import OutputCache
 
     a, b = _digits(2)
     q = "Which digit is shown?"

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_eval.images import ImageInput
-from vllm_eval.presets import ImagePrompts
+from vllm_eval.models.images import ImageInput
+from vllm_eval.models.presets import ImagePrompts
 
 PROMPTS = ImagePrompts(
     text="<|im_start|>user\n{text}<|im_end|>\n",
@@ -100,7 +100,7 @@ def test_transformers_reference_backend_and_compare_agree_with_vllm(vlm_embedder
     texts, images and fused inputs, and `compare --backends vllm hf` checks the model per task and per input."""
     import json
 
-    from vllm_eval.encoder.hf import TransformersEncoder
+    from vllm_eval.models.encoder.hf import TransformersEncoder
     from vllm_eval.tasks import get_tasks
     from vllm_eval.testing import row_cosines
 
@@ -124,7 +124,7 @@ def test_transformers_reference_backend_and_compare_agree_with_vllm(vlm_embedder
 
 
 def test_image_prompts_need_their_fields():
-    from vllm_eval.errors import UsageError
+    from vllm_eval.utils.errors import UsageError
 
     with pytest.raises(UsageError, match="'image' must contain \\{image\\}"):
         ImagePrompts(image="an image")
@@ -138,7 +138,7 @@ def test_image_prompts_need_their_fields():
 @pytest.fixture(scope="module")
 def vlm_reranker(tmp_path_factory):
     from vllm_eval import VllmReranker
-    from vllm_eval.presets import ScoreTemplate
+    from vllm_eval.models.presets import ScoreTemplate
     from vllm_eval.testing import build_tiny_idefics3
 
     # A one-label head = the LM head's "yes" row minus its "no" row: the score is P(yes), as Qwen3-VL's reranker.
@@ -194,11 +194,11 @@ def test_a_served_vlm_reranker_scores_image_documents_as_in_process(vlm_reranker
     """A real `vllm serve` of the same reranker, its judge prompt as the server's score template (--chat-template,
     as vLLM's Qwen3-VL reranker example): image documents as ScoreMultiModalParam through /score and /rerank give
     the in-process scores; a score template applied on our side cannot place an image and says so."""
-    from vllm_eval.errors import UsageError
-    from vllm_eval.http import HttpOptions
-    from vllm_eval.reranker.remote import RemoteReranker
+    from vllm_eval.models.http import HttpOptions
+    from vllm_eval.models.reranker.remote import RemoteReranker
     from vllm_eval.tasks import get_tasks
     from vllm_eval.testing import serve_model
+    from vllm_eval.utils.errors import UsageError
 
     model_dir, template, rr = vlm_reranker
     meta = get_tasks(["WordSim353"])[0].metadata

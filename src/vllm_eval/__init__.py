@@ -2,26 +2,74 @@
 
 from __future__ import annotations
 
-from ._lazy import lazy_exports
+from .utils.lazy import keep_moved_paths, lazy_exports
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "VllmEncoder": "encoder.vllm",
-    "SentenceTransformerEncoder": "encoder.st",
-    "RemoteEncoder": "encoder.remote",
-    "VllmReranker": "reranker.vllm",
-    "SentenceTransformerReranker": "reranker.st",
-    "RemoteReranker": "reranker.remote",
-    "VllmGenerator": "generator.vllm",
-    "RemoteGenerator": "generator.remote",
-    "HttpOptions": "http",
-    "load_backend": "backends",
-    "register_preset": "presets",
-    "ModelPreset": "presets",
-    "ScoreTemplate": "presets",
-    "VllmEvalError": "errors",
+    "VllmEncoder": "models.encoder.vllm",
+    "SentenceTransformerEncoder": "models.encoder.st",
+    "RemoteEncoder": "models.encoder.remote",
+    "VllmReranker": "models.reranker.vllm",
+    "SentenceTransformerReranker": "models.reranker.st",
+    "RemoteReranker": "models.reranker.remote",
+    "VllmGenerator": "models.generator.vllm",
+    "RemoteGenerator": "models.generator.remote",
+    "HttpOptions": "models.http",
+    "load_backend": "models.backends",
+    "register_preset": "models.presets",
+    "ModelPreset": "models.presets",
+    "ScoreTemplate": "models.presets",
+    "VllmEvalError": "utils.errors",
 }
 __all__ = [*_LAZY, "__version__"]
 # Lazy: `import vllm_eval` must not import vLLM or torch (the CLI's `tasks` and `--help` stay fast).
 __getattr__ = lazy_exports(__name__, _LAZY)
+
+#: Modules that moved into subsystem packages, by their old path: the old import paths keep working (the old
+#: ``engine`` and ``replicas`` modules are now packages of those names: ``engine.build``, ``replicas.pool``).
+_MOVED = {
+    "_lazy": "utils.lazy",
+    "errors": "utils.errors",
+    "logs": "utils.logs",
+    "progress": "utils.progress",
+    "timeline": "utils.timeline",
+    "telemetry": "utils.telemetry",
+    "hub": "utils.hub",
+    "engine_args": "engine.args",
+    "engine_jobs": "engine.jobs",
+    "pipeline": "engine.pipeline",
+    "procenv": "engine.procenv",
+    "replica_process": "replicas.process",
+    "replicas_ahead": "replicas.ahead",
+    "ray_replicas": "replicas.ray",
+    "jobpool": "replicas.jobpool",
+    "base": "models.base",
+    "backends": "models.backends",
+    "kinds": "models.kinds",
+    "presets": "models.presets",
+    "prompts": "models.prompts",
+    "pooling": "models.pooling",
+    "images": "models.images",
+    "http": "models.http",
+    "streaming": "models.streaming",
+    "modelinfo": "utils.modelinfo",
+    "vllm_backend": "models.vllm_backend",
+    "cache": "models.cache",
+    "encoder": "models.encoder",
+    "reranker": "models.reranker",
+    "generator": "models.generator",
+    "classifier": "models.classifier",
+    "token_classifier": "models.token_classifier",
+    "token_embedder": "models.token_embedder",
+    "results": "evaluation.results",
+    "task_processes": "evaluation.task_processes",
+    "concurrency": "evaluation.concurrency",
+    "two_stage": "evaluation.two_stage",
+    "tasks.prefetch": "evaluation.prefetch",
+    "bench": "measure.bench",
+    "suite": "measure.suite",
+    "compare": "measure.compare",
+    "report": "measure.report",
+}
+keep_moved_paths(__name__, _MOVED)

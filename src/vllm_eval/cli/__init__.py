@@ -7,7 +7,7 @@ all-MiniLM-L6-v2 on the whole offline suite) and prints a table; ``rerank`` runs
 ``models`` list what is there, ``report`` renders run directories. Each subcommand is one module of
 :mod:`vllm_eval.cli.commands`. Engine options use vLLM's own flag names (``--max-model-len``,
 ``--dtype``, ``--gpu-memory-utilization`` ...); any other vLLM ``EngineArgs`` flag is accepted too and
-checked against vLLM's list. ``--backend`` choices come from :mod:`vllm_eval.backends`.
+checked against vLLM's list. ``--backend`` choices come from :mod:`vllm_eval.models.backends`.
 
 Everything that can be checked before a model or engine loads is checked first (paths, task names
 and data, presets, endpoints, option names, values and ranges); a bad input is one line on standard
@@ -26,9 +26,10 @@ import threading
 import time
 from typing import Any
 
-from .. import __version__, logs, timeline
-from ..errors import UsageError, VllmEvalError
-from ..replicas_ahead import discard_ahead, start_ahead
+from .. import __version__
+from ..replicas.ahead import discard_ahead, start_ahead
+from ..utils import logs, timeline
+from ..utils.errors import UsageError, VllmEvalError
 from .base import Command, Context, Parser
 from .checks import check_engine, check_repeats, prepare_output_dir
 from .commands import COMMANDS as _COMMAND_CLASSES
@@ -81,8 +82,8 @@ def prepare(command: Command, args: argparse.Namespace, extra: list[str]) -> Con
     Raises:
         UsageError: a bad option, endpoint or output directory (one line, exit 2).
     """
-    from ..http import check_endpoint
-    from ..hub import ensure_offline_if_unreachable
+    from ..models.http import check_endpoint
+    from ..utils.hub import ensure_offline_if_unreachable
 
     # First: the hub libraries read offline mode once, when they are imported (mteb imports them).
     ensure_offline_if_unreachable()
@@ -195,12 +196,12 @@ def main(argv: list[str] | None = None) -> int:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
         if "vllm" in sys.modules:
-            from ..engine import live_engines, shutdown_all
+            from ..engine.build import live_engines, shutdown_all
 
             with timeline.phase("shutdown") if live_engines() else contextlib.nullcontext():
                 shutdown_all()
         if timeline.current().summaries:
-            from ..results import finish_summaries
+            from ..evaluation.results import finish_summaries
 
             finish_summaries()
         for sig, handler in handlers.items():

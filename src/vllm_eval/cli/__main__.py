@@ -1,6 +1,6 @@
 """``python -m vllm_eval.cli``: the ``vllm-eval`` command (as ``python -m vllm_eval``)."""
 
-from vllm_eval.cli import run
+from . import run
 
 if __name__ == "__main__":
     run()

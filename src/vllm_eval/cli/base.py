@@ -15,7 +15,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 
 
 class Parser(argparse.ArgumentParser):
@@ -47,7 +47,7 @@ class Command:
         name: the subcommand (``run``, ``token-classify`` ...).
         help: one line for ``vllm-eval --help``.
         description: the subcommand's ``--help`` text.
-        kind: the kind of model it runs (:mod:`vllm_eval.kinds`), None for listing commands.
+        kind: the kind of model it runs (:mod:`vllm_eval.models.kinds`), None for listing commands.
         loads_model: False for commands that load no model (listings, reports): no shared checks,
             and unlisted ``--name value`` options are refused.
         backend_options: argparse destinations of the command's own options that reach the backend's

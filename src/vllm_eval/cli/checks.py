@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 
 
 def check_repeats(parser: argparse.ArgumentParser, argv: list[str]) -> None:
@@ -40,7 +40,7 @@ def check_engine(engine: dict[str, Any], unlisted: Any = None) -> None:
     Raises:
         OptionError: an unknown name (close names suggested) or a bad value.
     """
-    from ..engine_args import check_engine_kwargs, check_engine_values
+    from ..engine.args import check_engine_kwargs, check_engine_values
 
     check_engine_values(engine)
     names = engine if unlisted is None else unlisted
@@ -103,7 +103,7 @@ def resolve_model(model: str | None, remote: bool, what: str = "--model", revisi
         DataUnavailableError: a hub id not cached while offline.
         UsageError: no model given where one is needed (``what`` names the option).
     """
-    from ..modelinfo import ModelRef
+    from ..utils.modelinfo import ModelRef
 
     if remote:
         return model
@@ -124,7 +124,7 @@ def open_cache(args: argparse.Namespace) -> Any:
     Raises:
         UsageError: both ``--cache-dir`` and ``--no-cache``.
     """
-    from ..cache import OutputCache, default_cache_dir
+    from ..models.cache import OutputCache, default_cache_dir
 
     if args.no_cache:
         if args.cache_dir:
@@ -136,7 +136,7 @@ def open_cache(args: argparse.Namespace) -> Any:
 def check_image_tasks(model: Any, tasks: list[Any]) -> None:
     """Refuse image tasks for a local model whose ``config.json`` has no vision tower, before its engine starts
     (spares the engine start). A served model, or one whose config cannot be read, is refused by
-    :func:`vllm_eval.results.evaluate` once its metadata is known.
+    :func:`vllm_eval.evaluation.results.evaluate` once its metadata is known.
 
     Raises:
         UsageError: names the first image task and the model's architecture.

@@ -1,7 +1,7 @@
 """Command-line option values and the option groups several commands share.
 
 Every value type raises ``argparse.ArgumentTypeError`` with the option's rule, which the parser turns
-into a one-line :class:`~vllm_eval.errors.UsageError` (``--max-model-len: must be a positive integer,
+into a one-line :class:`~vllm_eval.utils.errors.UsageError` (``--max-model-len: must be a positive integer,
 got '0'``). Engine options keep vLLM's ``EngineArgs`` names; any other ``EngineArgs`` name is
 accepted as ``--name value`` (:func:`parse_extra_engine_args`) and checked against vLLM's list.
 """
@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 
 
 def _typed(name: str, convert: Callable[[str], Any], ok: Callable[[Any], bool], rule: str) -> Callable[[str], Any]:
@@ -153,7 +153,7 @@ def add_tasks(parser: argparse.ArgumentParser, help_: str, aliases: tuple[str, .
 
 def add_backend(parser: argparse.ArgumentParser, kinds: tuple[str, ...], *, exclude: tuple[str, ...] = ()) -> None:
     """``--backend``: the backends of ``kinds`` in the backend table (default: the table's default)."""
-    from ..backends import DEFAULT_BACKEND, backend_names, describe_backends
+    from ..models.backends import DEFAULT_BACKEND, backend_names, describe_backends
 
     names = [n for n in dict.fromkeys(n for k in kinds for n in backend_names(k)) if n not in exclude]
     parser.add_argument(
@@ -182,7 +182,7 @@ def add_cache_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_run_flags(parser: argparse.ArgumentParser, overwrite_default: str = "only-missing") -> None:
     """The cache flags plus mteb's resume options (``--overwrite-strategy`` ...) of the mteb commands."""
-    from ..results import OVERWRITE_STRATEGIES
+    from ..evaluation.results import OVERWRITE_STRATEGIES
 
     add_cache_flags(parser)
     parser.add_argument(

@@ -4,7 +4,7 @@ Options reach a backend by what it accepts. Most are read off its constructor's 
 the chosen backend has no parameter for is a one-line error naming the backends that take it); a few
 go by declared capability whatever the signature says:
 
-* ``remote`` (the class talks to servers, :class:`~vllm_eval.http.RemoteBackend`): endpoints and
+* ``remote`` (the class talks to servers, :class:`~vllm_eval.models.http.RemoteBackend`): endpoints and
   transport, and the options only a server needs (``--encoding-format``, ``--api``, ``--labels``,
   ``--tokenizer``);
 * ``engine`` (the class runs a vLLM engine here: ``engine_options is None``): replicas, and every vLLM
@@ -12,7 +12,7 @@ go by declared capability whatever the signature says:
 * ``reference`` (everything else: sentence-transformers, transformers): a torch ``--device``, and
   only the engine options listed in the class's ``engine_options``.
 
-No backend name is written here: names come from the backend table (:mod:`vllm_eval.backends`).
+No backend name is written here: names come from the backend table (:mod:`vllm_eval.models.backends`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 
 #: Options that follow a capability, not the signature (see the module docstring).
 CAPABILITY_OPTIONS: dict[str, str] = {
@@ -39,7 +39,7 @@ CAPABILITY_OPTIONS: dict[str, str] = {
     "ray_address": "engine",
     "device": "reference",
 }
-#: The capability options that configure the transport (:class:`~vllm_eval.http.HttpOptions`), not the class.
+#: The capability options that configure the transport (:class:`~vllm_eval.models.http.HttpOptions`), not the class.
 HTTP_OPTIONS = ("endpoint", "api_key", "max_concurrency", "remote_batch_size")
 
 
@@ -54,7 +54,7 @@ def capability(kind: str, backend: str) -> str:
     Raises:
         UnknownNameError: an unknown kind or backend.
     """
-    from ..backends import engine_options, is_remote
+    from ..models.backends import engine_options, is_remote
 
     if is_remote(kind, backend):
         return "remote"
@@ -76,7 +76,7 @@ def accepts(cls: type, name: str) -> bool:
 
 def _names(capable: str) -> list[str]:
     """Backend names of one capability over every kind, in table order."""
-    from ..backends import BACKENDS
+    from ..models.backends import BACKENDS
 
     return list(dict.fromkeys(n for k, n in BACKENDS if capability(k, n) == capable))
 
@@ -131,9 +131,9 @@ class BackendSpec:
         ``internal`` (settings the command derives, such as ``show_progress_bar``) the class takes.
 
         Raises:
-            Whatever the class raises (see :func:`vllm_eval.backends.load_backend`).
+            Whatever the class raises (see :func:`vllm_eval.models.backends.load_backend`).
         """
-        from ..backends import load_backend
+        from ..models.backends import load_backend
 
         quiet = {k: v for k, v in internal.items() if self.takes(k)}
         return load_backend(self.kind, self.name, model, http=self.http, **{**quiet, **self.options, **self.engine})
@@ -154,7 +154,7 @@ def resolve_spec(
             options a reference or remote backend cannot take, a remote backend without ``--endpoint``.
         UnknownNameError: an unknown backend of ``kind``.
     """
-    from ..backends import backend_class, backend_names
+    from ..models.backends import backend_class, backend_names
 
     cls = backend_class(kind, backend)
     spec = BackendSpec(kind, backend, cls, capability(kind, backend))
@@ -172,7 +172,7 @@ def resolve_spec(
     if spec.remote:
         if not given.get("endpoint"):
             raise UsageError(f"--backend {backend} needs at least one --endpoint URL")
-        from ..http import HttpOptions
+        from ..models.http import HttpOptions
 
         http: dict[str, Any] = {"api_key": given.get("api_key")}
         for key, value in (("max_concurrency", given.get("max_concurrency")), ("batch_size", http_batch_size)):

@@ -7,7 +7,7 @@ from typing import Any
 
 
 def print_table(rows: list[Any], title: str) -> None:
-    """One rich table of :class:`~vllm_eval.results.TaskRow` rows (stage, rate, parity and status
+    """One rich table of :class:`~vllm_eval.evaluation.results.TaskRow` rows (stage, rate, parity and status
     columns only when some row has them)."""
     from rich.console import Console
     from rich.table import Table

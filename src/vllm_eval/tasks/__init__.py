@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from ..errors import DataUnavailableError, UnknownNameError, UsageError
+from ..utils.errors import DataUnavailableError, UnknownNameError, UsageError
 
 
 class UnknownTaskError(UnknownNameError):
@@ -121,7 +121,7 @@ def select_tasks(
 
 def unavailable(tasks: list[Any]) -> dict[str, str]:
     """Task name -> why its data cannot be had (the hub is offline and it is not cached); empty online."""
-    from ..hub import hub_offline, missing_dataset
+    from ..utils.hub import hub_offline, missing_dataset
 
     if not hub_offline():
         return {}

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UnknownNameError, UsageError
+from ..utils.errors import UnknownNameError, UsageError
 from . import data
 
 
@@ -129,7 +129,7 @@ def run_classification(
     Raises:
         UsageError: a gold label the model does not have.
     """
-    from ..results import task_record, write_task_results
+    from ..evaluation.results import task_record, write_task_results
 
     texts, gold_names = task.texts[:limit], task.labels[:limit]
     gold = label_indices(gold_names, classifier.labels)

@@ -6,7 +6,8 @@
   handwritten digits (UCI Optical Recognition of Handwritten Digits), upscaled to 64×64 — the
   offline analogue of eva's PatchCamelyon yes/no task.
 
-:func:`run_multiple_choice` runs a task through any generator backend (:class:`~vllm_eval.generator.base.GeneratorBase`)
+:func:`run_multiple_choice` runs a task through any generator backend
+(:class:`~vllm_eval.models.generator.base.GeneratorBase`)
 either by generating and parsing answers, or by log-likelihood of each option (lm-evaluation-harness
 style, no parsing), and writes ``results.json`` and ``samples.jsonl``.
 """
@@ -22,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import UnknownNameError, UsageError
+from ..utils.errors import UnknownNameError, UsageError
 from . import data
 from .multiple_choice import (
     LETTERS,
@@ -125,7 +126,7 @@ class HubSource:
 
     def check(self, task: str) -> None:
         """Raises DataUnavailableError, naming ``task`` and the dataset, when it cannot be loaded offline."""
-        from ..hub import require_dataset
+        from ..utils.hub import require_dataset
 
         if not Path(self.path).is_dir():  # a local copy in the same layout needs no hub
             require_dataset(self.path, task, "pass your own questions with --data FILE")
@@ -313,7 +314,7 @@ def run_multiple_choice(
         MissingAnswersError: more missing answers than the budget (files already written).
         UsageError: an image task for a text-only generator, an unknown format or scoring.
     """
-    from ..results import package_versions, write_task_results
+    from ..evaluation.results import package_versions, write_task_results
 
     if scoring not in ("generate", "loglikelihood"):
         raise UsageError(f"scoring must be 'generate' or 'loglikelihood', got {scoring!r}")

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import MissingAnswersError, UsageError
-from ..generator.base import reasoning_opening
+from ..models.generator.base import reasoning_opening
+from ..utils.errors import MissingAnswersError, UsageError
 
 __all__ = [
     "ANSWER_FORMATS",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataUnavailableError, UsageError
+from ..utils.errors import DataUnavailableError, UsageError
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def run_token_classification(
     Raises:
         UsageError: gold tags the model does not have (listed with the model's labels).
     """
-    from ..results import task_record, write_task_results
+    from ..evaluation.results import task_record, write_task_results
 
     sentences, gold = task.sentences[:limit], task.tags[:limit]
     unknown = sorted({t for row in gold for t in row} - set(tagger.labels))

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataUnavailableError, UsageError
+from ..utils.errors import DataUnavailableError, UsageError
 
 #: Per task type: field -> the Python types it accepts.
 SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {

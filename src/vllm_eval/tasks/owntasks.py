@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataUnavailableError, UsageError
+from ..utils.errors import DataUnavailableError, UsageError
 from . import owndata
 
 #: mteb task type -> owndata schema.

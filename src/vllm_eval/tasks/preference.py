@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UnknownNameError, UsageError
+from ..utils.errors import UnknownNameError, UsageError
 
 #: RewardBench on the hub: dataset id and the split its leaderboard scores.
 REWARD_BENCH = ("allenai/reward-bench", "filtered")
@@ -66,7 +66,7 @@ def load_reward_bench() -> PreferencePairs:
     Raises:
         DataUnavailableError: the hub is offline and the dataset is not in the local cache.
     """
-    from ..hub import require_dataset
+    from ..utils.hub import require_dataset
 
     path, split = REWARD_BENCH
     require_dataset(path, "RewardBench", "pass your own pairs with --data FILE")
@@ -181,7 +181,7 @@ def run_reward(
     Raises:
         UsageError: a backend with activation on, a model with more than one output, or no chat template.
     """
-    from ..results import task_record, write_task_results
+    from ..evaluation.results import task_record, write_task_results
 
     if classifier.use_activation:
         raise UsageError("reward scoring reads the model's raw score: build the backend with use_activation=False")

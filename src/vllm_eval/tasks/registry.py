@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UnknownNameError, UsageError
+from ..utils.errors import UnknownNameError, UsageError
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class OwnTask:
     Attributes:
         name: what ``--tasks`` takes.
         command: the ``vllm-eval`` command that runs it.
-        kind: the kind of model that runs it (:mod:`vllm_eval.kinds`).
+        kind: the kind of model that runs it (:mod:`vllm_eval.models.kinds`).
         task_type: e.g. ``multiple choice (image)``, ``classification``, ``preference``.
         main_score: the metric reported first.
         source: ``offline`` (packaged data) or the hub dataset id.
@@ -45,7 +45,7 @@ class OwnTask:
         """True when the task can be loaded here (offline data, or a hub dataset reachable or cached)."""
         if self.source == "offline":
             return True
-        from ..hub import missing_dataset
+        from ..utils.hub import missing_dataset
 
         return missing_dataset(self.source, self.name, "") is None
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 
 TYPES = ("Retrieval", "Reranking", "STS", "PairClassification", "Classification", "Clustering")
 MANIFEST = "replica.json"
@@ -52,11 +52,27 @@ def _split_stats(stats: dict[str, Any], split: str, subset: str) -> dict[str, An
     return (found.get("hf_subset_descriptive_stats") or {}).get(subset, found)
 
 
+def single_token_words(tokenizer: Any) -> list[str]:
+    """The tokenizer's whole-word, lower-case alphabetic vocabulary entries (3+ letters) that encode to
+    exactly one token, sorted.
+
+    Raises:
+        UsageError: fewer than 100 such words.
+    """
+    candidates = [
+        w for w in sorted(tokenizer.get_vocab()) if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3
+    ]
+    ids = tokenizer(candidates, add_special_tokens=False)["input_ids"]
+    words = [w for w, x in zip(candidates, ids, strict=True) if len(x) == 1]
+    if len(words) < 100:
+        raise UsageError(f"tokenizer has only {len(words)} single-token words; cannot build texts")
+    return words
+
+
 class Words:
     """Text of a given length in characters from the tokenizer's single-token words (uniform draws)."""
 
     def __init__(self, tokenizer: Any) -> None:
-        from ..bench import single_token_words
 
         self.vocab = np.asarray(single_token_words(tokenizer))
         self.mean_chars = float(np.mean([len(w) for w in self.vocab]))

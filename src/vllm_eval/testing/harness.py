@@ -202,7 +202,7 @@ def row_cosines(a, b):
 
 def score_deltas(model, reference, task_names: list[str]) -> dict[str, float]:
     """|main score of ``model`` - main score of ``reference``| per task, both run through mteb here."""
-    from ..results import evaluate
+    from ..evaluation.results import evaluate
     from ..tasks import get_tasks
 
     got = evaluate(model, get_tasks(task_names), show_progress_bar=False)

@@ -20,7 +20,7 @@ def build_minilm_cross_encoder(out_dir: str | Path, seed: int = 0) -> Path:
     import torch
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from ..modelinfo import packaged_model_path
+    from ..utils.modelinfo import packaged_model_path
 
     out = Path(out_dir)
     if (out / "config.json").is_file():
@@ -56,8 +56,8 @@ def build_minilm_classifier(out_dir: str | Path, seed: int = 0, n_fit: int = 100
     from sklearn.linear_model import LogisticRegression
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from ..modelinfo import packaged_model_path
     from ..tasks.data import pang_lee_polarity
+    from ..utils.modelinfo import packaged_model_path
 
     out = Path(out_dir)
     if (out / "config.json").is_file():
@@ -103,7 +103,7 @@ def build_minilm_token_classifier(out_dir: str | Path, seed: int = 0) -> Path:
     import torch
     from transformers import AutoTokenizer, BertForTokenClassification
 
-    from ..modelinfo import packaged_model_path
+    from ..utils.modelinfo import packaged_model_path
 
     out = Path(out_dir)
     if (out / "config.json").is_file():
@@ -232,7 +232,7 @@ def build_minilm_colbert(out_dir: str | Path, seed: int = 0, dim: int = 48) -> P
     from safetensors.torch import save_file
     from transformers import AutoTokenizer, BertModel
 
-    from ..modelinfo import packaged_model_path
+    from ..utils.modelinfo import packaged_model_path
 
     out = Path(out_dir)
     if (out / "config.json").is_file():

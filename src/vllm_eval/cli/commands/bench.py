@@ -6,7 +6,7 @@ import argparse
 import re
 from typing import Any
 
-from ...errors import UsageError
+from ...utils.errors import UsageError
 from ..base import Command, Context
 from ..checks import resolve_model
 from ..options import add_engine_flags, add_remote_flags, add_scale_flags, positive_int
@@ -28,8 +28,8 @@ class BenchCommand(Command):
     backend_options = ("remote_batch_size",)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        from ...backends import backend_names
-        from ...bench import BACKENDS as DEFAULT_BACKENDS
+        from ...measure.bench import BACKENDS as DEFAULT_BACKENDS
+        from ...models.backends import backend_names
         from ..spec import capability
 
         names = backend_names(self.kind)
@@ -99,8 +99,8 @@ class BenchCommand(Command):
         return list(args.backends)
 
     def check(self, args: argparse.Namespace, ctx: Context) -> None:
-        from ...bench import parse_lengths
-        from ...engine_args import DTYPES
+        from ...engine.args import DTYPES
+        from ...measure.bench import parse_lengths
 
         if args.model is not None:
             resolve_model(args.model, False)
@@ -112,7 +112,7 @@ class BenchCommand(Command):
         if args.dtypes and args.dtype:
             raise UsageError("give --dtypes or --dtype, not both")
         if args.suite:
-            from ...suite import check_suite
+            from ...measure.suite import check_suite
 
             check_suite(args.suite, args.fraction)
 
@@ -123,14 +123,14 @@ class BenchCommand(Command):
 
 
 def _throughput(args: argparse.Namespace, engine: dict[str, Any]) -> int:
-    from ...bench import run_bench
-    from ...engine_args import on_cpu
+    from ...engine.args import on_cpu
+    from ...measure.bench import run_bench
 
     engine = {k: v for k, v in engine.items() if k != "dtype"}
     dtypes = args.dtypes or ([args.dtype] if args.dtype else (["float32"] if on_cpu() else ["float16", "float32"]))
     remote = None
     if args.endpoint:
-        from ...http import HttpOptions
+        from ...models.http import HttpOptions
 
         http = {"api_key": args.api_key}
         for key, value in (("max_concurrency", args.max_concurrency), ("batch_size", args.remote_batch_size)):
@@ -168,7 +168,7 @@ def _throughput(args: argparse.Namespace, engine: dict[str, Any]) -> int:
 
 
 def _print_best(records: list[Any]) -> None:
-    from ...kinds import get_kind
+    from ...models.kinds import get_kind
 
     best: dict[tuple[str, str, str], float] = {}
     for r in records:
@@ -187,8 +187,8 @@ def _suite(args: argparse.Namespace, engine: dict[str, Any]) -> int:
     """``bench --suite``: one fresh process per backend, wall time from start to results written."""
     from pathlib import Path
 
-    from ...modelinfo import packaged_model_path
-    from ...suite import SUITE_BACKENDS, run_suite
+    from ...measure.suite import SUITE_BACKENDS, run_suite
+    from ...utils.modelinfo import packaged_model_path
 
     bad = [b for b in args.backends if b not in SUITE_BACKENDS]
     if bad:
@@ -233,7 +233,7 @@ def _print_suite(records: list[Any], suite: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ...backends import DEFAULT_BACKEND
+    from ...models.backends import DEFAULT_BACKEND
 
     table = Table(title=f"suite {suite}: process start to results written")
     for col in (
@@ -265,7 +265,7 @@ def _print_phases(records: list[Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ...timeline import PHASES
+    from ...utils.timeline import PHASES
 
     timed = [r for r in records if r.phases]
     if not timed:

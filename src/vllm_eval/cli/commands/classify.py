@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...errors import UsageError
+from ...utils.errors import UsageError
 from ..base import Command, Context
 from ..checks import open_cache, require_model, resolve_model, task_output_dirs
 from ..options import (
@@ -30,7 +30,7 @@ def command_tasks(command: str, names: list[str] | None, data: str | None) -> li
         UsageError: both given; an unknown name; a bad file (named with its line).
         DataUnavailableError: a hub task offline and not cached.
     """
-    from ...kinds import get_kind
+    from ...models.kinds import get_kind
     from ...tasks.registry import load_file, load_task, own_tasks
 
     if data and names:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...errors import UsageError
+from ...utils.errors import UsageError
 from ..base import Command, Context
 from ..checks import open_cache, resolve_model
 from ..options import (
@@ -35,8 +35,8 @@ class CompareCommand(Command):
     backend_options = ()
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        from ...backends import DEFAULT_BACKEND, backend_names
-        from ...kinds import KINDS
+        from ...models.backends import DEFAULT_BACKEND, backend_names
+        from ...models.kinds import KINDS
 
         parser.add_argument(
             "--kind",
@@ -109,15 +109,15 @@ class CompareCommand(Command):
         return args.kind
 
     def backends_of(self, args: argparse.Namespace) -> list[str]:
-        from ...backends import DEFAULT_BACKEND
-        from ...kinds import get_kind
+        from ...models.backends import DEFAULT_BACKEND
+        from ...models.kinds import get_kind
 
         return list(args.backends or [DEFAULT_BACKEND, get_kind(args.kind).reference_backend])
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from pathlib import Path
 
-        from ... import compare as cmp
+        from ...measure import compare as cmp
 
         fp32 = cmp.TOLERANCE_FP32 if args.tolerance is None else args.tolerance
         sixteen = cmp.TOLERANCE_16BIT if args.tolerance_16bit is None else args.tolerance_16bit
@@ -165,7 +165,7 @@ def compare_tasks(kind: str, names: list[str] | None, data: str | None = None) -
         UsageError: a task the kind cannot run, both ``names`` and ``data``, a token classifier without data.
         DataUnavailableError: a task whose data is offline and not cached.
     """
-    from ...kinds import get_kind
+    from ...models.kinds import get_kind
     from ...tasks import check_available, get_tasks
     from .rerank import rerank_tasks
 
@@ -183,7 +183,7 @@ def compare_tasks(kind: str, names: list[str] | None, data: str | None = None) -
             tasks = get_tasks(split_names(names or list(described.default_tasks) or None))
             check_available(tasks)
         if kind == "token_embedder":
-            from ...token_embedder.base import check_task_types
+            from ...models.token_embedder.base import check_task_types
 
             check_task_types(tasks)
         return tasks
@@ -205,8 +205,8 @@ def compare_tasks(kind: str, names: list[str] | None, data: str | None = None) -
 def _default_reference(kind: str, backends: list[str]) -> str:
     """The kind's reference, unless --backends names another reference backend (``vllm hf`` for a
     vision-language embedder, whose sentence-transformers load would not prompt its images)."""
-    from ... import compare as cmp
-    from ...backends import DEFAULT_BACKEND
+    from ...measure import compare as cmp
+    from ...models.backends import DEFAULT_BACKEND
 
     default = cmp.default_reference(kind)
     backend, _, dtype = default.partition(":")
@@ -218,8 +218,8 @@ def _default_reference(kind: str, backends: list[str]) -> str:
 
 def _plan(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
     """``(model, tasks, configurations with the reference first)``, checked before any model loads."""
-    from ... import compare as cmp
-    from ...backends import backend_names
+    from ...measure import compare as cmp
+    from ...models.backends import backend_names
     from ..spec import capability
 
     kind = args.kind

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ...errors import UsageError
+from ...utils.errors import UsageError
 from ..base import Command, Context
 from ..checks import chat_template, open_cache, require_model, resolve_model, task_output_dirs
 from ..options import (
@@ -126,8 +126,8 @@ class GenerateCommand(Command):
         return options
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
-        from ...errors import MissingAnswersError
         from ...tasks.generative import run_multiple_choice
+        from ...utils.errors import MissingAnswersError
 
         spec = ctx.spec
         tasks = generative_tasks(args.tasks, args.data)

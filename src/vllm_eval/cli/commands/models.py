@@ -14,7 +14,7 @@ class ModelsCommand(Command):
     loads_model = False
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        from ...kinds import KINDS
+        from ...models.kinds import KINDS
 
         with_presets = [k.name for k in KINDS.values() if k.preset_kinds]
         parser.add_argument("--kind", choices=with_presets, default=None, help="presets of this kind of model")
@@ -23,8 +23,8 @@ class ModelsCommand(Command):
         from rich.console import Console
         from rich.table import Table
 
-        from ...kinds import get_kind
-        from ...presets import list_presets
+        from ...models.kinds import get_kind
+        from ...models.presets import list_presets
 
         kinds = get_kind(args.kind).preset_kinds if args.kind else None
         table = Table(title="model presets (applied when named with --preset, or when the model name matches)")

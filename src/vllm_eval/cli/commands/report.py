@@ -26,7 +26,7 @@ class ReportCommand(Command):
         parser.add_argument("--title", default="vllm-eval report")
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
-        from ...report import write_report
+        from ...measure.report import write_report
 
         print(f"report: {write_report(args.runs, args.output, args.title)}")
         return 0

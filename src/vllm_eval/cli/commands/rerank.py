@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ...errors import UsageError
+from ...utils.errors import UsageError
 from ..base import Command, Context
 from ..checks import open_cache, resolve_model
 from ..options import (
@@ -68,8 +68,8 @@ class RerankCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         import tempfile
 
+        from ...evaluation.two_stage import evaluate_two_stage, is_bm25, load_first_stage
         from ...tasks import check_available
-        from ...two_stage import evaluate_two_stage, is_bm25, load_first_stage
 
         spec = ctx.spec
         model = resolve_model(args.reranker, spec.remote, "--reranker")
@@ -132,7 +132,7 @@ def rerank_tasks(names: list[str] | None, data: str | None = None, what: str = "
     Raises:
         UsageError: both ``data`` and names, or a task of another type (``what`` names the command).
     """
-    from ...kinds import get_kind
+    from ...models.kinds import get_kind
     from ...tasks import get_tasks
 
     if data:

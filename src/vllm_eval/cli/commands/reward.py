@@ -33,7 +33,7 @@ class RewardCommand(Command):
     backend_options = ()
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        from ...backends import backend_names
+        from ...models.backends import backend_names
         from ..spec import capability
 
         parser.add_argument("--model", required=True, help="model directory or hub id")

@@ -7,8 +7,8 @@ import sys
 from contextlib import closing, nullcontext
 from typing import Any
 
-from ...errors import UsageError, VllmEvalError
-from ...timeline import phase
+from ...utils.errors import UsageError, VllmEvalError
+from ...utils.timeline import phase
 from ..base import Command, Context
 from ..checks import check_image_tasks, open_cache, resolve_model
 from ..options import (
@@ -176,7 +176,7 @@ class RunCommand(Command):
         if args.check_parity and (args.concurrent_tasks or 1) > 1:
             raise UsageError("--check-parity records each task's inputs one task at a time: drop --concurrent-tasks")
         if args.check_parity:
-            from ...kinds import get_kind
+            from ...models.kinds import get_kind
 
             reference = get_kind(ctx.spec.kind).reference_backend
             if ctx.spec.kind == "token_embedder":
@@ -191,12 +191,12 @@ class RunCommand(Command):
                 )
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
-        from ...concurrency import task_workers
-        from ...errors import DataUnavailableError
-        from ...results import evaluate, results_dir
-        from ...task_processes import start_for
+        from ...evaluation.concurrency import task_workers
+        from ...evaluation.prefetch import prefetch_for
+        from ...evaluation.results import evaluate, results_dir
+        from ...evaluation.task_processes import start_for
         from ...tasks import unavailable
-        from ...tasks.prefetch import prefetch_for
+        from ...utils.errors import DataUnavailableError
 
         spec = ctx.spec
         with phase("model"):
@@ -252,7 +252,7 @@ def _imports_ahead(args: argparse.Namespace) -> tuple[str, ...]:
     """What ``mteb.evaluate`` imports on its first call, imported while GPU replicas start (the parent has nothing
     else to do then). Not with an engine in this process (the two would take turns on the interpreter), nor with
     CPU replicas, which use every core: two on this 2-core machine were ready after 13.3 s instead of 8.5 s."""
-    from ...engine_args import on_cpu
+    from ...engine.args import on_cpu
 
     replicas = (getattr(args, "data_parallel_size", None) or 1) * (getattr(args, "replicas_per_gpu", None) or 1)
     elsewhere = getattr(args, "ray_address", None) or replicas > 1
@@ -271,9 +271,9 @@ def _run_info(args: argparse.Namespace, encoder: Any, cache: Any) -> dict[str, A
 
 
 def _detect_pooling_task(model: str | None, backend: str, revision: str | None) -> str:
-    from ...backends import backend_names
-    from ...modelinfo import ModelRef
-    from ...token_embedder.base import TOKEN_EMBED_ARCHITECTURES
+    from ...models.backends import backend_names
+    from ...models.token_embedder.base import TOKEN_EMBED_ARCHITECTURES
+    from ...utils.modelinfo import ModelRef
     from ..spec import capability
 
     kinds = [k for k in POOLING_KINDS.values() if backend in backend_names(k)]
@@ -304,7 +304,7 @@ def _tasks(args: argparse.Namespace, kind: str) -> list[Any]:
             split_names(args.tasks), benchmarks=args.benchmark, task_types=args.task_types, languages=args.languages
         )
     if kind == "token_embedder":
-        from ...token_embedder.base import check_task_types
+        from ...models.token_embedder.base import check_task_types
 
         if args.tasks is None and args.benchmark is None and not args.data and not args.task_types:
             tasks = [t for t in tasks if t.metadata.type in ("Retrieval", "Reranking")]  # the offline suite's
@@ -314,8 +314,8 @@ def _tasks(args: argparse.Namespace, kind: str) -> list[Any]:
 
 def _parity_reference(args: argparse.Namespace, spec: Any, model: Any) -> Any:
     """``--check-parity``: the kind's reference backend on the same model and prompts, or None."""
-    from ...backends import load_backend
-    from ...kinds import get_kind
+    from ...models.backends import load_backend
+    from ...models.kinds import get_kind
 
     if not args.check_parity:
         return None

@@ -33,7 +33,7 @@ class TasksCommand(Command):
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
-        from ...kinds import KINDS
+        from ...models.kinds import KINDS
 
         for kind in KINDS.values():
             mine = [r for r in rows if kind.name in r["kinds"]]
@@ -58,9 +58,9 @@ def task_rows() -> list[dict[str, Any]]:
     ``datasets``, offline only when cached); ``kinds`` the kinds of model that run it and ``command``
     the commands.
     """
-    from ...hub import ensure_offline_if_unreachable
     from ...tasks import offline_tasks
     from ...tasks.registry import task_rows as own_rows
+    from ...utils.hub import ensure_offline_if_unreachable
 
     ensure_offline_if_unreachable()  # a hub task is available offline only from the local cache
     rows = []
@@ -94,7 +94,7 @@ def task_rows() -> list[dict[str, Any]]:
 
 def _list_selected(args: argparse.Namespace) -> int:
     """``vllm-eval tasks --benchmark/--tasks/--task-types/--languages``: what a run would evaluate."""
-    from ...hub import ensure_offline_if_unreachable
+    from ...utils.hub import ensure_offline_if_unreachable
 
     ensure_offline_if_unreachable()
     from ...tasks import select_tasks, unavailable

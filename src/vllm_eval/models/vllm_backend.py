@@ -1,0 +1,263 @@
+"""``VllmBackend``: what every vLLM backend of every kind shares: one engine or engine replicas, and one
+way to run a job on them.
+
+:meth:`VllmBackend.start` acquires one shared in-process engine (:mod:`vllm_eval.engine.build`) or starts
+``data_parallel_size`` × ``replicas_per_gpu`` replicas (:mod:`vllm_eval.replicas.pool`), and records how long
+that took. :meth:`VllmBackend.run_split` (and :meth:`VllmBackend.submit_split`, which does not wait)
+runs a job — a module-level ``fn(llm, payload)`` — on the engine, or split in input order over the
+replicas, and joins the parts in order. A job with a non-blocking variant (the encoder's) hands the in-process
+engine its chunks through :mod:`vllm_eval.engine.pipeline`, so the next chunk is queued in the engine while this one is
+collected.
+
+The job convention, for every kind: a job returns its value or raises. A request vLLM failed on raises
+:class:`RequestFailed` (its index within the job's part and vLLM's reason), which comes back to the
+caller as an :class:`~vllm_eval.utils.errors.EngineError` naming the input; vLLM's refusal of a request
+before it runs is a :class:`~vllm_eval.utils.errors.UsageError` (:func:`refusals_as_usage_errors`), raised as
+itself from a replica too.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from ..engine.build import acquire_engine, release_engine
+from ..engine.outputs import RequestFailed, check_outputs, first_request_error, refusals_as_usage_errors
+from ..engine.pipeline import drain as drain_pipeline
+from ..utils import timeline
+from ..utils.errors import EngineError
+from .base import Resource
+
+__all__ = [
+    "RequestFailed",
+    "VllmBackend",
+    "check_outputs",
+    "first_request_error",
+    "refusals_as_usage_errors",
+]
+
+
+def guarded(fn: Callable[[Any, Any], Any], llm: Any, payload: Any) -> Any:
+    """``fn(llm, payload)`` with vLLM's refusal of a request (an empty prompt, one over ``max_model_len``) as a
+    one-line UsageError; module-level, so ``functools.partial(guarded, fn)`` pickles for a replica."""
+    with refusals_as_usage_errors("an input"):
+        return fn(llm, payload)
+
+
+def _join(parts: list[Any]) -> Any:
+    """Parts of one split, in order: arrays concatenated, lists chained (one part: itself)."""
+    if len(parts) == 1:
+        return parts[0]
+    if parts and all(isinstance(p, np.ndarray) for p in parts):
+        return np.concatenate(parts)
+    return [x for part in parts for x in part]
+
+
+def _named(value: Callable[[], Any], lo: int, describe: Callable[[int], str] | None) -> Any:
+    """``value()``, a :class:`RequestFailed` turned into an EngineError naming input ``lo + index``."""
+    try:
+        return value()
+    except RequestFailed as exc:
+        what = describe(lo + exc.index) if describe is not None else f"input {lo + exc.index}"
+        raise EngineError(f"vLLM failed on {what}: {exc.reason}") from None
+
+
+class VllmBackend(Resource):
+    """Mixin of the vLLM backends (encoder, reranker, generator, classifier, token classifier, token
+    embedder): the shared engine in ``self.llm``, or replicas in ``self.pool``, and the jobs run on them.
+
+    A backend sets ``self.engine_kwargs`` (:func:`vllm_eval.engine.args.backend_engine_kwargs`), calls
+    :meth:`start` with its picklable ``setup(llm) -> dict`` (tokenizer, limits, ``dtype``,
+    ``quantization`` ...: the parent needs nothing from an engine afterwards, since with replicas it has
+    none) and runs every engine call through :meth:`run_split` / :meth:`submit_split`.
+    """
+
+    llm: Any = None
+    pool: Any = None
+    engine_kwargs: dict[str, Any]
+    _engine_start_s: float = 0.0
+    #: A chunk of this backend went through the in-process pipeline (:mod:`vllm_eval.engine.pipeline`).
+    _pipelining: bool = False
+
+    def start(
+        self,
+        ref: Any,
+        setup: Callable[[Any], dict[str, Any]],
+        data_parallel_size: int = 1,
+        replicas_per_gpu: int = 1,
+        ray_address: str | None = None,
+    ) -> dict[str, Any]:
+        """One shared engine in this process, or ``data_parallel_size`` × ``replicas_per_gpu`` > 1 replicas
+        (local processes; with ``ray_address``, Ray actors on that cluster, however many);
+        returns ``setup(llm)`` of the engine (of the first replica). Records the wall seconds until ready
+        (``engine_start_seconds`` in the counters, also when they exist already) and keeps ``dtype`` and
+        ``quantization`` from the info.
+
+        Raises:
+            UsageError: a replica layout the machine (or the Ray cluster) cannot hold; Ray missing.
+            ReplicaError: a replica failed to start.
+            EngineError: the in-process engine failed to start.
+        """
+        started, wall = time.perf_counter(), time.time()
+        tp = self.engine_kwargs.get("tensor_parallel_size") or 1
+        if ray_address:
+            from ..replicas.ray import RayReplicaPool
+
+            self.pool = RayReplicaPool(
+                ref.path,
+                self.engine_kwargs,
+                address=ray_address,
+                replicas=data_parallel_size * replicas_per_gpu,
+                tensor_parallel_size=tp,
+                replicas_per_gpu=replicas_per_gpu,
+                setup=setup,
+            )
+            info = self.pool.info
+        elif data_parallel_size * replicas_per_gpu <= 1:
+            self.llm = acquire_engine(ref, **self.engine_kwargs)
+            info = setup(self.llm)
+        else:
+            from ..replicas.ahead import take_ahead
+            from ..replicas.pool import ReplicaPool, plan_replicas
+
+            placements = plan_replicas(
+                data_parallel_size,
+                replicas_per_gpu,
+                tensor_parallel_size=tp,
+                engine_kwargs=self.engine_kwargs,
+                model=ref.path,
+            )
+            self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=setup, ahead=take_ahead(placements))
+            info = self.pool.info
+        # The pool times its own start (until every replica is ready); planning it takes no time to speak of.
+        self._engine_start_s = self.pool.start_seconds if self.pool is not None else time.perf_counter() - started
+        _record_start(wall, self._engine_start_s, self.pool, ref)
+        counters = getattr(self, "counters", None)
+        if counters is not None:  # a base built before the engine started (the generator's)
+            counters.engine_start_seconds = self._engine_start_s
+        self.dtype, self.quantization = info["dtype"], info["quantization"]
+        return info
+
+    @property
+    def parallel_jobs(self) -> int:
+        """Engines that run a split at once: the replicas, else 1 (chunks grow with it, so each replica
+        still gets a whole chunk per step)."""
+        return len(self.pool) if self.pool is not None else 1
+
+    @property
+    def max_in_flight(self) -> int:
+        """Chunks handed over before the oldest is collected: two with replicas, so none waits idle; one once the
+        in-process engine's chunks are pipelined (:mod:`vllm_eval.engine.pipeline`: the next chunk's requests are queued
+        in the engine while this one's outputs are collected), else none."""
+        if self.pool is not None:
+            return 2
+        return 1 if self._pipelining else 0
+
+    def submit_split(
+        self,
+        fn: Callable[[Any, Any], Any],
+        n: int,
+        payload: Callable[[int, int], Any],
+        describe: Callable[[int], str] | None = None,
+        pipelined: Callable[[Any, Any, Callable[[Callable[[], Any]], Any]], Future | None] | None = None,
+    ) -> Future:
+        """Start ``fn(llm, payload(lo, hi))`` over ``n`` inputs: inline on the engine (a finished future), or
+        one part per replica in input order; the future's result joins the parts in order (arrays
+        concatenated, lists chained). ``describe(i)`` names input ``i`` when vLLM fails on it.
+
+        ``pipelined(llm, payload, named)``, where given, is ``fn`` without waiting, for the in-process engine
+        (:mod:`vllm_eval.engine.pipeline`): its future may be unfinished (waiting for it steps the engine),
+        ``named(value)``
+        is ``value()`` with a failed request named; where it returns None, ``fn`` runs inline as usual.
+
+        ``fn`` must be a module-level function; with replicas, its payload and result must pickle.
+        """
+        combined: Future = Future()
+        fn = functools.partial(guarded, fn)
+        if self.pool is None or n == 0:
+            try:
+                part = payload(0, n)
+                if n and pipelined is not None:
+                    with refusals_as_usage_errors("an input"):
+                        future = pipelined(self.llm, part, lambda value: _named(value, 0, describe))
+                    if future is not None:
+                        self._pipelining = True  # from now on the stream keeps a chunk in flight (max_in_flight)
+                        return future
+                if n:  # a synchronous call steps the engine until it is empty: no pipelined chunk may be left in it
+                    drain_pipeline(self.llm)
+                combined.set_result(_named(lambda: fn(self.llm, part), 0, describe))
+            except BaseException as exc:  # handed to the caller through the future
+                combined.set_exception(exc)
+            return combined
+        parts = self.pool.submit_split(fn, n, payload)
+        pending = [len(parts)]
+        lock = threading.Lock()
+
+        def done(_: Future) -> None:
+            with lock:
+                pending[0] -= 1
+                if pending[0]:
+                    return
+            try:
+                combined.set_result(_join([_named(f.result, lo, describe) for lo, f in parts]))
+            except BaseException as exc:  # handed to the caller through the future
+                combined.set_exception(exc)
+
+        for _, f in parts:
+            f.add_done_callback(done)
+        return combined
+
+    def run_split(
+        self,
+        fn: Callable[[Any, Any], Any],
+        n: int,
+        payload: Callable[[int, int], Any],
+        describe: Callable[[int], str] | None = None,
+    ) -> Any:
+        """:meth:`submit_split`, waited for.
+
+        Raises:
+            EngineError: vLLM failed on an input (named through ``describe``).
+            UsageError: vLLM refused a request before it ran.
+            ReplicaError: a replica failed on the job, or died with no other left.
+        """
+        return self.submit_split(fn, n, payload, describe).result()
+
+    def engine_identity(self) -> dict[str, Any]:
+        """What of the engine changes outputs, for the backend's identity: dtype, quantization, ``hf_overrides``."""
+        return {
+            "dtype": self.dtype,
+            "quantization": self.quantization,
+            "hf_overrides": self.engine_kwargs.get("hf_overrides"),
+        }
+
+    def close(self) -> None:
+        """Stop the replicas, or release this wrapper's engine (shut down when no other wrapper shares
+        it). Idempotent."""
+        pool, self.pool = self.pool, None
+        llm, self.llm = self.llm, None
+        if pool is None and llm is None:
+            return
+        with timeline.phase("shutdown"):
+            if pool is not None:
+                pool.close()
+            if llm is not None:
+                release_engine(llm)
+
+
+def _record_start(wall: float, seconds: float, pool: Any, ref: Any) -> None:
+    """The engine's start on the timeline: one ``engine`` phase per replica (until it was ready), or the
+    in-process engine's."""
+    name = getattr(ref, "path", str(ref))
+    if pool is None:
+        timeline.current().add("engine", wall, wall + seconds, detail=str(name))
+        return
+    # Planning the pool counts too; replicas started with the command (replicas_ahead) count from their launch.
+    for index, ready in sorted(pool.ready_seconds.items()):
+        timeline.current().add("engine", min(wall, pool.started_at), pool.started_at + ready, detail=f"replica {index}")
