@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 
-from vllm_eval.cli.spec import capability, resolve_spec
+from vllm_eval.api.spec import capability, resolve_spec
 from vllm_eval.models.backends import BACKENDS
 from vllm_eval.models.encoder.base import EncoderBase
 from vllm_eval.utils.errors import UsageError
@@ -72,7 +72,8 @@ def test_a_backend_added_to_the_table_gets_options_by_its_signature(monkeypatch)
 def test_listed_engine_flags_are_engine_args_names():
     """The listed flags skip the name check (which imports vLLM): each must be an EngineArgs field."""
     from vllm_eval.cli.options import ENGINE_BOOLS, ENGINE_FLAGS
-    from vllm_eval.engine.args import engine_arg_names
+    from vllm_eval.engine.args import LISTED_ENGINE_ARGS, engine_arg_names
 
     listed = {entry[0] for entry in ENGINE_FLAGS} | {entry[0] for entry in ENGINE_BOOLS}
+    assert listed == LISTED_ENGINE_ARGS  # the library skips the same names' check
     assert listed - {"head_dtype"} <= engine_arg_names()

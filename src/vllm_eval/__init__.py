@@ -21,6 +21,9 @@ _LAZY = {
     "ModelPreset": "models.presets",
     "ScoreTemplate": "models.presets",
     "VllmEvalError": "utils.errors",
+    "ImageInput": "models.images",
+    "evaluate": "api.evaluate",
+    "EvaluationResult": "api.evaluate",
 }
 __all__ = [*_LAZY, "__version__"]
 # Lazy: `import vllm_eval` must not import vLLM or torch (the CLI's `tasks` and `--help` stay fast).

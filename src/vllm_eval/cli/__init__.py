@@ -27,14 +27,13 @@ import time
 from typing import Any
 
 from .. import __version__
+from ..api.session import prepare as prepare_session
 from ..replicas.ahead import discard_ahead, start_ahead
 from ..utils import logs, timeline
 from ..utils.errors import UsageError, VllmEvalError
-from .base import Command, Context, Parser
-from .checks import check_engine, check_repeats, prepare_output_dir
+from .base import Command, Context, Parser, check_repeats
 from .commands import COMMANDS as _COMMAND_CLASSES
 from .options import engine_options, json_object, parse_extra_engine_args
-from .spec import check_multi, resolve_spec
 
 __all__ = ["COMMANDS", "Command", "json_object", "main", "parse_extra_engine_args", "run"]
 
@@ -77,41 +76,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def prepare(command: Command, args: argparse.Namespace, extra: list[str]) -> Context:
-    """The checks every model command shares, before any model, engine or task loads.
+    """The checks every model command shares (:func:`vllm_eval.api.session.prepare`), then the command's own,
+    before any model, engine or task loads.
 
     Raises:
         UsageError: a bad option, endpoint or output directory (one line, exit 2).
     """
-    from ..models.http import check_endpoint
     from ..utils.hub import ensure_offline_if_unreachable
 
-    # First: the hub libraries read offline mode once, when they are imported (mteb imports them).
+    # First: the hub libraries read offline mode once, when they are imported (and the model command's kind may
+    # be read from a model's files).
     ensure_offline_if_unreachable()
+    engine = engine_from(args, extra)
+    ctx = prepare_session(
+        command.kind_of(args),
+        command.backends_of(args),
+        command.options_of(args),
+        engine,
+        output_dir=args.output_dir,
+        verbose=args.verbose,
+        several=command.several_backends,
+        peers=command.peers,
+        http_batch_size=command.http_batch_size,
+        started=_STARTED[0],
+    )
+    args.output_dir = ctx.output_dir
+    command.check(args, ctx)
+    return ctx
+
+
+def engine_from(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
+    """The vLLM engine options of a command line: its named engine flags and every unlisted ``--name value``.
+
+    Raises:
+        UsageError: an option given both ways, or a token that is not an option.
+    """
     named, unlisted = engine_options(args), parse_extra_engine_args(extra)
     both = set(named) & set(unlisted)
     if both:
         raise UsageError(f"--{sorted(both)[0].replace('_', '-')} is given more than once")
-    engine = {**named, **unlisted}
-    ctx = Context(engine=engine, started=_STARTED[0])
-    kind, backends = command.kind_of(args), command.backends_of(args)
-    if not command.several_backends:
-        ctx.spec = resolve_spec(
-            kind, backends[0], command.options_of(args), engine, http_batch_size=command.http_batch_size
-        )
-        runs_vllm = ctx.spec.runs_engine
-    else:
-        check_multi(kind, backends, command.options_of(args), args, command.peers)
-        runs_vllm = True
-    for url in getattr(args, "endpoint", None) or ():
-        check_endpoint(url)
-    args.output_dir = prepare_output_dir(args.output_dir)
-    logs.configure(args.verbose, args.output_dir)
-    if engine and runs_vllm:
-        check_engine(engine, unlisted)
-    if runs_vllm and not args.verbose and "use_tqdm_on_load" not in engine:
-        engine["use_tqdm_on_load"] = False  # vLLM's weight-loading bar; the log has the timing
-    command.check(args, ctx)
-    return ctx
+    return {**named, **unlisted}
 
 
 #: When the current command started (``time.time()``): results count their total from here.
@@ -146,6 +150,8 @@ def _dispatch(argv: list[str]) -> int:
         if extra:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
         return command.execute(args, None)
+    if command.calls_library:  # the library function checks its options itself
+        return command.execute(args, Context(engine=engine_from(args, extra), started=_STARTED[0]))
     with timeline.phase("imports"):  # mostly the backend's and mteb's imports, then the option checks
         ctx = prepare(command, args, extra)
     return command.execute(args, ctx)

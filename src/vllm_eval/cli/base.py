@@ -12,9 +12,9 @@ mode, engine options, the backend spec, endpoints, the output directory, logging
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..api.session import Session
 from ..utils.errors import UsageError
 
 
@@ -25,19 +25,9 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-@dataclass
-class Context:
-    """What a model command gets after the shared checks.
-
-    Attributes:
-        engine: the vLLM engine options the user set (``EngineArgs`` names), checked.
-        spec: the resolved backend of a one-backend command (None for ``bench`` / ``compare``).
-        started: ``time.time()`` when the command started (results count their total from here).
-    """
-
-    engine: dict[str, Any]
-    spec: Any = None
-    started: float = 0.0
+#: What a model command is handed: :class:`vllm_eval.api.session.Session` after the shared checks, or (for a
+#: command whose library function checks its options itself) the parsed engine options and start time only.
+Context = Session
 
 
 class Command:
@@ -51,12 +41,14 @@ class Command:
         loads_model: False for commands that load no model (listings, reports): no shared checks,
             and unlisted ``--name value`` options are refused.
         backend_options: argparse destinations of the command's own options that reach the backend's
-            constructor when given (routed by :func:`vllm_eval.cli.spec.resolve_spec`); those of the shared
+            constructor when given (routed by :func:`vllm_eval.api.spec.resolve_spec`); those of the shared
             groups (``--device``, replicas, endpoints) are added by :meth:`options_of`.
         http_batch_size: inputs per request for a remote backend (None: the transport's default).
         several_backends: the command runs several backends (``--backends``); options are checked
             against the set and engine options go to its engine backends.
         peers: capabilities of names outside the backend table a several-backend command runs.
+        calls_library: :meth:`execute` hands the parsed flags to one :mod:`vllm_eval.api` function, which makes
+            the shared checks itself; ``execute`` gets the parsed engine options and the start time only.
     """
 
     name: ClassVar[str]
@@ -68,6 +60,7 @@ class Command:
     http_batch_size: ClassVar[int | None] = None
     several_backends: ClassVar[bool] = False
     peers: ClassVar[dict[str, str]] = {}
+    calls_library: ClassVar[bool] = False
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add the subcommand's arguments to its parser."""
@@ -95,3 +88,26 @@ class Command:
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         """Run the command; return the exit code."""
         raise NotImplementedError
+
+
+def check_repeats(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """An option given twice is an error, not "the last one wins" (``--endpoint`` may repeat).
+
+    Raises:
+        UsageError: the first option given twice.
+    """
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    command = next((t for t in argv if t in sub.choices), None)
+    if command is None:
+        return
+    actions = {opt: a for a in sub.choices[command]._actions for opt in a.option_strings}  # noqa: SLF001
+    seen: dict[str, str] = {}
+    for tok in argv:
+        if tok == "--":
+            break
+        action = actions.get(tok.split("=", 1)[0])
+        if action is None or isinstance(action, argparse._AppendAction):  # noqa: SLF001
+            continue
+        if action.dest in seen:
+            raise UsageError(f"{tok.split('=', 1)[0]} is given more than once")
+        seen[action.dest] = tok

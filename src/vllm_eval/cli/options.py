@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -67,23 +66,6 @@ ENGINE_BOOLS = [
     ("enable_prefix_caching", "reuse KV cache across shared prefixes"),
     ("trust_remote_code", "run the model repository's own code (default off)"),
 ]
-
-
-def split_names(values: list[str] | None) -> list[str] | None:
-    """``--tasks A B,C`` -> [A, B, C]; a comma inside parentheses (``MTEB(eng, v2)``) does not split.
-
-    Raises:
-        UsageError: the list is empty, or names a task twice.
-    """
-    if values is None:
-        return None
-    names = [n.strip() for v in values for n in re.split(r",(?![^()]*\))", v) if n.strip()]
-    if not names:
-        raise UsageError("--tasks names no task (give task names, or leave --tasks out for the offline suite)")
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise UsageError(f"--tasks names {', '.join(dupes)} more than once")
-    return names
 
 
 def _parse_value(text: str) -> Any:

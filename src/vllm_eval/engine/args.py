@@ -25,6 +25,28 @@ GPU_POOLING_MAX_NUM_BATCHED_TOKENS = 131072
 SMALL_CPU_CORES = 4
 
 
+#: EngineArgs names the commands list as flags of their own (typed there): known names, so checking them needs no
+#: vLLM import (8 s on an H100 machine, which a parent of replicas never needs otherwise). ``head_dtype`` is
+#: ours: it becomes ``hf_overrides["head_dtype"]``.
+LISTED_ENGINE_ARGS = frozenset(
+    {
+        "dtype",
+        "head_dtype",
+        "max_model_len",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "tensor_parallel_size",
+        "gpu_memory_utilization",
+        "seed",
+        "hf_overrides",
+        "pooler_config",
+        "enforce_eager",
+        "enable_prefix_caching",
+        "trust_remote_code",
+    }
+)
+
+
 @lru_cache(maxsize=1)
 def engine_arg_names() -> frozenset[str]:
     """Names of every ``vllm.EngineArgs`` field (the keywords ``vllm.LLM`` accepts)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 from ..utils.errors import DataUnavailableError, UnknownNameError, UsageError
@@ -77,6 +78,26 @@ def get_benchmark_tasks(name: str) -> list[Any]:
         raise UnknownNameError(f"unknown benchmark {name!r}{hint}") from None
 
 
+def split_names(values: list[str] | str | None, what: str = "--tasks") -> list[str] | None:
+    """``--tasks A B,C`` -> [A, B, C]; a comma inside parentheses (``MTEB(eng, v2)``) does not split; one
+    string is one value.
+
+    Raises:
+        UsageError: the list is empty, or names a task twice (``what`` names the option).
+    """
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    names = [n.strip() for v in values for n in re.split(r",(?![^()]*\))", v) if n.strip()]
+    if not names:
+        raise UsageError(f"{what} names no task (give task names, or leave --tasks out for the offline suite)")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"{what} names {', '.join(dupes)} more than once")
+    return names
+
+
 def select_tasks(
     names: list[str] | None = None,
     *,
@@ -93,6 +114,7 @@ def select_tasks(
         UnknownTaskError, UnknownNameError: an unknown task, benchmark or task type.
         UsageError: the filters leave no task.
     """
+    names, benchmarks = _benchmarks_among(names, list(benchmarks or ()))
     tasks = get_tasks(names) if names or not benchmarks else []
     for name in benchmarks or ():
         tasks.extend(get_benchmark_tasks(name))
@@ -117,6 +139,22 @@ def select_tasks(
     if not unique:
         raise UsageError("no task is left after --task-types / --languages")
     return unique
+
+
+def _benchmarks_among(names: list[str] | None, benchmarks: list[str]) -> tuple[list[str] | None, list[str]]:
+    """Names of mteb benchmarks given as task names (``--tasks "MTEB(eng, v2)"``) run as those benchmarks."""
+    if not names:
+        return names, benchmarks
+    import logging
+
+    import mteb
+
+    known = {b.name for b in mteb.get_benchmarks()}
+    found = [n for n in names if n in known]
+    for name in found:
+        logging.getLogger(__name__).info("%r is a benchmark: running its tasks (as --benchmark %r)", name, name)
+    rest = [n for n in names if n not in known]
+    return (rest or None), benchmarks + [b for b in found if b not in benchmarks]
 
 
 def unavailable(tasks: list[Any]) -> dict[str, str]:

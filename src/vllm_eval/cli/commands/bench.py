@@ -6,9 +6,9 @@ import argparse
 import re
 from typing import Any
 
+from ...api.checks import resolve_model
 from ...utils.errors import UsageError
 from ..base import Command, Context
-from ..checks import resolve_model
 from ..options import add_engine_flags, add_remote_flags, add_scale_flags, positive_int
 
 #: The bench's peer outside the backend table: mteb's own vLLM wrapper (runs an engine here).
@@ -28,9 +28,9 @@ class BenchCommand(Command):
     backend_options = ("remote_batch_size",)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        from ...api.spec import capability
         from ...measure.bench import BACKENDS as DEFAULT_BACKENDS
         from ...models.backends import backend_names
-        from ..spec import capability
 
         names = backend_names(self.kind)
         # Served backends only with --endpoint: not in the default list.

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ...api.checks import open_cache, require_model, resolve_model, task_output_dirs
+from ...tasks import split_names
 from ...utils.errors import UsageError
 from ..base import Command, Context
-from ..checks import open_cache, require_model, resolve_model, task_output_dirs
 from ..options import (
     add_backend,
     add_cache_flags,
@@ -18,7 +19,6 @@ from ..options import (
     add_scale_flags,
     add_tasks,
     positive_int,
-    split_names,
 )
 from ..tables import report_cache
 
@@ -75,7 +75,7 @@ class ClassifyCommand(Command):
         tasks = command_tasks(self.name, args.tasks, args.data)
         model = resolve_model(args.model, spec.remote)
         outputs = task_output_dirs(args.output_dir, self.name, tasks)
-        cache = open_cache(args)
+        cache = open_cache(args.cache_dir, args.no_cache)
         with spec.load(model, show_progress_bar=not args.no_progress) as classifier:
             classifier.use_cache(cache)
             for task, out in zip(tasks, outputs, strict=True):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ...api.checks import open_cache, resolve_model
+from ...tasks import split_names
 from ...utils.errors import UsageError
 from ..base import Command, Context
-from ..checks import open_cache, resolve_model
 from ..options import (
     add_cache_flags,
     add_engine_flags,
@@ -16,7 +17,6 @@ from ..options import (
     json_object,
     nonneg_float,
     positive_int,
-    split_names,
 )
 from ..tables import report_cache
 
@@ -127,7 +127,7 @@ class CompareCommand(Command):
         else:
             model, tasks, configs = _plan(args)
             shared: dict[str, Any] = {k: v for k, v in {"prompts": args.prompts, "preset": args.preset}.items() if v}
-            cache = open_cache(args)
+            cache = open_cache(args.cache_dir, args.no_cache)
             results: list[Any] = []
             for i, config in enumerate(configs):
                 # Fresh task objects per configuration: an mteb task keeps the random state of its
@@ -218,9 +218,9 @@ def _default_reference(kind: str, backends: list[str]) -> str:
 
 def _plan(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
     """``(model, tasks, configurations with the reference first)``, checked before any model loads."""
+    from ...api.spec import capability
     from ...measure import compare as cmp
     from ...models.backends import backend_names
-    from ..spec import capability
 
     kind = args.kind
     names = backend_names(kind)

@@ -6,9 +6,10 @@ import argparse
 import sys
 from typing import Any
 
+from ...api.checks import chat_template, open_cache, require_model, resolve_model, task_output_dirs
+from ...tasks import split_names
 from ...utils.errors import UsageError
 from ..base import Command, Context
-from ..checks import chat_template, open_cache, require_model, resolve_model, task_output_dirs
 from ..options import (
     add_backend,
     add_cache_flags,
@@ -23,7 +24,6 @@ from ..options import (
     json_object,
     nonneg_float,
     positive_int,
-    split_names,
 )
 from ..tables import report_cache
 
@@ -142,7 +142,7 @@ class GenerateCommand(Command):
             "max_images_per_prompt": 1 if any(t.modality == "image" for t in tasks) else None,
         }
         failed = 0
-        cache = open_cache(args)
+        cache = open_cache(args.cache_dir, args.no_cache)
         with spec.load(model, **internal) as generator:
             generator.use_cache(cache)
             for task, out in zip(tasks, outputs, strict=True):

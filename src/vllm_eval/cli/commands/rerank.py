@@ -6,9 +6,10 @@ import argparse
 import sys
 from typing import Any
 
+from ...api.checks import open_cache, resolve_model
+from ...tasks import split_names
 from ...utils.errors import UsageError
 from ..base import Command, Context
-from ..checks import open_cache, resolve_model
 from ..options import (
     add_backend,
     add_common,
@@ -19,7 +20,6 @@ from ..options import (
     add_tasks,
     json_object,
     positive_int,
-    split_names,
 )
 from ..tables import print_table, report_cache
 
@@ -78,7 +78,7 @@ class RerankCommand(Command):
         tasks = rerank_tasks(args.tasks, args.data)
         check_available(tasks)
         show = not args.no_progress
-        cache = open_cache(args)
+        cache = open_cache(args.cache_dir, args.no_cache)
         first = load_first_stage(args.first_stage, show_progress_bar=show)
         if cache is not None and hasattr(first, "use_cache"):
             first.use_cache(cache)

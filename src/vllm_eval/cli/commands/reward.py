@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ...api.checks import chat_template, open_cache, resolve_model, task_output_dirs
 from ..base import Command, Context
-from ..checks import chat_template, open_cache, resolve_model, task_output_dirs
 from ..options import (
     add_backend,
     add_cache_flags,
@@ -33,8 +33,8 @@ class RewardCommand(Command):
     backend_options = ()
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        from ...api.spec import capability
         from ...models.backends import backend_names
-        from ..spec import capability
 
         parser.add_argument("--model", required=True, help="model directory or hub id")
         # The chat template is rendered here, so a served model cannot take the pairs.
@@ -65,7 +65,7 @@ class RewardCommand(Command):
             "add_special_tokens": False,
             "labels": ["reward"],
         }
-        cache = open_cache(args)
+        cache = open_cache(args.cache_dir, args.no_cache)
         with ctx.spec.load(model, **internal) as scorer:
             scorer.use_cache(cache)
             for task, out in zip(tasks, outputs, strict=True):

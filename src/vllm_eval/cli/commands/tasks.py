@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from ...tasks import split_names
 from ..base import Command, Context
-from ..options import split_names
 from ..tables import print_rows
 
 #: mteb task types a reranker and a multi-vector model also run.

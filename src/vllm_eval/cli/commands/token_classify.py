@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ...api.checks import open_cache, require_model, resolve_model, task_output_dirs
 from ..base import Command, Context
-from ..checks import open_cache, require_model, resolve_model, task_output_dirs
 from ..options import (
     add_backend,
     add_cache_flags,
@@ -58,7 +58,7 @@ class TokenClassifyCommand(Command):
         task = load_file(self.name, args.data)
         model = resolve_model(args.model, spec.remote)
         [out] = task_output_dirs(args.output_dir, self.name, [task])
-        cache = open_cache(args)
+        cache = open_cache(args.cache_dir, args.no_cache)
         with spec.load(model, show_progress_bar=not args.no_progress) as tagger:
             tagger.use_cache(cache)
             res = run_token_classification(tagger, task, limit=args.limit, output_dir=out)

@@ -17,7 +17,6 @@ No backend name is written here: names come from the backend table (:mod:`vllm_e
 
 from __future__ import annotations
 
-import argparse
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,7 +195,6 @@ def check_multi(
     kind: str,
     backends: list[str],
     options: dict[str, Any],
-    args: argparse.Namespace,
     peers: dict[str, str] | None = None,
 ) -> None:
     """Checks for a command that runs several backends (``bench``, ``compare``): a capability option needs
@@ -216,5 +214,5 @@ def check_multi(
         if capable not in caps.values():
             raise _refuse(dest, capable, named)
     for b, cap in caps.items():
-        if cap == "remote" and not getattr(args, "endpoint", None):
+        if cap == "remote" and not options.get("endpoint"):
             raise UsageError(f"--backends {b} needs at least one --endpoint URL")

@@ -1,35 +1,11 @@
-"""Checks that run before any model, engine or task loads: paths, templates, repeated flags, the model."""
+"""Checks that run before any model, engine or task loads: engine options, paths, templates, the model, the cache."""
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Any
 
 from ..utils.errors import UsageError
-
-
-def check_repeats(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """An option given twice is an error, not "the last one wins" (``--endpoint`` may repeat).
-
-    Raises:
-        UsageError: the first option given twice.
-    """
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
-    command = next((t for t in argv if t in sub.choices), None)
-    if command is None:
-        return
-    actions = {opt: a for a in sub.choices[command]._actions for opt in a.option_strings}  # noqa: SLF001
-    seen: dict[str, str] = {}
-    for tok in argv:
-        if tok == "--":
-            break
-        action = actions.get(tok.split("=", 1)[0])
-        if action is None or isinstance(action, argparse._AppendAction):  # noqa: SLF001
-            continue
-        if action.dest in seen:
-            raise UsageError(f"{tok.split('=', 1)[0]} is given more than once")
-        seen[action.dest] = tok
 
 
 def check_engine(engine: dict[str, Any], unlisted: Any = None) -> None:
@@ -118,19 +94,20 @@ def require_model(model: str | None, remote: bool) -> None:
         raise UsageError("--model is required (for a served model it is the served name, optional)")
 
 
-def open_cache(args: argparse.Namespace) -> Any:
-    """The output cache of this command (None with ``--no-cache``).
+def open_cache(cache_dir: str | None, no_cache: bool) -> Any:
+    """The output cache in ``cache_dir`` (default :func:`~vllm_eval.models.cache.default_cache_dir`), or None
+    with ``no_cache``.
 
     Raises:
-        UsageError: both ``--cache-dir`` and ``--no-cache``.
+        UsageError: both ``cache_dir`` and ``no_cache``.
     """
     from ..models.cache import OutputCache, default_cache_dir
 
-    if args.no_cache:
-        if args.cache_dir:
+    if no_cache:
+        if cache_dir:
             raise UsageError("give --cache-dir or --no-cache, not both")
         return None
-    return OutputCache(args.cache_dir or default_cache_dir())
+    return OutputCache(cache_dir or default_cache_dir())
 
 
 def check_image_tasks(model: Any, tasks: list[Any]) -> None:

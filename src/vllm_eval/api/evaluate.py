@@ -1,0 +1,387 @@
+"""``vllm_eval.evaluate``: an embedding model on mteb tasks, everything ``vllm-eval run`` does, from Python.
+
+The shape of mteb's ``mteb.evaluate`` and lm-evaluation-harness's ``simple_evaluate``: one call that selects
+the tasks (names, benchmarks, type and language filters, or your own data file), checks every option before
+anything loads, starts the backend (one vLLM engine, local replicas or Ray actors, a reference backend, or
+servers), loads task data while the engine starts, scores tasks in processes of their own beside the encoding,
+reads and writes the output cache, resumes from the results already written, records the run's timeline, and
+writes mteb's result JSON and ``summary.json`` as each task finishes. ``vllm-eval run`` parses its flags and
+calls it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import closing, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..utils.errors import UsageError, VllmEvalError
+from ..utils.timeline import phase
+from .checks import check_image_tasks, open_cache, resolve_model
+from .session import Session, prepare, split_options
+
+#: The kinds ``evaluate`` runs, by vLLM pooling task.
+POOLING_KINDS = {"embed": "encoder", "token_embed": "token_embedder"}
+#: Backend options ``evaluate`` passes on when given (constructor keywords of the kind's backends); the
+#: capability options (``device``, ``data_parallel_size``, ``endpoint`` ...) reach the backend too.
+BACKEND_OPTIONS = (
+    "revision",
+    "preset",
+    "model_name",
+    "prompts",
+    "instruction_template",
+    "apply_instruction_to_documents",
+    "image_prompts",
+    "dimensions",
+    "chunk_size",
+    "store_dtype",
+    "encoding_format",
+)
+#: Settings the parity reference must share with the backend it checks.
+_PARITY_SHARED = (
+    "preset",
+    "prompts",
+    "instruction_template",
+    "instructions",
+    "apply_instruction_to_documents",
+    "dimensions",
+    "revision",
+)
+
+
+@dataclass
+class EvaluationResult:
+    """What :func:`evaluate` returns.
+
+    Attributes:
+        rows: one :class:`~vllm_eval.evaluation.results.TaskScore` per task, in task order (main score, seconds,
+            status ``computed`` / ``reused`` / ``failed: <reason>``, telemetry).
+        model_name: the model's name as recorded in the results (``org/name``).
+        backend: the backend's table name (``vllm``, ``st``, ``remote`` ...).
+        results_dir: where mteb's per-task result JSON went (None without ``output_dir``).
+        summary_path: ``<output_dir>/summary.json`` (None without ``output_dir``).
+        timeline: the run's phases and spans (:meth:`vllm_eval.utils.timeline.Timeline.as_json`), as
+            ``summary.json`` keeps them.
+        cache: the output cache (:class:`~vllm_eval.models.cache.OutputCache`, closed; ``cache.stats`` has its
+            hits and misses, ``cache.directory`` its folder), None with ``no_cache``.
+    """
+
+    rows: list[Any]
+    model_name: str
+    backend: str
+    results_dir: Path | None = None
+    summary_path: Path | None = None
+    timeline: dict[str, Any] = field(default_factory=dict)
+    cache: Any = None
+
+    @property
+    def failed(self) -> list[Any]:
+        """The rows of tasks that failed (with ``continue_on_error``)."""
+        return [r for r in self.rows if r.status.startswith("failed")]
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """Main score by task name, of the tasks that did not fail."""
+        return {r.task: r.main_score for r in self.rows if not r.status.startswith("failed")}
+
+
+def evaluate(
+    model: str | os.PathLike | None = None,
+    tasks: list[str] | str | None = None,
+    *,
+    benchmark: list[str] | str | None = None,
+    task_types: list[str] | None = None,
+    languages: list[str] | None = None,
+    data: str | os.PathLike | None = None,
+    data_type: str | None = None,
+    backend: str = "vllm",
+    pooling_task: str | None = None,
+    output_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    no_cache: bool = False,
+    overwrite_strategy: str = "only-missing",
+    continue_on_error: bool = False,
+    log_samples: bool = False,
+    check_parity: int | None = None,
+    concurrent_tasks: int | None = None,
+    show_progress: bool = True,
+    verbose: bool = False,
+    started: float | None = None,
+    **options: Any,
+) -> EvaluationResult:
+    """Evaluate an embedding model (one vector per text, or one per token) on mteb tasks.
+
+    Every keyword has the name of ``vllm-eval run``'s flag (``--max-num-seqs`` is ``max_num_seqs=``). Call it under
+    ``if __name__ == "__main__":``: vLLM and the task processes start their processes with ``spawn``.
+
+    Args:
+        model: a model directory, a hub id (offline: a cached one), or for a served model the served name;
+            default: the packaged all-MiniLM-L6-v2.
+        tasks: mteb task names (a list, or one string of names separated by spaces or commas); a benchmark's
+            name here runs that benchmark. Default: the offline suite (with no ``benchmark`` or ``data``).
+        benchmark: mteb benchmark names, e.g. ``"MTEB(eng, v2)"``.
+        task_types, languages: keep tasks of these mteb types (``STS``, ``Retrieval`` ...) and ISO 639-3 languages.
+        data: your own data as an mteb task: a ``.jsonl``/``.csv``/``.parquet`` file, a BEIR directory, or a
+            benchmark replica (``bench --suite``); ``data_type`` the mteb task type when the fields do not say.
+        backend: ``vllm`` (default), ``st`` (sentence-transformers, the reference), ``hf``, ``remote``.
+        pooling_task: ``embed`` or ``token_embed``; default ``token_embed`` for a ColBERT architecture.
+        output_dir: mteb's result JSON per task, ``summary.json`` and ``vllm-eval.log`` go here (created now).
+        cache_dir, no_cache: the output cache's folder (default ``$VLLMEVAL_CACHE_DIR``, else
+            ``~/.cache/vllm-eval``), or none at all.
+        overwrite_strategy: mteb's: ``only-missing`` (resume), ``always``, ``never``.
+        continue_on_error: a failed task becomes a row with ``status="failed: ..."`` and the run goes on.
+        log_samples: ``<output_dir>/samples/<Task>.jsonl`` per task.
+        check_parity: embed this many of each task's inputs with the reference backend too and record the
+            minimum cosine (rows' ``parity_min_cosine``).
+        concurrent_tasks: tasks evaluated at once (default: by the machine's cores).
+        show_progress: progress bars. ``verbose``: vLLM's INFO logs and third-party warnings.
+        started: when the run started (``time.time()``), so ``summary.json``'s total counts from there; default now.
+        **options: backend options (``preset``, ``prompts``, ``instruction_template``, ``dimensions``,
+            ``chunk_size``, ``data_parallel_size``, ``replicas_per_gpu``, ``ray_address``, ``endpoint`` ...) and
+            vLLM ``EngineArgs`` (``dtype``, ``max_model_len``, ``max_num_seqs`` ...; checked against vLLM's list).
+
+    Returns:
+        An :class:`EvaluationResult`.
+
+    Raises:
+        UsageError: a bad option or combination (one line, before anything loads).
+        OptionError: an unknown engine option (close names suggested).
+        UnknownNameError: an unknown task, benchmark or backend.
+        DataUnavailableError: a task whose data is not available offline (without ``continue_on_error``).
+        ModelNotFoundError: a local model that does not exist.
+        EngineError, EndpointError: a failure of the engine or a server while running.
+    """
+    with phase("imports"):  # mostly the backend's and mteb's imports, then the option checks
+        backend_options, engine = split_options(options, BACKEND_OPTIONS)
+        kind = _kind(model, backend, pooling_task, backend_options)
+        session = prepare(
+            kind,
+            [backend],
+            backend_options,
+            engine,
+            output_dir=None if output_dir is None else os.fspath(output_dir),
+            verbose=verbose,
+            started=started,
+        )
+    _check(kind, backend, session, log_samples, check_parity, concurrent_tasks)
+    with phase("model"):
+        resolved = resolve_model(
+            None if model is None else os.fspath(model), session.spec.remote, revision=options.get("revision")
+        )
+    with phase("tasks"):
+        selected = select(kind, tasks, benchmark, task_types, languages, data, data_type)
+        check_image_tasks(resolved, selected)
+    return _run(
+        session,
+        resolved,
+        selected,
+        (None if cache_dir is None else os.fspath(cache_dir), no_cache),
+        check_parity=check_parity,
+        concurrent_tasks=concurrent_tasks,
+        show_progress=show_progress,
+        overwrite_strategy=overwrite_strategy,
+        continue_on_error=continue_on_error,
+        log_samples=log_samples,
+    )
+
+
+def _run(
+    session: Session, model: Any, tasks: list[Any], cache_at: tuple[str | None, bool], **how: Any
+) -> EvaluationResult:
+    """Start the backend and the task processes, evaluate, write results; the engine is shut down and the cache
+    closed on return."""
+    from ..evaluation.concurrency import task_workers
+    from ..evaluation.prefetch import prefetch_for
+    from ..evaluation.results import evaluate as evaluate_tasks
+    from ..evaluation.results import finish_summaries, results_dir
+    from ..evaluation.task_processes import start_for
+    from ..tasks import unavailable
+    from ..utils import timeline
+    from ..utils.errors import DataUnavailableError
+
+    spec = session.spec
+    with phase("tasks"):
+        missing = unavailable(tasks)
+    if missing and (not how["continue_on_error"] or len(missing) == len(tasks)):  # nothing to run: say so now
+        raise DataUnavailableError(next(iter(missing.values())))
+    cache = open_cache(*cache_at)
+    reference = _parity_reference(spec, model, how["check_parity"])
+    workers = task_workers(how["concurrent_tasks"], len(tasks), recording=reference is not None)
+    # The data loads while the engine starts: in the task processes where tasks are scored there, else on a
+    # thread here. Results to be read back are not known before the model's metadata, so a resumed run may
+    # load a task it then reuses.
+    processes = start_for(tasks, workers, spec.cls, skip=list(missing))
+    here = ([], ()) if processes else (tasks, _imports_ahead(spec.options))
+    try:
+        with (
+            closing(processes) if processes else nullcontext(),
+            closing(prefetch_for(here[0], workers, skip=list(missing), imports=here[1])) as prefetch,
+            spec.load(model, show_progress_bar=how["show_progress"]) as encoder,
+        ):
+            encoder.use_cache(cache)
+            rows = evaluate_tasks(
+                encoder,
+                tasks,
+                output_dir=session.output_dir,
+                show_progress_bar=how["show_progress"],
+                run_info=_run_info(spec, encoder, cache),
+                overwrite_strategy=how["overwrite_strategy"],
+                continue_on_error=how["continue_on_error"],
+                log_samples=how["log_samples"],
+                skip=missing,
+                started=session.started,
+                parity_reference=reference,
+                parity_sample=how["check_parity"] or 0,
+                prefetch=prefetch,
+                concurrent_tasks=workers,
+                processes=processes,
+            )
+            meta = encoder.mteb_model_meta
+    finally:
+        if reference is not None:
+            reference.close()
+        if cache is not None:
+            cache.close()
+    finish_summaries()  # the engine's shutdown is on the timeline too
+    out = Path(session.output_dir) if session.output_dir else None
+    return EvaluationResult(
+        rows=rows,
+        model_name=meta.name,
+        backend=spec.name,
+        results_dir=results_dir(out, meta) if out else None,
+        summary_path=out / "summary.json" if out else None,
+        timeline=timeline.current().as_json(since=session.started),
+        cache=cache,
+    )
+
+
+def select(
+    kind: str,
+    tasks: list[str] | str | None = None,
+    benchmark: list[str] | str | None = None,
+    task_types: list[str] | None = None,
+    languages: list[str] | None = None,
+    data: str | os.PathLike | None = None,
+    data_type: str | None = None,
+) -> list[Any]:
+    """The mteb tasks of a call: ``data`` as an mteb task, else by name, benchmark and filters; a token_embed
+    model keeps (or insists on) the retrieval and reranking ones. A benchmark's name among ``tasks`` selects
+    that benchmark.
+
+    Raises:
+        UsageError: ``data`` with ``tasks``/``benchmark``, ``data_type`` without ``data``; a token_embed model
+            given other task types.
+        UnknownNameError: an unknown task or benchmark name (close names suggested).
+    """
+    from ..tasks import select_tasks, split_names
+
+    names, benchmarks = split_names(tasks), split_names(benchmark, "--benchmark")
+    if data:
+        from ..tasks.owntasks import own_mteb_tasks
+
+        if names or benchmarks:
+            raise UsageError("give --data or --tasks/--benchmark, not both")
+        selected = own_mteb_tasks(os.fspath(data), data_type)
+    else:
+        if data_type:
+            raise UsageError("--data-type goes with --data FILE")
+        selected = select_tasks(names, benchmarks=benchmarks, task_types=task_types, languages=languages)
+    if kind == "token_embedder":
+        from ..models.token_embedder.base import check_task_types
+
+        if names is None and benchmarks is None and not data and not task_types:
+            selected = [t for t in selected if t.metadata.type in ("Retrieval", "Reranking")]  # the offline suite's
+        check_task_types(selected)
+    return selected
+
+
+def _kind(model: Any, backend: str, pooling_task: str | None, options: dict[str, Any]) -> str:
+    """encoder or token_embedder: ``pooling_task``, else read from the model's architecture (a ColBERT one is
+    token_embed). ``store_dtype`` is refused for single vectors here, before the backend spec."""
+    if pooling_task is None:
+        pooling_task = detect_pooling_task(
+            None if model is None else os.fspath(model), backend, options.get("revision")
+        )
+    if pooling_task not in POOLING_KINDS:
+        raise UsageError(f"--pooling-task must be one of {', '.join(POOLING_KINDS)}, not {pooling_task!r}")
+    kind = POOLING_KINDS[pooling_task]
+    if options.get("store_dtype") and kind != "token_embedder":
+        raise UsageError("--store-dtype is for --pooling-task token_embed")
+    return kind
+
+
+def detect_pooling_task(model: str | None, backend: str, revision: str | None) -> str:
+    """``token_embed`` for a local model whose ``config.json`` names a ColBERT architecture, else ``embed``."""
+    from ..models.backends import backend_names
+    from ..models.token_embedder.base import TOKEN_EMBED_ARCHITECTURES
+    from ..utils.modelinfo import ModelRef
+    from .spec import capability
+
+    kinds = [k for k in POOLING_KINDS.values() if backend in backend_names(k)]
+    if model is None or any(capability(k, backend) == "remote" for k in kinds):
+        return "embed"
+    try:
+        config = ModelRef.resolve(model, revision).config or {}
+    except VllmEvalError:  # a missing model is reported by the call itself, by name
+        return "embed"
+    return "token_embed" if set(config.get("architectures") or ()) & TOKEN_EMBED_ARCHITECTURES else "embed"
+
+
+def _check(
+    kind: str, backend: str, session: Session, log_samples: bool, check_parity: int | None, workers: int | None
+) -> None:
+    """The combinations ``evaluate`` refuses, before anything loads."""
+    from ..models.kinds import get_kind
+
+    if log_samples and not session.output_dir:
+        raise UsageError("--log-samples needs --output-dir (the samples go to <output-dir>/samples/)")
+    if check_parity is None:
+        return
+    if (workers or 1) > 1:
+        raise UsageError("--check-parity records each task's inputs one task at a time: drop --concurrent-tasks")
+    reference = get_kind(kind).reference_backend
+    if kind == "token_embedder":
+        raise UsageError(
+            f"--check-parity compares single vectors; compare a token_embed model with --backend {reference}"
+        )
+    if backend == reference:
+        raise UsageError(f"--check-parity compares with --backend {reference}; run it with another backend")
+    if session.spec.remote:
+        raise UsageError("--check-parity needs the model's files here; compare a server's run with `compare --runs`")
+
+
+def _imports_ahead(options: dict[str, Any]) -> tuple[str, ...]:
+    """What ``mteb.evaluate`` imports on its first call, imported while GPU replicas start (the parent has nothing
+    else to do then). Not with an engine in this process (the two would take turns on the interpreter), nor with
+    CPU replicas, which use every core: two on this 2-core machine were ready after 13.3 s instead of 8.5 s."""
+    from ..engine.args import on_cpu
+
+    replicas = (options.get("data_parallel_size") or 1) * (options.get("replicas_per_gpu") or 1)
+    elsewhere = options.get("ray_address") or replicas > 1
+    return ("sentence_transformers",) if elsewhere and not on_cpu() else ()
+
+
+def _run_info(spec: Any, encoder: Any, cache: Any) -> dict[str, Any]:
+    return {
+        "backend": spec.name,
+        "model_path": encoder.model,
+        "preset": getattr(getattr(encoder, "preset", None), "name", None),
+        "engine_kwargs": getattr(encoder, "engine_kwargs", None),
+        "command": sys.argv,
+        "cache_dir": str(cache.directory) if cache else None,
+    }
+
+
+def _parity_reference(spec: Any, model: Any, check_parity: int | None) -> Any:
+    """``check_parity``: the kind's reference backend on the same model and prompts, or None."""
+    from ..models.backends import load_backend
+    from ..models.kinds import get_kind
+
+    if not check_parity:
+        return None
+    shared = {k: v for k, v in spec.options.items() if k in _PARITY_SHARED}
+    reference = get_kind(spec.kind).reference_backend
+    return load_backend(spec.kind, reference, model, show_progress_bar=False, **shared)

@@ -1,0 +1,163 @@
+"""The library API: ``vllm_eval.evaluate`` writes what ``vllm-eval run`` writes, resumes after a kill, and refuses
+bad input with the command's one-line errors before anything loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+import vllm_eval
+from vllm_eval.testing import offline_env
+from vllm_eval.utils.errors import OptionError, UnknownNameError, UsageError
+
+#: Run text of the Python API, as a user would write it (spawned processes need the ``__main__`` guard).
+SCRIPT = """
+import sys
+import vllm_eval
+
+if __name__ == "__main__":
+    result = vllm_eval.evaluate(
+        tasks="WordSim353, TwentyNewsgroupsMini", output_dir=sys.argv[1], cache_dir=sys.argv[2], chunk_size=16,
+        show_progress=False,
+    )
+    print({r.task: r.status for r in result.rows})
+"""
+
+
+def _scores(summary: dict) -> dict[str, float]:
+    return {s["task"]: s["main_score"] for s in summary["scores"]}
+
+
+def _entries(cache) -> int:
+    with sqlite3.connect(f"file:{cache / 'outputs.sqlite'}?mode=ro", uri=True, timeout=5) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM outputs").fetchone()[0])
+
+
+def _mteb_scores(out) -> dict[str, dict]:
+    return {
+        p.stem: json.loads(p.read_text())["scores"] for p in out.rglob("results/**/*.json") if p.stem != "model_meta"
+    }
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """The offline suite through ``vllm-eval run`` (a process of its own, as users run it): output dir and cache."""
+    root = tmp_path_factory.mktemp("api")
+    out, cache = root / "cli", root / "cache"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_eval",
+            "run",
+            "--output-dir",
+            str(out),
+            "--cache-dir",
+            str(cache),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=offline_env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, cache
+
+
+@pytest.mark.slow
+def test_evaluate_writes_what_run_writes(cli_in_process, cli_run, tmp_path):
+    out, cache = cli_run
+    stored = _entries(cache)
+    result = vllm_eval.evaluate(output_dir=tmp_path / "api", cache_dir=cache, show_progress=False)
+    cli_summary = json.loads((out / "summary.json").read_text())
+    api_summary = json.loads(result.summary_path.read_text())
+    assert result.summary_path == tmp_path / "api" / "summary.json"
+    assert result.scores == _scores(cli_summary) == _scores(api_summary)  # equal, not close
+    assert _mteb_scores(tmp_path / "api") == _mteb_scores(out) and len(_mteb_scores(out)) == 6
+    assert result.results_dir.is_dir() and {p.stem for p in result.results_dir.glob("*.json")} >= set(result.scores)
+    assert _entries(cache) == stored and all(r.cache_hits > 0 for r in result.rows)  # all from the run's cache
+    same = ("model", "backend", "revision", "preset", "engine_kwargs", "engine_options_in_force", "prompts")
+    assert {k: api_summary.get(k) for k in same} == {k: cli_summary.get(k) for k in same}
+    phases = {p["phase"] for p in result.timeline["phases"]}
+    assert {"imports", "model", "tasks", "engine", "load", "encode", "write"} <= phases, phases
+    assert api_summary["timeline"]["phases"]  # the summary keeps the timeline
+    assert result.cache.stats.hits == sum(r.cache_hits for r in result.rows) and not result.failed
+
+
+@pytest.mark.slow
+def test_evaluate_resumes_after_a_kill(cli_run, tmp_path):
+    reference = _scores(json.loads((cli_run[0] / "summary.json").read_text()))
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    command = [sys.executable, "-c", SCRIPT, str(out), str(cache)]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=offline_env(), start_new_session=True
+    )
+    deadline = time.time() + 300
+    try:
+        while time.time() < deadline and proc.poll() is None and not (out / "summary.json").is_file():
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # kill -9, engine processes included
+        proc.wait()
+    first = json.loads((out / "summary.json").read_text())["scores"]
+    assert len(first) == 1, "the run finished or stalled before it could be interrupted"
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=600, env=offline_env())
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    status = eval(resumed.stdout.strip().splitlines()[-1])  # noqa: S307 - the dict the script printed
+    print(f"\nkilled after {[s['task'] for s in first]}; resumed: {status}")
+    assert all(status[s["task"]] == "reused" for s in first) and set(status.values()) == {"reused", "computed"}
+    rows = _scores(json.loads((out / "summary.json").read_text()))
+    assert list(rows) == ["WordSim353", "TwentyNewsgroupsMini"]
+    for task, score in rows.items():  # a reused task is read back from mteb's file (6 digits)
+        assert score == (round(reference[task], 6) if status[task] == "reused" else reference[task]), task
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (dict(max_model_length=128), OptionError, "max_model_len"),
+        (dict(backend="st", max_num_seqs=8), UsageError, "does not take vLLM engine options"),
+        (dict(tasks="NoSuchTask"), UnknownNameError, "NoSuchTask"),
+        (dict(log_samples=True), UsageError, "--log-samples needs --output-dir"),
+        (dict(data="x.jsonl", tasks="WordSim353"), UsageError, "not both"),
+        (dict(pooling_task="classify"), UsageError, "--pooling-task must be one of"),
+        (dict(check_parity=4, backend="st"), UsageError, "run it with another backend"),
+    ],
+)
+def test_evaluate_refuses_bad_input_before_loading(call, error, message, monkeypatch):
+    import vllm_eval.engine.build as build
+
+    monkeypatch.setattr(build, "acquire_engine", lambda *a, **k: pytest.fail("an engine started"))
+    with pytest.raises(error, match=message) as caught:
+        vllm_eval.evaluate(**call, show_progress=False, no_cache=True)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_benchmark_name_given_as_a_task_runs_the_benchmark():
+    from vllm_eval.tasks import get_benchmark_tasks, select_tasks, split_names
+
+    names = split_names(["WordSim353, MTEB(eng, v2)"])
+    assert names == ["WordSim353", "MTEB(eng, v2)"]
+    tasks = [t.metadata.name for t in select_tasks(names)]
+    assert tasks[0] == "WordSim353" and tasks[1:] == [t.metadata.name for t in get_benchmark_tasks("MTEB(eng, v2)")]
+
+
+def test_old_import_paths_are_the_moved_modules():
+    import importlib
+
+    from vllm_eval.evaluation import results
+    from vllm_eval.models.encoder import base
+
+    sys.modules.pop("vllm_eval.results", None)  # imported under its old name only here
+    with pytest.warns(DeprecationWarning, match="moved to vllm_eval.evaluation.results"):
+        assert importlib.import_module("vllm_eval.results") is results
+    assert importlib.import_module("vllm_eval.encoder.base") is base  # one module object, not a copy
+    assert vllm_eval.evaluate is importlib.import_module("vllm_eval.api.evaluate").evaluate
