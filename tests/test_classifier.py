@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+import vllm_eval
 from vllm_eval.tasks.classification import classification_metrics, get_classification_data, label_indices
 from vllm_eval.tasks.owndata import read_rows
 from vllm_eval.utils.errors import UsageError
@@ -108,6 +109,12 @@ def test_classify_cli_on_a_packaged_task_and_on_a_file(cli_in_process, test_mode
     code, err = cli_in_process("classify", "--model", model, "--data", str(data), "--output-dir", str(tmp_path / "own"))
     assert code == 0, err
     assert json.loads((tmp_path / "own" / "results.json").read_text())["metrics"]["n_samples"] == 3
+    # The library function behind the command writes the same.
+    result = vllm_eval.classify(model, data=data, output_dir=tmp_path / "api", show_progress=False)
+    (res,) = result.results
+    assert res["task"] == "mine" and res["output_dir"] == tmp_path / "api"
+    assert res["metrics"] == json.loads((tmp_path / "own" / "results.json").read_text())["metrics"]
+    assert (tmp_path / "api" / "samples.jsonl").read_text() == (tmp_path / "own" / "samples.jsonl").read_text()
 
     data.write_text('{"text": "meh", "label": "neutral"}\n')
     code, err = cli_in_process("classify", "--model", model, "--data", str(data), "--output-dir", str(tmp_path / "x"))

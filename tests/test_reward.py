@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+import vllm_eval
 from vllm_eval.tasks.preference import load_preference_file, pairwise_metrics, render_conversations
 from vllm_eval.utils.errors import UsageError
 
@@ -112,6 +113,12 @@ def test_reward_cli_vllm_matches_transformers(reward_models, cli_in_process, tmp
     won = [s["reward_chosen"] > s["reward_rejected"] for s in v]
     assert metrics["vllm"]["accuracy"] == pytest.approx(sum(won) / 12) == metrics["hf"]["accuracy"]
     assert set(metrics["vllm"]["per_subset"]) == {"neg", "pos"}
+    # The library function behind the command writes the same.
+    result = vllm_eval.reward(model, data=data, backend="hf", output_dir=tmp_path / "api", no_cache=True)
+    assert result.results[0]["metrics"] == metrics["hf"] and result.backend == "hf"
+    assert [json.loads(x) for x in (tmp_path / "api" / "samples.jsonl").read_text().splitlines()] == h
+    with pytest.raises(vllm_eval.VllmEvalError, match="a served model"):
+        vllm_eval.reward(model, data=data, backend="remote", endpoint=["http://127.0.0.1:9"])
 
     code, err = cli_in_process("reward", "--model", model, "--data", str(tmp_path / "missing.jsonl"))
     assert code == 2 and "missing.jsonl" in err and "no such file" in err

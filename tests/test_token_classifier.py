@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+import vllm_eval
 from vllm_eval.tasks.ner import load_ner_file, ner_metrics, read_conll
 from vllm_eval.utils.errors import UsageError
 
@@ -87,6 +88,10 @@ def test_vllm_token_probabilities_match_transformers_and_the_cli_scores_a_file(t
         assert res["metrics"]["n_sentences"] == 2 and 0.0 <= res["metrics"]["f1"] <= 1.0
         lines = (tmp_path / "o" / "samples.jsonl").read_text().splitlines()
         assert len(lines) == 2 and len(json.loads(lines[0])["predicted"]) == 7
+        # The library function behind the command writes the same.
+        result = vllm_eval.token_classify(path, f, output_dir=tmp_path / "api", show_progress=False)
+        assert result.results[0]["metrics"] == res["metrics"] and result.model_name == v.name
+        assert (tmp_path / "api" / "samples.jsonl").read_text().splitlines() == lines
         # compare --kind token_classifier: entity F1 and per-word probabilities against transformers.
         code, err = cli_in_process(
             "compare", "--kind", "token_classifier", "--model", path, "--data", str(f),

@@ -24,6 +24,9 @@ _LAZY = {
     "ImageInput": "models.images",
     "evaluate": "api.evaluate",
     "EvaluationResult": "api.evaluate",
+    "classify": "api.classify",
+    "reward": "api.classify",
+    "token_classify": "api.classify",
 }
 __all__ = [*_LAZY, "__version__"]
 # Lazy: `import vllm_eval` must not import vLLM or torch (the CLI's `tasks` and `--help` stay fast).

@@ -12,6 +12,8 @@ mode, engine options, the backend spec, endpoints, the output directory, logging
 from __future__ import annotations
 
 import argparse
+import inspect
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..api.session import Session
@@ -81,6 +83,28 @@ class Command:
 
         dests = dict.fromkeys((*self.backend_options, *(d for d in SHARED_BACKEND_OPTIONS if hasattr(args, d))))
         return {dest: getattr(args, dest, None) for dest in dests}
+
+    def call_options(self, args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
+        """Keywords of the shared flags for a ``calls_library`` command's function: the backend options set, the
+        engine options, the cache, progress and verbosity flags the command has, and the start time."""
+        out = {k: v for k, v in self.options_of(args).items() if v is not None}
+        out.update(ctx.engine)
+        out.update({dest: getattr(args, dest) for dest in ("cache_dir", "no_cache", "verbose") if hasattr(args, dest)})
+        out["show_progress"] = not getattr(args, "no_progress", False)
+        out["started"] = ctx.started
+        return out
+
+    def call(self, function: Callable[..., Any], args: argparse.Namespace, ctx: Context) -> Any:
+        """``function(...)`` of :mod:`vllm_eval.api` with its parameters read from the flags of the same name, and
+        :meth:`call_options` (the shared flags, backend and engine options)."""
+        options = self.call_options(args, ctx)
+        params = inspect.signature(function).parameters.values()
+        named = {
+            p.name: getattr(args, p.name)
+            for p in params
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in options and hasattr(args, p.name)
+        }
+        return function(**named, **options)
 
     def check(self, args: argparse.Namespace, ctx: Context) -> None:
         """Command-specific checks after the shared ones, before anything loads (raise UsageError)."""

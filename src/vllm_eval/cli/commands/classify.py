@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from ...api.checks import open_cache, require_model, resolve_model, task_output_dirs
-from ...tasks import split_names
-from ...utils.errors import UsageError
 from ..base import Command, Context
 from ..options import (
     add_backend,
@@ -23,24 +19,6 @@ from ..options import (
 from ..tables import report_cache
 
 
-def command_tasks(command: str, names: list[str] | None, data: str | None) -> list[Any]:
-    """A classifier command's tasks: ``data`` (a file) or the named tasks (default: the kind's).
-
-    Raises:
-        UsageError: both given; an unknown name; a bad file (named with its line).
-        DataUnavailableError: a hub task offline and not cached.
-    """
-    from ...models.kinds import get_kind
-    from ...tasks.registry import load_file, load_task, own_tasks
-
-    if data and names:
-        raise UsageError("give --data FILE or --tasks, not both")
-    if data:
-        return [load_file(command, data)]
-    default = get_kind("classifier").default_tasks if command == "classify" else [t.name for t in own_tasks(command)]
-    return [load_task(command, n) for n in split_names(names or list(default))]
-
-
 class ClassifyCommand(Command):
     name = "classify"
     help = "evaluate a sequence classifier (*ForSequenceClassification) on labelled texts"
@@ -51,6 +29,7 @@ class ClassifyCommand(Command):
     )
     kind = "classifier"
     backend_options = ("labels",)
+    calls_library = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_model(parser)
@@ -68,24 +47,16 @@ class ClassifyCommand(Command):
         add_engine_flags(parser)
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
-        from ...tasks.classification import run_classification
+        from ...api.classify import classify
 
-        spec = ctx.spec
-        require_model(args.model, spec.remote)
-        tasks = command_tasks(self.name, args.tasks, args.data)
-        model = resolve_model(args.model, spec.remote)
-        outputs = task_output_dirs(args.output_dir, self.name, tasks)
-        cache = open_cache(args.cache_dir, args.no_cache)
-        with spec.load(model, show_progress_bar=not args.no_progress) as classifier:
-            classifier.use_cache(cache)
-            for task, out in zip(tasks, outputs, strict=True):
-                res = run_classification(classifier, task, limit=args.limit, output_dir=out)
-                m = res["metrics"]
-                print(
-                    f"{task.name} ({classifier.name}, {args.backend}): accuracy {m['accuracy']:.4f}  "
-                    f"macro-F1 {m['macro_f1']:.4f}  log-loss {m['log_loss']:.4f}  n {m['n_samples']}  "
-                    f"{res['seconds']:.1f} s"
-                )
-                print(f"results: {out}/results.json, {out}/samples.jsonl")
-        report_cache(cache)
+        result = self.call(classify, args, ctx)
+        for res in result.results:
+            m = res["metrics"]
+            print(
+                f"{res['task']} ({result.model_name}, {result.backend}): accuracy {m['accuracy']:.4f}  "
+                f"macro-F1 {m['macro_f1']:.4f}  log-loss {m['log_loss']:.4f}  n {m['n_samples']}  "
+                f"{res['seconds']:.1f} s"
+            )
+            print(f"results: {res['output_dir']}/results.json, {res['output_dir']}/samples.jsonl")
+        report_cache(result.cache)
         return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from ...api.checks import chat_template, open_cache, resolve_model, task_output_dirs
 from ..base import Command, Context
 from ..options import (
     add_backend,
@@ -16,7 +15,6 @@ from ..options import (
     positive_int,
 )
 from ..tables import report_cache
-from .classify import command_tasks
 
 
 class RewardCommand(Command):
@@ -31,6 +29,7 @@ class RewardCommand(Command):
     )
     kind = "classifier"
     backend_options = ()
+    calls_library = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from ...api.spec import capability
@@ -52,31 +51,17 @@ class RewardCommand(Command):
         add_engine_flags(parser)
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
-        from ...tasks.preference import run_reward
+        from ...api.classify import reward
 
-        template = chat_template(args.chat_template)
-        tasks = command_tasks(self.name, args.tasks, args.data)
-        model = resolve_model(args.model, False)
-        outputs = task_output_dirs(args.output_dir, self.name, tasks)
-        # The raw score, on the chat-rendered text as is (the template carries the special tokens).
-        internal = {
-            "show_progress_bar": not args.no_progress,
-            "use_activation": False,
-            "add_special_tokens": False,
-            "labels": ["reward"],
-        }
-        cache = open_cache(args.cache_dir, args.no_cache)
-        with ctx.spec.load(model, **internal) as scorer:
-            scorer.use_cache(cache)
-            for task, out in zip(tasks, outputs, strict=True):
-                res = run_reward(scorer, task, limit=args.limit, output_dir=out, chat_template=template)
-                m = res["metrics"]
-                print(
-                    f"{task.name} ({scorer.name}, {args.backend}): accuracy {m['accuracy']:.4f}  "
-                    f"margin mean {m['margin_mean']:.4f}  ties {m['ties']}  n {m['n_pairs']}  {res['seconds']:.1f} s"
-                )
-                for name, sub in (m.get("per_subset") or {}).items():
-                    print(f"  {name}: accuracy {sub['accuracy']:.4f}  n {sub['n_pairs']}")
-                print(f"results: {out}/results.json, {out}/samples.jsonl")
-        report_cache(cache)
+        result = self.call(reward, args, ctx)
+        for res in result.results:
+            m = res["metrics"]
+            print(
+                f"{res['task']} ({result.model_name}, {result.backend}): accuracy {m['accuracy']:.4f}  "
+                f"margin mean {m['margin_mean']:.4f}  ties {m['ties']}  n {m['n_pairs']}  {res['seconds']:.1f} s"
+            )
+            for name, sub in (m.get("per_subset") or {}).items():
+                print(f"  {name}: accuracy {sub['accuracy']:.4f}  n {sub['n_pairs']}")
+            print(f"results: {res['output_dir']}/results.json, {res['output_dir']}/samples.jsonl")
+        report_cache(result.cache)
         return 0

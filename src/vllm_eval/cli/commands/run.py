@@ -22,28 +22,6 @@ from ..options import (
 )
 from ..tables import print_table, report_cache
 
-#: Flags that are the library call's own keywords (the rest are backend and engine options).
-_CALL_FLAGS = (
-    "model",
-    "tasks",
-    "benchmark",
-    "task_types",
-    "languages",
-    "data",
-    "data_type",
-    "backend",
-    "pooling_task",
-    "output_dir",
-    "cache_dir",
-    "no_cache",
-    "overwrite_strategy",
-    "continue_on_error",
-    "log_samples",
-    "check_parity",
-    "concurrent_tasks",
-    "verbose",
-)
-
 
 class RunCommand(Command):
     name = "run"
@@ -158,9 +136,7 @@ class RunCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...api.evaluate import evaluate
 
-        call = {k: getattr(args, k) for k in _CALL_FLAGS}
-        options = {k: v for k, v in self.options_of(args).items() if v is not None}
-        result = evaluate(**call, show_progress=not args.no_progress, started=ctx.started, **options, **ctx.engine)
+        result = self.call(evaluate, args, ctx)
         print_table(result.rows, f"{result.model_name} ({result.backend})")
         report_cache(result.cache)
         if result.results_dir:

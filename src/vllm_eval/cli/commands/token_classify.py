@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from ...api.checks import open_cache, require_model, resolve_model, task_output_dirs
 from ..base import Command, Context
 from ..options import (
     add_backend,
@@ -30,6 +29,7 @@ class TokenClassifyCommand(Command):
     )
     kind = "token_classifier"
     backend_options = ("tokenizer",)
+    calls_library = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_model(parser)
@@ -50,25 +50,17 @@ class TokenClassifyCommand(Command):
         add_engine_flags(parser)
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
-        from ...tasks.ner import run_token_classification
-        from ...tasks.registry import load_file
+        from ...api.classify import token_classify
 
-        spec = ctx.spec
-        require_model(args.model, spec.remote)
-        task = load_file(self.name, args.data)
-        model = resolve_model(args.model, spec.remote)
-        [out] = task_output_dirs(args.output_dir, self.name, [task])
-        cache = open_cache(args.cache_dir, args.no_cache)
-        with spec.load(model, show_progress_bar=not args.no_progress) as tagger:
-            tagger.use_cache(cache)
-            res = run_token_classification(tagger, task, limit=args.limit, output_dir=out)
+        result = self.call(token_classify, args, ctx)
+        [res] = result.results
         m = res["metrics"]
         print(
-            f"{task.name} ({tagger.name}, {args.backend}): entity F1 {m['f1']:.4f} "
+            f"{res['task']} ({result.model_name}, {result.backend}): entity F1 {m['f1']:.4f} "
             f"(strict IOB2 {m['f1_strict_iob2']:.4f})  "
             f"precision {m['precision']:.4f}  recall {m['recall']:.4f}  token accuracy {m['token_accuracy']:.4f}  "
             f"n {m['n_sentences']}  {res['seconds']:.1f} s"
         )
-        print(f"results: {out}/results.json, {out}/samples.jsonl")
-        report_cache(cache)
+        print(f"results: {res['output_dir']}/results.json, {res['output_dir']}/samples.jsonl")
+        report_cache(result.cache)
         return 0
