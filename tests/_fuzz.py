@@ -4,6 +4,7 @@ every reader must have (a well-formed result, or one of the package's errors on 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import re
 import shutil
@@ -181,3 +182,37 @@ def encodable(*texts: Any) -> None:
     for text in texts:
         assert isinstance(text, str), type(text)
         text.encode("utf-8")
+
+
+def _paths(value: Any, here: tuple = ()) -> Iterator[tuple]:
+    yield here
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*here, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _paths(item, (*here, i))
+
+
+@st.composite
+def mutated_json(draw: Any, doc: Any) -> bytes:
+    """``doc`` (a JSON document the project writes) with up to two of: a member dropped, a value of another type,
+    a number made NaN or infinite; serialised, then (half the time) its bytes mutated as :func:`mutated` does."""
+    doc = json.loads(json.dumps(doc))
+    for _ in range(draw(st.integers(0, 2))):
+        path = draw(st.sampled_from(list(_paths(doc))))
+        if not path:
+            doc = draw(ANY_VALUE)
+            continue
+        parent = doc
+        for step in path[:-1]:
+            parent = parent[step]
+        op = draw(st.sampled_from(["drop", "swap", "non_finite"]))
+        if op == "drop":
+            del parent[path[-1]]
+        elif op == "swap":
+            parent[path[-1]] = draw(ANY_VALUE)
+        else:
+            parent[path[-1]] = draw(st.sampled_from([math.nan, math.inf, -math.inf]))
+    data = json.dumps(doc, indent=draw(st.sampled_from([None, 2]))).encode()
+    return draw(mutated(data)) if draw(st.booleans()) else data
