@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _fuzz import FUZZ, mutated_json, outcome, scratch
+from _fuzz import FUZZ, mutated, mutated_json, outcome, scratch
 from vllm_eval.evaluation.results import TaskScore
 from vllm_eval.measure import report
 from vllm_eval.measure.compare import Config, ConfigResult, compare_results, read_run_dir
@@ -232,3 +232,82 @@ def test_damaged_replicas_are_named(replica_source, tmp_path):
     split.unlink()
     with pytest.raises(UsageError, match=r"STSBenchmark/default\.test\.json: no such file \(a replica split of"):
         replica_tasks(replica)
+
+
+def _cache_bytes() -> tuple[bytes, dict[bytes, Any]]:
+    """An output cache's database with arrays of three dtypes and a JSON value, its write-ahead log folded in."""
+    import numpy as np
+
+    from vllm_eval.models.cache import OutputCache
+
+    values = {
+        b"k" * 20: np.arange(12, dtype=np.float32).reshape(3, 4),
+        b"j" * 20: np.linspace(0, 1, 5),
+        b"h" * 20: np.ones(3, dtype=np.float16),
+        b"g" * 20: {"text": "answer", "logprob": -1.5},
+    }
+    with scratch() as folder:
+        cache = OutputCache(folder)
+        cache.put_many(values.items())
+        cache.close()
+        return (folder / "outputs.sqlite").read_bytes(), values
+
+
+_CACHE, _CACHED = _cache_bytes()
+
+
+@settings(FUZZ, max_examples=60)
+@given(mutated(_CACHE, ("flip", "flip", "flip", "truncate", "insert", "delete", "empty")))
+def test_output_caches_answer_or_name_the_file(raw):
+    import numpy as np
+
+    from vllm_eval.models.cache import OutputCache
+
+    with scratch() as folder:
+        (folder / "outputs.sqlite").write_bytes(raw)
+        cache = outcome(lambda: OutputCache(folder, timeout=1), "outputs.sqlite")
+        if cache is None:
+            return
+        found = outcome(lambda: cache.get_many(list(_CACHED)), "outputs.sqlite") or {}
+        for key, value in found.items():  # whatever comes back is what was stored, bit for bit
+            want = _CACHED[key]
+            assert (
+                (np.array_equal(value, want) and value.dtype == want.dtype)
+                if isinstance(want, np.ndarray)
+                else (value == want)
+            )
+        outcome(lambda: cache.put_many([(b"n" * 20, np.zeros(2, dtype=np.float32))]), "outputs.sqlite")
+        outcome(cache.entries, "outputs.sqlite")
+        cache.close()
+
+
+def test_caches_that_are_not_ours_are_named(tmp_path):
+    import sqlite3
+
+    import numpy as np
+
+    from vllm_eval.models.cache import OutputCache
+
+    other = tmp_path / "other"
+    other.mkdir()
+    with sqlite3.connect(other / "outputs.sqlite") as conn:
+        conn.execute("CREATE TABLE outputs (id INTEGER, value TEXT)")
+    with pytest.raises(UsageError, match=r"outputs\.sqlite: its table 'outputs' has columns id, value, not an output"):
+        OutputCache(other)  # it opened, then every lookup failed mid-run: "no such column: key"
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "outputs.sqlite").write_bytes(_CACHE[: len(_CACHE) // 2])
+    with pytest.raises(UsageError, match=r"outputs\.sqlite: cut short \(\d+ bytes of \d+\)"):
+        OutputCache(cut)
+    text = tmp_path / "text"
+    text.mkdir()
+    (text / "outputs.sqlite").write_text("not a database\n" * 10)
+    with pytest.raises(UsageError, match=r"outputs\.sqlite: not an SQLite database"):
+        OutputCache(text)
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "outputs.sqlite").write_bytes(_CACHE.replace(b"<f4", b"<q4"))
+    cache = OutputCache(damaged)
+    assert b"k" * 20 not in cache.get_many([b"k" * 20]) and cache.stats.damaged == 1  # a dtype numpy does not know
+    cache.put_many([(b"k" * 20, np.zeros(1, dtype=np.float32))])
+    cache.close()
