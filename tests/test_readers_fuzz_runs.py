@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from _fuzz import FUZZ, mutated, mutated_json, outcome, scratch
@@ -311,3 +311,56 @@ def test_caches_that_are_not_ours_are_named(tmp_path):
     assert b"k" * 20 not in cache.get_many([b"k" * 20]) and cache.stats.damaged == 1  # a dtype numpy does not know
     cache.put_many([(b"k" * 20, np.zeros(1, dtype=np.float32))])
     cache.close()
+
+
+def _task_result() -> dict[str, Any]:
+    from mteb.results import TaskResult
+
+    from vllm_eval.tasks import get_tasks
+
+    [task] = get_tasks(["WordSim353"])
+    scores = {"test": {"default": {"main_score": 0.72, "cosine_spearman": 0.72, "pearson": 0.7}}}
+    return json.loads(json.dumps(TaskResult.from_task_results(task, scores, evaluation_time=1.5).to_dict()))
+
+
+@settings(FUZZ, max_examples=40)
+@given(mutated_json(_task_result()))
+def test_results_read_back_to_resume_or_run_again(raw):
+    """A finished task's mteb result, half-written or edited: read back when mteb can read it into a finite score,
+    else moved aside (the task runs again); never a traceback in the middle of a run."""
+    from types import SimpleNamespace
+
+    from mteb.results import TaskResult
+
+    from vllm_eval.evaluation.results import _reused
+
+    with scratch() as folder:
+        path = folder / "WordSim353.json"
+        path.write_bytes(raw)
+        cache = SimpleNamespace(get_task_result_path=lambda name, meta: path)
+        model = SimpleNamespace(mteb_model_meta=None)
+        if _reused(cache, "WordSim353", model, "only-missing"):
+            event("read back")
+            assert math.isfinite(TaskResult.from_disk(path).get_score())
+        else:
+            event("moved aside")
+            assert not path.exists() and (folder / "WordSim353.json.damaged").read_bytes() == raw
+
+
+def test_a_damaged_result_is_moved_aside_and_the_task_runs_again(tmp_path, caplog):
+    from types import SimpleNamespace
+
+    from vllm_eval.evaluation.results import _reused
+
+    path = tmp_path / "WordSim353.json"
+    text = json.dumps(_task_result())
+    cache = SimpleNamespace(get_task_result_path=lambda name, meta: path)
+    model = SimpleNamespace(mteb_model_meta=None)
+    path.write_text(text)
+    assert _reused(cache, "WordSim353", model, "only-missing")
+    path.write_text(text[: len(text) // 2])  # a run killed while mteb wrote it: mteb's reader raised mid-run
+    assert not _reused(cache, "WordSim353", model, "only-missing")
+    assert (tmp_path / "WordSim353.json.damaged").read_text() == text[: len(text) // 2]
+    assert "cannot be read back" in caplog.text and "the task runs again" in caplog.text
+    path.write_text(text.replace("0.72", "NaN"))
+    assert not _reused(cache, "WordSim353", model, "only-missing")  # a NaN score was reported as the task's
