@@ -364,3 +364,37 @@ def test_a_damaged_result_is_moved_aside_and_the_task_runs_again(tmp_path, caplo
     assert "cannot be read back" in caplog.text and "the task runs again" in caplog.text
     path.write_text(text.replace("0.72", "NaN"))
     assert not _reused(cache, "WordSim353", model, "only-missing")  # a NaN score was reported as the task's
+
+
+_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+).encode()
+
+
+@settings(FUZZ, max_examples=40)
+@given(mutated(_TEMPLATE))
+def test_chat_template_files_read_or_name_the_file(raw):
+    from vllm_eval.cli.checks import chat_template
+
+    with scratch() as folder:
+        path = folder / "chat.jinja"
+        path.write_bytes(raw)
+        text = outcome(lambda: chat_template(str(path)), "chat.jinja")
+        if text is not None:
+            assert ("{{" in text or "{%" in text) and not text.startswith("\ufeff")
+            text.encode("utf-8")
+
+
+def test_chat_template_files_that_are_not_templates_are_named(tmp_path):
+    from vllm_eval.cli.checks import chat_template
+
+    path = tmp_path / "chat.jinja"
+    path.write_bytes(b"\xef\xbb\xbf" + _TEMPLATE)
+    assert chat_template(str(path)) == _TEMPLATE.decode()  # a BOM was kept as the template's first character
+    path.write_bytes(_TEMPLATE.replace(b"role", b"r\xf4le"))
+    with pytest.raises(UsageError, match=r"chat\.jinja:1: not UTF-8 text \(byte 0xf4"):
+        chat_template(str(path))  # UnicodeDecodeError
+    path.write_text("")
+    with pytest.raises(UsageError, match=r"chat\.jinja: the file is empty"):
+        chat_template(str(path))  # an empty template fell back to the model's own without a word

@@ -34,13 +34,14 @@ def read_bytes(path: str | Path) -> bytes:
 
 
 def decode(path: str | Path, data: bytes) -> str:
-    """``data`` (the bytes of ``path``) as UTF-8 text, a leading byte-order mark dropped.
+    """``data`` (the bytes of ``path``) as UTF-8 text, leading byte-order marks dropped (a file saved twice by a tool
+    that adds one has two).
 
     Raises:
         UsageError: bytes that are not UTF-8 (the line and the byte named).
     """
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8").lstrip("\ufeff")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
