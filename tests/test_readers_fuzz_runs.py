@@ -367,9 +367,9 @@ def test_a_damaged_result_is_moved_aside_and_the_task_runs_again(tmp_path, caplo
 
 
 _TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-).encode()
+    b"{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+    b"{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
 
 
 @settings(FUZZ, max_examples=40)
