@@ -398,3 +398,18 @@ def test_chat_template_files_that_are_not_templates_are_named(tmp_path):
     path.write_text("")
     with pytest.raises(UsageError, match=r"chat\.jinja: the file is empty"):
         chat_template(str(path))  # an empty template fell back to the model's own without a word
+
+
+def test_a_directory_where_a_file_belongs_is_named(tmp_path):
+    from vllm_eval.measure.runfiles import read_summary
+    from vllm_eval.models.cache import OutputCache
+    from vllm_eval.tasks.ner import load_ner_file
+
+    for name in ("outputs.sqlite", "summary.json", "n.conll"):
+        (tmp_path / name).mkdir()
+    with pytest.raises(UsageError, match=r"outputs\.sqlite: a directory, not an output cache"):
+        OutputCache(tmp_path)  # "unable to open database file", as if the folder were unwritable
+    with pytest.raises(UsageError, match=r"summary\.json: a directory, not a file"):
+        read_summary(tmp_path / "summary.json")
+    with pytest.raises(UsageError, match=r"n\.conll: a directory, not a file"):
+        load_ner_file(tmp_path / "n.conll")  # IsADirectoryError
