@@ -379,3 +379,13 @@ def test_ner_files_refuse_what_they_used_to_coerce(tmp_path):
         load_ner_file(table)
     with pytest.raises(DataUnavailableError, match="no such file"):
         load_ner_file(tmp_path / "absent.conll")
+
+
+def test_deeply_nested_json_is_named(tmp_path):
+    path = tmp_path / "deep.jsonl"
+    path.write_text("[" * 100000 + "]" * 100000 + "\n")
+    with pytest.raises(UsageError, match=r"deep\.jsonl:1: not valid JSON: nested too deeply"):
+        owndata.read_rows(path, "classification")  # RecursionError
+    path.write_text('{"text": ' + '{"a": ' * 900 + "1" + "}" * 900 + ', "label": "x"}\n')
+    with pytest.raises(UsageError, match=r"deep\.jsonl:1: field 'text' must be str, got dict"):
+        owndata.read_rows(path, "classification")

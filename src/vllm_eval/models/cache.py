@@ -278,7 +278,11 @@ class OutputCache:
             raise UsageError(f"{self.path}: the output cache is damaged ({exc}); {_FIX}") from None
 
     def put_many(self, items: Iterable[tuple[bytes, Any]]) -> None:
-        """Store ``(key, value)`` pairs in one transaction (arrays as raw bytes, others as JSON)."""
+        """Store ``(key, value)`` pairs in one transaction (arrays as raw bytes, others as JSON).
+
+        Raises:
+            UsageError: the database file is damaged (SQLite's reason named).
+        """
         rows = []
         now = time.time()
         for key, value in items:

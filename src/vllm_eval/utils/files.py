@@ -97,25 +97,24 @@ def read_json(path: str | Path) -> Any:
     return value
 
 
-def lone_surrogate(value: Any, where: str = "") -> str | None:
+def lone_surrogate(value: Any) -> str | None:
     """Where in ``value`` (nested lists and dicts, keys included) a string holds a lone UTF-16 surrogate, as
     ``field 'a'[2]``; None when there is none. JSON's ``\\ud800`` escapes parse to such strings, which cannot be
-    encoded as UTF-8 (pyarrow, a tokenizer or a file write fails on them later)."""
-    if isinstance(value, str):
-        return where or "a string" if _has_surrogate(value) else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            here = f"{where}.{key}" if where else f"field {key!r}"
-            if _has_surrogate(key):
-                return f"field name {key!r}"
-            found = lone_surrogate(item, here)
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found = lone_surrogate(item, f"{where or 'item'}[{i}]")
-            if found:
-                return found
+    encoded as UTF-8 (pyarrow, a tokenizer or a file write fails on them later). Walked with a stack, not by
+    recursion: JSON nested as deep as the parser allows must not overflow here."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if _has_surrogate(item):
+                return where or "a string"
+        elif isinstance(item, dict):
+            for key, member in reversed(item.items()):
+                if _has_surrogate(key):
+                    return f"field name {key!r}"
+                stack.append((member, f"{where}.{key!r}" if where else f"field {key!r}"))
+        elif isinstance(item, list):
+            stack.extend((member, f"{where or 'item'}[{i}]") for i, member in reversed(list(enumerate(item))))
     return None
 
 
