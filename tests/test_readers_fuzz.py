@@ -389,3 +389,19 @@ def test_deeply_nested_json_is_named(tmp_path):
     path.write_text('{"text": ' + '{"a": ' * 900 + "1" + "}" * 900 + ', "label": "x"}\n')
     with pytest.raises(UsageError, match=r"deep\.jsonl:1: field 'text' must be str, got dict"):
         owndata.read_rows(path, "classification")
+
+
+def test_utf16_exports_whole_number_floats_and_single_objects(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_bytes("sentence1\tsentence2\tlabel\r\nété\thiver\t0\r\na\tb\t1\r\n".encode("utf-16"))
+    assert [r["sentence1"] for r in owndata.read_rows(path, "pair_classification")] == ["été", "a"]
+    floats = tmp_path / "pairs.jsonl"
+    floats.write_text('{"sentence1": "a", "sentence2": "b", "label": 1.0}\n')
+    assert owndata.read_rows(floats, "pair_classification")[0]["label"] == 1
+    floats.write_text('{"sentence1": "a", "sentence2": "b", "label": 0.5}\n')
+    with pytest.raises(UsageError, match=r"pairs\.jsonl:1: field 'label' must be int, got float"):
+        owndata.read_rows(floats, "pair_classification")
+    single = tmp_path / "one.json"
+    single.write_text(json.dumps({"sentence1": "a", "sentence2": "b", "label": 1}, indent=2))
+    with pytest.raises(UsageError, match=r"one\.json: one JSON object; a data file is JSON lines"):
+        owndata.read_rows(single, "pair_classification")

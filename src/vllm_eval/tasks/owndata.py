@@ -160,6 +160,8 @@ def _check_row(
         value = row.get(field)
         if value is None or (isinstance(value, str) and not value.strip() and field != "text"):
             raise UsageError(f"{where(path, i)}: field {field!r} is missing or empty")
+        if isinstance(value, float) and int in types and float not in types and value.is_integer():
+            value = row[field] = int(value)  # 1.0: how pandas writes an int column that had a gap
         _check_value(path, i, field, value, types)
     for field, types in optional.items():
         value = row.get(field)

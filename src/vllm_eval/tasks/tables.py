@@ -1,19 +1,21 @@
 """Data files as rows: JSON lines or a JSON array, CSV or TSV, Parquet; one parser per format, checked here.
 
 What each format accepts beyond the strict standard, because spreadsheet programs and editors write it: a UTF-8
-byte-order mark; CRLF line ends; blank lines (and CSV lines of empty cells) anywhere; a ``.csv`` separated by
-``;`` or tabs (read from the header line, which then holds no comma), whose numbers may have a decimal comma;
-empty trailing columns and header names padded with spaces. What each refuses, naming the file, the line (JSON
-lines, CSV: 1-based, counting the header) or row (a JSON array or Parquet: 0-based) and the reason: bytes that
-are not UTF-8, a line that does not parse, a JSON string holding a lone surrogate escape (``"\\ud800"``: no
-UTF-8 text can hold it, and pyarrow fails on it later), a header naming a column twice, a row with more values
-than the header has columns, and a file without rows. Schemas are checked by :mod:`vllm_eval.tasks.owndata`.
+byte-order mark (or UTF-16 with its mark); CRLF line ends; blank lines (and CSV lines of empty cells) anywhere;
+a ``.csv`` separated by ``;`` or tabs (read from the header line, which then holds no comma), whose numbers may
+have a decimal comma; empty trailing columns and header names padded with spaces. What each refuses, naming the
+file, the line (JSON lines, CSV: 1-based, counting the header) or row (a JSON array or Parquet: 0-based) and the
+reason: bytes that are not UTF-8, a line that does not parse, a JSON string holding a lone surrogate escape
+(``"\\ud800"``: no UTF-8 text can hold it, and pyarrow fails on it later), one JSON object spread over lines (not
+rows), a header naming a column twice, a row with more values than the header has columns, and a file without
+rows. Schemas are checked by :mod:`vllm_eval.tasks.owndata`.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,8 @@ def _read_json(path: Path, text: str) -> tuple[list[dict[str, Any]], list[int] |
         for i, row in enumerate(rows):
             _check_object(f"{path} row {i}", row, "")
         return rows, None
+    if text.lstrip().startswith("{") and "\n" in text.strip() and isinstance(_whole(text), dict):
+        raise UsageError(f"{path}: one JSON object; a data file is JSON lines (an object per line) or an array of them")
     rows, lines = [], []
     # Lines end at "\n" only: str.splitlines() would also split inside a string holding U+2028 or U+0085,
     # which JSON writes unescaped.
@@ -123,6 +127,15 @@ def _read_json(path: Path, text: str) -> tuple[list[dict[str, Any]], list[int] |
         rows.append(row)
         lines.append(n)
     return rows, lines
+
+
+def _whole(text: str) -> Any:
+    """``text`` as one JSON value, or None: JSON lines of two objects or more are not one (the parse stops at the
+    second, so this costs a line)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _check_object(where: str, row: Any, hint: str) -> None:

@@ -35,11 +35,16 @@ def read_bytes(path: str | Path) -> bytes:
 
 def decode(path: str | Path, data: bytes) -> str:
     """``data`` (the bytes of ``path``) as UTF-8 text, leading byte-order marks dropped (a file saved twice by a tool
-    that adds one has two).
+    that adds one has two); UTF-16 with its byte-order mark too (a spreadsheet's "Unicode text" export).
 
     Raises:
-        UsageError: bytes that are not UTF-8 (the line and the byte named).
+        UsageError: bytes that are not UTF-8, or UTF-16 cut mid-character (the line and the byte named).
     """
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        try:
+            return data.decode("utf-16").lstrip("\ufeff")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{path}: not UTF-16 text past byte {exc.start} (the file starts as UTF-16)") from None
     try:
         return data.decode("utf-8").lstrip("\ufeff")
     except UnicodeDecodeError as exc:
