@@ -80,7 +80,12 @@ def load_ner_file(path: str | Path) -> TaggedSentences:
     if path.suffix.lower() in (".conll", ".txt"):
         return read_conll(path)
     from .owndata import check_str_list, read_rows, where
+    from .tables import FORMATS
 
+    if path.suffix.lower() not in FORMATS:
+        raise UsageError(
+            f"--data {str(path)!r}: use a CoNLL file (.conll, .txt) or a .jsonl, .json, .csv, .tsv or .parquet"
+        )
     rows = read_rows(path, "ner")
     check_str_list(path, rows, "tokens", min_len=1)
     check_str_list(path, rows, "tags", min_len=1)
