@@ -197,7 +197,7 @@ def _paths(value: Any, here: tuple = ()) -> Iterator[tuple]:
 @st.composite
 def mutated_json(draw: Any, doc: Any) -> bytes:
     """``doc`` (a JSON document the project writes) with up to two of: a member dropped, a value of another type,
-    a number made NaN or infinite; serialised, then (half the time) its bytes mutated as :func:`mutated` does."""
+    a number made NaN, infinite or huge; serialised, then (half the time) its bytes mutated as :func:`mutated` does."""
     doc = json.loads(json.dumps(doc))
     for _ in range(draw(st.integers(0, 2))):
         path = draw(st.sampled_from(list(_paths(doc))))
@@ -212,7 +212,7 @@ def mutated_json(draw: Any, doc: Any) -> bytes:
             del parent[path[-1]]
         elif op == "swap":
             parent[path[-1]] = draw(ANY_VALUE)
-        else:
-            parent[path[-1]] = draw(st.sampled_from([math.nan, math.inf, -math.inf]))
+        else:  # or finite but as far as a float goes: differences and axis limits overflow
+            parent[path[-1]] = draw(st.sampled_from([math.nan, math.inf, -math.inf, 1.7e308, -1.7e308]))
     data = json.dumps(doc, indent=draw(st.sampled_from([None, 2]))).encode()
     return draw(mutated(data)) if draw(st.booleans()) else data

@@ -122,6 +122,10 @@ def test_suite_folders_list_their_runs_or_name_the_file(suite):
         (lambda s: s.replace('"vllm-eval"', "1"), r"summary\.json: field 'command'\[0\] must be str, got int"),
         (lambda s: s.replace('"start": 4.0', '"start": "4"'), r"field 'timeline'.phases\[1\]: field 'start'"),
         (lambda s: "", r"summary\.json: an empty file, not JSON"),
+        # finite, but the plots' arithmetic overflowed (ValueError and OverflowError inside matplotlib)
+        (lambda s: s.replace('"end": 5.0', '"end": 1.7e308'), r"phases\[1\]: field 'end' is 1\.7e\+308, outside"),
+        (lambda s: s.replace('"seconds": 1.5', '"seconds": 1.7e308'), r"field 'seconds' is 1\.7e\+308, outside"),
+        (lambda s: s.replace('"end": 5.0', '"end": 3.5'), r"phases\[1\]: ends \(3\.5\) before it starts \(4\.0\)"),
     ],
 )
 def test_damaged_summaries_are_named(tmp_path, damage, message):

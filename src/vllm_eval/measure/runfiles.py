@@ -3,7 +3,8 @@
 ``report`` and ``compare --runs`` read these files, which people also keep, copy and edit by hand; a file cut
 short by a full disk or an edit that leaves a field of another type is named here (file, field, reason) instead
 of failing inside a plot or a table. A score must be a finite number, except in a row marked ``failed`` (written
-as NaN) and in a comparison row (a configuration whose task failed); telemetry numbers must be finite.
+as NaN) and in a comparison row (a configuration whose task failed); telemetry numbers (seconds, counts) must be
+finite, not negative, and below 1e15; a timeline phase must not end before it starts.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from ..utils.errors import UsageError
 from ..utils.files import check, field, json_object, list_of, read_json
 
 _NONE = type(None)
+#: Bound of a telemetry number (seconds, counts, tokens/s): finite floats beyond it overflow the plots' arithmetic,
+#: and no run is that long or that large.
+_LIMIT = 1e15
 _NUMBER = (int, float)
 #: Telemetry of a score row, drawn in the report's plots and tables.
 _ROW_NUMBERS = (
@@ -57,11 +61,21 @@ def read_summary(path: str | Path) -> dict[str, Any]:
             where = f"{path}: field 'timeline'.phases[{i}]"
             check(phase, (dict,), where)
             field(phase, "phase", (str,), where)
-            field(phase, "start", _NUMBER, where)
-            field(phase, "end", _NUMBER, where)
+            if _bounded(phase, "end", where, low=-_LIMIT, nullable=False) < _bounded(
+                phase, "start", where, low=-_LIMIT, nullable=False
+            ):
+                raise UsageError(f"{where}: ends ({phase['end']}) before it starts ({phase['start']})")
             field(phase, "task", (str, _NONE), where)
             field(phase, "detail", (str, _NONE), where)
     return summary
+
+
+def _bounded(obj: dict[str, Any], key: str, where: str, *, low: float = 0.0, nullable: bool = True) -> Any:
+    """``obj[key]`` a number in [``low``, :data:`_LIMIT`] (or null when ``nullable``)."""
+    value = field(obj, key, (*_NUMBER, _NONE) if nullable else _NUMBER, where)
+    if value is not None and not low <= value <= _LIMIT:
+        raise UsageError(f"{where}: field {key!r} is {value!r:.20}, outside [{low:g}, {_LIMIT:g}]")
+    return value
 
 
 def _score_row(row: Any, where: str) -> None:
@@ -70,7 +84,7 @@ def _score_row(row: Any, where: str) -> None:
     for key in ("task_type", "main_score_name", "stage", "status"):
         field(row, key, (str, _NONE), where)
     for key in _ROW_NUMBERS:
-        field(row, key, (*_NUMBER, _NONE), where)
+        _bounded(row, key, where, low=-1.0 if key == "parity_min_cosine" else 0.0)
     failed = str(row.get("status") or "").startswith("failed")
     score = row.get("main_score")
     if failed and (score is None or (isinstance(score, float) and math.isnan(score))):
