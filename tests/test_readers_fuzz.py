@@ -325,6 +325,7 @@ def test_non_finite_scores_are_refused(tmp_path, content, message):
         ("text,label\na,x\nb,x\nc,x\nd,x\ne,x\n", r"field 'label' is 'x' in every row; classification needs two"),
         ("text,label\na,x\nb,y\n", r"2 rows; 5-fold cross-validation needs 5 rows or more"),
         ("text,label\n", r"t\.csv: no rows \(an empty file, or a header line only\)"),
+        ("sentence1,sentence2,score\na,b,-1e308\nc,d,1e308\n", r"field 'score' spans -1e\+308 to 1e\+308, more than"),
     ],
 )
 def test_data_that_would_score_nothing_is_refused(tmp_path, content, message):

@@ -15,6 +15,7 @@ score and result JSON are the ones users know; its name is the file's (``mydata`
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -188,6 +189,8 @@ def _sts(path: Path) -> Any:
     scores = [float(r["score"]) for r in rows]
     if len(set(scores)) < 2:  # a correlation with a constant is undefined: mteb would report NaN
         raise UsageError(f"{path}: field 'score' is {scores[0]:g} in every row; STS needs scores that differ")
+    if not math.isfinite(max(scores) - min(scores)):  # mteb divides by the span: every score would be 0
+        raise UsageError(f"{path}: field 'score' spans {min(scores):g} to {max(scores):g}, more than a float holds")
     meta = _metadata(_task_name(path), "STS", [path], f"Sentence pairs with similarity scores from {path.name}.")
     data = Dataset.from_dict(
         {"sentence1": [r["sentence1"] for r in rows], "sentence2": [r["sentence2"] for r in rows], "score": scores}
