@@ -61,7 +61,7 @@ def _compare_json() -> dict[str, Any]:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _no_png(request):
+def _no_png():
     """The plots are drawn (matplotlib meets every value) but not encoded: PNG encoding is most of a render's time."""
     import matplotlib
 
