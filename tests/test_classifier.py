@@ -56,10 +56,13 @@ def test_labels_map_by_name_or_index_and_unknown_ones_are_named():
 
 
 def test_own_data_files_load_and_malformed_rows_are_named(tmp_path):
-    rows = [{"text": "good film", "label": "positive"}, {"text": "dull", "label": 0}]
+    rows = [{"text": "good film", "label": "positive"}, {"text": "dull", "label": "negative"}]
     jsonl = tmp_path / "d.jsonl"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert [r["text"] for r in read_rows(jsonl, "classification")] == ["good film", "dull"]
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in [rows[0], {"text": "dull", "label": 0}]))
+    with pytest.raises(UsageError, match=r"d\.jsonl:2: field 'label' is int 0, but .*d\.jsonl:1 gives str"):
+        read_rows(jsonl, "classification")  # a name and an index: one type per column, as CSV and Parquet have
     csv = tmp_path / "d.csv"
     csv.write_text('text,label\n"good, really",positive\ndull,negative\n')
     assert read_rows(csv, "classification")[0] == {"text": "good, really", "label": "positive"}
@@ -81,7 +84,7 @@ def test_own_data_files_load_and_malformed_rows_are_named(tmp_path):
     typed.write_text('{"text": 5, "label": "positive"}\n')
     with pytest.raises(UsageError, match=r"typed.jsonl:1: field 'text' must be str, got int"):
         read_rows(typed, "classification")
-    with pytest.raises(UsageError, match="use a .jsonl, .csv, .tsv or .parquet"):
+    with pytest.raises(UsageError, match="use a .jsonl, .json, .csv, .tsv or .parquet"):
         (tmp_path / "d.txt").write_text("x")
         read_rows(tmp_path / "d.txt", "classification")
 

@@ -220,6 +220,39 @@ def test_bad_input_is_one_line_and_exit_2(run_main, tmp_path, argv, message):
     assert time.perf_counter() - start < 30  # found early, never after a model load
 
 
+DATA_CASES = [
+    # (command, file name, bytes, message): damaged files of each reader, refused before any engine starts
+    (
+        "run",
+        "s.jsonl",
+        b'{"sentence1": "\\ud800", "sentence2": "b", "score": 1}\n',
+        "s.jsonl:1: field 'sentence1' holds",
+    ),
+    ("run", "s.csv", b"sentence1,sentence2,score\na,b,nan\nc,d,1\n", "s.csv:2: field 'score' is nan, not a finite"),
+    ("classify", "c.csv", b"text,label\n\xe9t\xe9,pos\n", "c.csv:2: not UTF-8 text (byte 0xe9 at column 1"),
+    ("token-classify", "n.conll", b"Jos\xe9 B-PER\n", "n.conll:1: not UTF-8 text"),
+    (
+        "reward",
+        "p.jsonl",
+        b'{"prompt": "p", "chosen": "a", "rejected": NaN}\n',
+        "p.jsonl:1: field 'rejected' must be str",
+    ),
+    (
+        "generate",
+        "q.json",
+        b'[{"question": "q", "options": ["a"], "answer": 0}]',
+        "q.json row 0: field 'options' needs",
+    ),
+]
+
+
+@pytest.mark.parametrize("command, name, raw, message", DATA_CASES, ids=[c[1] for c in DATA_CASES])
+def test_damaged_data_files_are_one_line_and_exit_2(run_main, tmp_path, command, name, raw, message):
+    (tmp_path / name).write_bytes(raw)
+    code, err = run_main(command, "--model", MINILM, "--data", str(tmp_path / name), "--no-progress")
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
 def test_offline_unavailable_task_fails_in_seconds(run_main):
     start = time.perf_counter()
     code, err = run_main("run", "--tasks", "STS12")

@@ -60,15 +60,25 @@ def task_output_dirs(output_dir: str | None, command: str, tasks: list[Any]) -> 
 def chat_template(value: str | None) -> str | None:
     """``--chat-template``: Jinja text (it contains ``{{`` or ``{%``) or a file that must exist; the text.
 
+    A file is UTF-8 (a byte-order mark is dropped) and must hold Jinja too: a template without ``{{`` or ``{%``
+    renders every conversation as the same text, and every score would be the same.
+
     Raises:
-        UsageError: neither a file nor a template.
+        UsageError: neither a file nor a template; a file that is not UTF-8, empty, or holds no Jinja.
     """
+    from ..utils.files import read_text
+
     if value is None or "{{" in value or "{%" in value:
         return value
     if not os.path.isfile(value):
         raise UsageError(f"--chat-template {value!r} is neither a file nor a Jinja template (no '{{{{' or '{{%')")
-    with open(value, encoding="utf-8") as fh:
-        return fh.read()
+    text = read_text(value)
+    if "{{" not in text and "{%" not in text:
+        what = (
+            "is empty" if not text.strip() else "holds no Jinja ('{{' or '{%'): every conversation would render alike"
+        )
+        raise UsageError(f"--chat-template {value}: the file {what}")
+    return text
 
 
 def resolve_model(model: str | None, remote: bool, what: str = "--model", revision: str | None = None) -> Any:

@@ -254,12 +254,42 @@ def _check_modalities(model: Any, tasks: list[Any]) -> None:
 
 
 def _reused(cache: Any, name: str, model: Any, strategy: str) -> bool:
-    """Whether ``name``'s result is read back rather than computed (logged either way when one exists)."""
+    """Whether ``name``'s result is read back rather than computed (logged either way when one exists).
+
+    A result file mteb cannot read back, or whose main score is not a finite number (a run killed while mteb
+    wrote it, a hand edit), is moved aside to ``<Task>.json.damaged`` and the task runs again: the run has its
+    engine up by now, and one task's recomputation is cheaper than stopping there.
+    """
     existing = cache.get_task_result_path(name, model.mteb_model_meta) if cache else None
     if existing is None or not existing.is_file():
         return False
+    if strategy != "always":
+        reason = result_damage(existing)
+        if reason is not None:
+            aside = existing.with_name(existing.name + ".damaged")
+            existing.replace(aside)
+            logger.warning(
+                "%s: %s cannot be read back (%s); moved to %s, the task runs again", name, existing, reason, aside
+            )
+            return False
     logger.info("%s %s: %s", "replacing" if strategy == "always" else "reusing", name, existing)
     return strategy != "always"
+
+
+def result_damage(path: str | Path) -> str | None:
+    """Why mteb's task result at ``path`` cannot be read back into a score, in one line; None when it can."""
+    import math
+    import warnings
+
+    from mteb.results import TaskResult
+
+    try:
+        with warnings.catch_warnings():  # numpy's mean of no scores warns, then gives the NaN refused below
+            warnings.simplefilter("ignore")
+            score = float(TaskResult.from_disk(Path(path)).get_score())
+    except Exception as exc:  # mteb raises what JSON, pydantic and its own lookups raise; any is a damaged file
+        return " ".join(str(exc).split())[:200] or type(exc).__name__
+    return None if math.isfinite(score) else f"its main score is {score}"
 
 
 def _one_task(

@@ -323,12 +323,14 @@ def read_run_dir(path: str | Path) -> ConfigResult:
     """A finished run's scores from its ``summary.json`` (its configuration named from the summary).
 
     Raises:
-        UsageError: no ``summary.json`` there.
+        UsageError: no ``summary.json`` there, or a damaged one (file, field and reason named).
     """
+    from .runfiles import read_summary
+
     summary_path = Path(path) / "summary.json"
     if not summary_path.is_file():
         raise UsageError(f"{str(path)!r} is not a run directory (no summary.json)")
-    summary = json.loads(summary_path.read_text())
+    summary = read_summary(summary_path)
     engine = summary.get("engine_options_in_force") or {}
     dtype = engine.get("dtype") if isinstance(engine, dict) else None
     config = Config(summary.get("backend") or "run", dtype and str(dtype).removeprefix("torch."))

@@ -23,6 +23,7 @@ from typing import Any
 from ..utils.errors import UsageError
 from ..utils.timeline import PHASES, phase_totals
 from .compare import describe_agreement
+from .runfiles import read_compare, read_summary, suite_backends
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -37,19 +38,20 @@ img { max-width: 100%; }
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    """A run directory's ``summary.json`` (and ``compare.json`` when present), with its path.
+    """A run directory's ``summary.json`` (and ``compare.json`` when present), with its path, both checked
+    (:mod:`vllm_eval.measure.runfiles`).
 
     Raises:
-        UsageError: the directory has neither.
+        UsageError: the directory has neither, or one that is damaged (file, field and reason named).
     """
     folder = Path(path)
     summary = folder / "summary.json"
     compare = folder / "compare.json"
     if not summary.is_file() and not compare.is_file():
         raise UsageError(f"{str(path)!r} has neither summary.json nor compare.json; give a run's --output-dir")
-    run: dict[str, Any] = json.loads(summary.read_text()) if summary.is_file() else {}
+    run: dict[str, Any] = read_summary(summary) if summary.is_file() else {}
     if compare.is_file():
-        run["compare"] = json.loads(compare.read_text())
+        run["compare"] = read_compare(compare)
     run["path"] = str(folder)
     return run
 
@@ -335,8 +337,7 @@ def _with_suite_runs(run_dirs: list[str | Path]) -> list[str | Path]:
     for d in run_dirs:
         suite = Path(d) / "suite.json"
         if suite.is_file() and not (Path(d) / "summary.json").is_file():
-            backends = [r["backend"] for r in json.loads(suite.read_text())["records"]]
-            out.extend(Path(d) / b for b in backends if (Path(d) / b / "summary.json").is_file())
+            out.extend(Path(d) / b for b in suite_backends(suite) if (Path(d) / b / "summary.json").is_file())
         else:
             out.append(d)
     return out
@@ -346,7 +347,8 @@ def write_report(run_dirs: list[str | Path], output: str | Path, title: str = "v
     """Render ``run_dirs`` into one HTML file at ``output``; returns its path.
 
     Raises:
-        UsageError: a directory without results, or an output path that cannot be written.
+        UsageError: a directory without results, a damaged ``summary.json``, ``compare.json`` or ``suite.json``
+            (file, field and reason named), or an output path that cannot be written.
     """
     runs = [load_run(d) for d in _with_suite_runs(run_dirs)]
     out = Path(output)

@@ -156,11 +156,12 @@ def _scores(out: Path) -> tuple[dict[str, float], float | None, dict[str, float]
     its seconds per timeline phase."""
     from ..utils.timeline import phase_totals
     from .compare import read_run_dir
+    from .runfiles import read_summary
 
     if not (out / "summary.json").is_file():
         return {}, None, None
     scores = read_run_dir(out).scores
-    summary = json.loads((out / "summary.json").read_text())
+    summary = read_summary(out / "summary.json")
     return scores, summary.get("engine_start_seconds"), phase_totals(summary.get("timeline")) or None
 
 

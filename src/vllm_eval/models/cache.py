@@ -20,13 +20,14 @@ The store is :class:`OutputCache`; :class:`CacheStats` counts hits, misses and d
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,64 @@ def _checksum(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=8).digest()
 
 
+#: The table of outputs; :data:`_COLUMNS` are its columns in order, checked when a cache opens.
+_SCHEMA = (
+    "key BLOB PRIMARY KEY, dtype TEXT NOT NULL, shape TEXT NOT NULL, data BLOB NOT NULL, checksum BLOB NOT NULL, "
+    "created REAL NOT NULL"
+)
+_COLUMNS = ("key", "dtype", "shape", "data", "checksum", "created")
+_FIX = "delete it (outputs are computed again) or choose another --cache-dir"
+#: What :func:`_decoded` gives for an entry whose bytes are not what its row says.
+_DAMAGED = object()
+
+
+def _decoded(dtype: Any, shape: Any, data: Any, checksum: Any) -> Any:
+    """A stored value from its row, or :data:`_DAMAGED`: SQLite keeps whatever type a damaged page holds, and a
+    damaged dtype or shape does not describe the bytes, which the checksum alone does not see."""
+    if not isinstance(data, bytes) or _checksum(data) != checksum:
+        return _DAMAGED
+    try:
+        if dtype == "json":
+            return json.loads(data.decode("utf-8"))
+        return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(json.loads(shape))
+    except (TypeError, ValueError):  # an unknown dtype, a shape of another size, bytes that are not JSON
+        return _DAMAGED
+
+
+def _check_file(path: Path) -> None:
+    """Refuse, before SQLite opens it, a cache file that is not SQLite or was cut short: SQLite itself finds a
+    missing page only when a query reaches it, mid-run. A file with a write-ahead log in use may be shorter than
+    its header says (the log holds the rest) and is left to SQLite.
+
+    Raises:
+        UsageError: naming the file and what is wrong with it.
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}); {_FIX}") from None
+    if path.is_dir():
+        raise UsageError(f"{path}: a directory, not an output cache; {_FIX}")
+    if size == 0:
+        return  # SQLite makes an empty file a database
+    try:
+        with path.open("rb") as fh:
+            header = fh.read(100)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}); {_FIX}") from None
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        raise UsageError(f"{path}: not an SQLite database, so not an output cache; {_FIX}")
+    page = int.from_bytes(header[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(header[28:32], "big")
+    counted = header[24:28] == header[92:96]  # the header's page count is valid only then
+    wal = path.with_name(path.name + "-wal")
+    if counted and size < page * pages and not (wal.is_file() and wal.stat().st_size > 0):
+        raise UsageError(f"{path}: cut short ({size} bytes of {page * pages}); {_FIX}")
+
+
 class OutputCache:
     """Model outputs on disk: ``get_many`` / ``put_many`` of numpy arrays (or JSON values) by key.
 
@@ -126,7 +185,8 @@ class OutputCache:
         timeout: seconds a writer waits for another process's transaction.
 
     Raises:
-        UsageError: the folder cannot be created, or is not a writable SQLite cache.
+        UsageError: the folder cannot be created; its database is not SQLite, was cut short, has a table
+            ``outputs`` of another schema, or cannot be written (the file and the reason named).
     """
 
     def __init__(self, directory: str | os.PathLike, *, timeout: float = 120.0) -> None:
@@ -140,26 +200,28 @@ class OutputCache:
         self.stats = CacheStats()
         self._local = threading.local()
         self._lock = threading.Lock()
+        _check_file(self.path)
         deadline = time.monotonic() + timeout
         while True:
             try:
                 conn = self._conn()
                 conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS outputs (key BLOB PRIMARY KEY, dtype TEXT NOT NULL, "
-                    "shape TEXT NOT NULL, data BLOB NOT NULL, checksum BLOB NOT NULL, created REAL NOT NULL)"
-                )
+                conn.execute(f"CREATE TABLE IF NOT EXISTS outputs ({_SCHEMA})")
+                columns = [row[1] for row in conn.execute("PRAGMA table_info(outputs)")]
                 break
             except sqlite3.OperationalError as exc:
                 # Switching a new file to WAL answers "locked" at once, without the busy timeout,
                 # while another process is doing the same; that process finishes in milliseconds.
                 if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise UsageError(
-                        f"--cache-dir {str(directory)!r}: {self.path} is not a usable cache ({exc})"
-                    ) from None
+                    raise UsageError(f"{self.path}: not a usable output cache ({exc}); {_FIX}") from None
                 time.sleep(0.05)
             except sqlite3.Error as exc:
-                raise UsageError(f"--cache-dir {str(directory)!r}: {self.path} is not a usable cache ({exc})") from None
+                raise UsageError(f"{self.path}: not a usable output cache ({exc}); {_FIX}") from None
+        if columns != list(_COLUMNS):
+            raise UsageError(
+                f"{self.path}: its table 'outputs' has columns {', '.join(columns)}, not an output cache's "
+                f"({', '.join(_COLUMNS)}); {_FIX}"
+            )
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -172,36 +234,55 @@ class OutputCache:
     def get_many(self, keys: Sequence[bytes]) -> dict[bytes, Any]:
         """The stored values of those ``keys`` that have one (arrays, or JSON values); counts hits.
 
-        An entry whose checksum does not match its bytes is deleted and left out (it will be
-        recomputed), counted in ``stats.damaged``.
+        An entry whose checksum does not match its bytes, or whose dtype or shape does not describe them,
+        is deleted and left out (it will be recomputed), counted in ``stats.damaged``.
+
+        Raises:
+            UsageError: the database file itself is damaged (SQLite's reason named).
         """
         if not keys:
             return {}
         found: dict[bytes, Any] = {}
-        bad: list[bytes] = []
-        conn = self._conn()
-        for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
-            part = list(keys[start : start + 500])
-            marks = ",".join("?" * len(part))
-            rows = conn.execute(f"SELECT key, dtype, shape, data, checksum FROM outputs WHERE key IN ({marks})", part)
-            for key, dtype, shape, data, checksum in rows:
-                if _checksum(data) != checksum:
-                    bad.append(key)
-                    continue
-                if dtype == "json":
-                    found[key] = json.loads(data.decode("utf-8"))
-                else:
-                    found[key] = np.frombuffer(data, dtype=dtype).reshape(json.loads(shape))
-        if bad:
-            with self._lock:
-                conn.executemany("DELETE FROM outputs WHERE key = ?", [(k,) for k in bad])
-                self.stats.damaged += len(bad)
+        bad: list[Any] = []
+        with self._damaged_file():
+            conn = self._conn()
+            for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
+                part = list(keys[start : start + 500])
+                marks = ",".join("?" * len(part))
+                query = f"SELECT key, dtype, shape, data, checksum FROM outputs WHERE key IN ({marks})"
+                for key, dtype, shape, data, checksum in conn.execute(query, part):
+                    value = _decoded(dtype, shape, data, checksum)
+                    if value is _DAMAGED:
+                        bad.append(key)
+                    else:
+                        found[key] = value
+            if bad:
+                with self._lock:
+                    conn.executemany("DELETE FROM outputs WHERE key = ?", [(k,) for k in bad])
+                    self.stats.damaged += len(bad)
         with self._lock:
             self.stats.hits += len(found)
         return found
 
+    @contextlib.contextmanager
+    def _damaged_file(self) -> Iterator[None]:
+        """SQLite's errors about the file (malformed pages, not a database) as one line naming it; a busy
+        database past the timeout is not the file's fault and keeps its type."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise
+            raise UsageError(f"{self.path}: the output cache is damaged ({exc}); {_FIX}") from None
+        except sqlite3.DatabaseError as exc:
+            raise UsageError(f"{self.path}: the output cache is damaged ({exc}); {_FIX}") from None
+
     def put_many(self, items: Iterable[tuple[bytes, Any]]) -> None:
-        """Store ``(key, value)`` pairs in one transaction (arrays as raw bytes, others as JSON)."""
+        """Store ``(key, value)`` pairs in one transaction (arrays as raw bytes, others as JSON).
+
+        Raises:
+            UsageError: the database file is damaged (SQLite's reason named).
+        """
         rows = []
         now = time.time()
         for key, value in items:
@@ -213,14 +294,16 @@ class OutputCache:
             rows.append((key, dtype, shape, data, _checksum(data), now))
         if not rows:
             return
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany("INSERT OR REPLACE INTO outputs VALUES (?, ?, ?, ?, ?, ?)", rows)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        with self._damaged_file():
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany("INSERT OR REPLACE INTO outputs VALUES (?, ?, ?, ?, ?, ?)", rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
         with self._lock:
             self.stats.misses += len(rows)
 
@@ -229,8 +312,13 @@ class OutputCache:
         return sum(p.stat().st_size for p in self.directory.glob(DB_NAME + "*") if p.is_file())
 
     def entries(self) -> int:
-        """Number of stored outputs."""
-        return int(self._conn().execute("SELECT COUNT(*) FROM outputs").fetchone()[0])
+        """Number of stored outputs.
+
+        Raises:
+            UsageError: the database file is damaged.
+        """
+        with self._damaged_file():
+            return int(self._conn().execute("SELECT COUNT(*) FROM outputs").fetchone()[0])
 
     def close(self) -> None:
         """Fold the write-ahead log into the database (when no other process is using it) and close

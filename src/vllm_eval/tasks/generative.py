@@ -236,30 +236,29 @@ def load_multiple_choice_file(path: str | Path) -> GenerativeTask:
 
     Raises:
         DataUnavailableError: no such file.
-        UsageError: a row that breaks the schema, an answer that names no option, or a missing
-            image file (file, line and field named).
+        UsageError: a row that breaks the schema, an answer that names no option, or an image file that is
+            missing or not an image (file, line and field named).
     """
-    from .owndata import check_str_list, image_path, read_rows, where
+    from .owndata import check_str_list, load_image, read_rows, where
 
     path = Path(path)
     rows = read_rows(path, "multiple_choice")
     check_str_list(path, rows, "options", min_len=2)
-    items: list[tuple[str, tuple[str, ...], int, Path | None]] = []
+    items: list[tuple[str, tuple[str, ...], int, str | None]] = []
     for i, r in enumerate(rows):
         target = _resolve_answer(r["answer"], r["options"], where(path, i))
-        image = image_path(path, i, r["image"]) if r.get("image") else None
-        items.append((r["question"], tuple(r["options"]), target, image))
+        if r.get("image"):
+            load_image(path, i, r["image"])  # decoded now, so a damaged image is named before any model loads
+        items.append((r["question"], tuple(r["options"]), target, r.get("image")))
 
     def load() -> list[MCItem]:
-        from PIL import Image
-
         return [
             MCItem(
                 id=f"{path.stem}-{i}",
                 question=q,
                 options=opts,
                 target=t,
-                images=(Image.open(img).convert("RGB"),) if img else (),
+                images=(load_image(path, i, img),) if img else (),
             )
             for i, (q, opts, t, img) in enumerate(items)
         ]

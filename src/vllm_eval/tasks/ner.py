@@ -10,6 +10,7 @@ results go to ``results.json`` and ``samples.jsonl`` as for the other task runne
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,32 +30,36 @@ class TaggedSentences:
 
 
 def read_conll(path: str | Path) -> TaggedSentences:
-    """A CoNLL-format file: whitespace-separated columns, word first and tag last, blank lines between sentences.
+    """A CoNLL-format file: columns separated by spaces or tabs, word first and tag last, blank lines between
+    sentences (UTF-8; a byte-order mark and CRLF line ends are accepted).
 
     Raises:
         DataUnavailableError: no such file.
-        UsageError: a line with fewer than two columns (file and line named), or no sentences.
+        UsageError: a directory, bytes that are not UTF-8, a line with fewer than two columns (file and line
+            named), or no sentences.
     """
+    from ..utils.files import read_text
+
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise DataUnavailableError(f"--data {str(path)!r}: no such file")
     sentences: list[list[str]] = []
     tags: list[list[str]] = []
     words: list[str] = []
     labels: list[str] = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            cols = line.split()
-            if not cols or cols[0] == "-DOCSTART-":
-                if words:
-                    sentences.append(words)
-                    tags.append(labels)
-                    words, labels = [], []
-                continue
-            if len(cols) < 2:
-                raise UsageError(f"{path}:{n}: a CoNLL line needs a word and a tag, got {line.strip()!r}")
-            words.append(cols[0])
-            labels.append(cols[-1])
+    # Columns split at spaces and tabs only: str.split() would also split a word at a no-break space.
+    for n, line in enumerate(read_text(path).split("\n"), start=1):
+        cols = [c for c in re.split(r"[ \t]+", line.strip(" \t\r")) if c]
+        if not cols or cols[0] == "-DOCSTART-":
+            if words:
+                sentences.append(words)
+                tags.append(labels)
+                words, labels = [], []
+            continue
+        if len(cols) < 2:
+            raise UsageError(f"{path}:{n}: a CoNLL line needs a word and a tag, got {line.strip()!r:.60}")
+        words.append(cols[0])
+        labels.append(cols[-1])
     if words:
         sentences.append(words)
         tags.append(labels)
@@ -67,20 +72,27 @@ def load_ner_file(path: str | Path) -> TaggedSentences:
     """A CoNLL file (``.conll``, ``.txt``) or an ``ner``-schema table (``.jsonl``, ``.csv``, ``.parquet``).
 
     Raises:
-        UsageError: a row whose tokens and tags differ in length (named), or a malformed file.
+        DataUnavailableError: no such file.
+        UsageError: a row whose tokens or tags are not non-empty strings, or differ in number (file and line
+            named), or a malformed file.
     """
     path = Path(path)
     if path.suffix.lower() in (".conll", ".txt"):
         return read_conll(path)
-    from .owndata import read_rows
+    from .owndata import check_str_list, read_rows, where
+    from .tables import FORMATS
 
+    if path.suffix.lower() not in FORMATS:
+        raise UsageError(
+            f"--data {str(path)!r}: use a CoNLL file (.conll, .txt) or a .jsonl, .json, .csv, .tsv or .parquet"
+        )
     rows = read_rows(path, "ner")
+    check_str_list(path, rows, "tokens", min_len=1)
+    check_str_list(path, rows, "tags", min_len=1)
     for i, row in enumerate(rows):
         if len(row["tokens"]) != len(row["tags"]):
-            raise UsageError(f"{path} row {i}: {len(row['tokens'])} tokens but {len(row['tags'])} tags")
-    return TaggedSentences(
-        path.stem, [list(map(str, r["tokens"])) for r in rows], [list(map(str, r["tags"])) for r in rows], str(path)
-    )
+            raise UsageError(f"{where(path, i)}: {len(row['tokens'])} tokens but {len(row['tags'])} tags")
+    return TaggedSentences(path.stem, [r["tokens"] for r in rows], [r["tags"] for r in rows], str(path))
 
 
 def ner_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, Any]:

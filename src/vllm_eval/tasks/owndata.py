@@ -1,7 +1,10 @@
-"""Your own data files: JSONL, CSV or Parquet, read with the standard library (pyarrow for Parquet), checked per row.
+"""Your own data files: JSONL, CSV or Parquet (parsed by :mod:`vllm_eval.tasks.tables`), checked per row.
 
 Each task type has a schema (required fields and their types); a row that breaks it is named by
-file, line (JSONL: 1-based line; CSV: 1-based line counting the header; Parquet: row index) and field.
+file, line (JSONL: 1-based line; CSV: 1-based line counting the header; a JSON array or Parquet: row index)
+and field. Numbers must be finite (NaN and infinity score nothing); a CSV cell is a number where the schema
+wants one (``score``; a ``label`` or ``answer`` column of whole numbers is indices); a ``label`` or ``answer``
+column holds one type.
 
 Schemas (fields in brackets are optional):
 
@@ -32,14 +35,14 @@ Schemas (fields in brackets are optional):
 
 from __future__ import annotations
 
-import csv
 import io
-import json
-from dataclasses import dataclass
+import re
 from pathlib import Path
 from typing import Any
 
 from ..utils.errors import DataUnavailableError, UsageError
+from ..utils.files import is_finite
+from .tables import FORMATS, Table, load_table, where
 
 #: Per task type: field -> the Python types it accepts.
 SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
@@ -65,133 +68,15 @@ OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
 }
 #: Field names other tools use, read as ours (BEIR's ``_id``).
 ALIASES = {"_id": "id"}
+#: Fields whose values must share one type in a file: a label given as a name in one row and as an index in
+#: another names two different things.
+ONE_TYPE = ("label", "answer")
 
-_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
-#: Physical line of each row of the files read so far (absent for Parquet: rows are named by index).
-_LINES: dict[str, list[int]] = {}
-
-
-@dataclass
-class Table:
-    """A data file's rows (dicts) and column names, in file order."""
-
-    columns: list[str]
-    rows: list[dict[str, Any]]
-
-    @property
-    def column_names(self) -> list[str]:
-        """The column names (as ``datasets.Dataset.column_names``)."""
-        return self.columns
-
-
-def _where(path: Path, index: int) -> str:
-    lines = _LINES.get(str(path))
-    if lines is not None and index < len(lines):
-        return f"{path}:{lines[index]}"
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json"):
-        return f"{path}:{index + 1}"
-    if suffix in (".csv", ".tsv"):
-        return f"{path}:{index + 2}"  # line 1 is the header
-    return f"{path} row {index}"
-
-
-def _read_json(path: Path, text: str) -> tuple[list[dict[str, Any]], list[int] | None]:
-    """JSON lines (one object per line, blank lines skipped), or one JSON array of objects."""
-    if text.lstrip().startswith("["):
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg.lower()} (column {exc.colno})") from None
-        for i, row in enumerate(rows):
-            if not isinstance(row, dict):
-                raise UsageError(f"{path} row {i}: not a JSON object but {type(row).__name__}")
-        return rows, None
-    rows, lines = [], []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{n}: not valid JSON: {exc.msg.lower()} (column {exc.colno})") from None
-        if not isinstance(row, dict):
-            raise UsageError(f"{path}:{n}: not a JSON object but {type(row).__name__} (one object per line)")
-        rows.append(row)
-        lines.append(n)
-    return rows, lines
-
-
-def _number(text: str) -> Any:
-    for convert in (int, float):
-        try:
-            return convert(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _read_csv(path: Path, text: str, delimiter: str) -> tuple[list[dict[str, Any]], list[int]]:
-    """CSV/TSV with a header line; a column whose values all read as numbers is numbers (as pandas would)."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
-    header = next(reader, None)
-    if not header:
-        raise UsageError(f"{path}:1: no header line")
-    raw, lines = [], []
-    for values in reader:
-        if not any(v.strip() for v in values):
-            continue
-        if len(values) != len(header):
-            raise UsageError(f"{path}:{reader.line_num}: {len(values)} fields, the header has {len(header)}")
-        raw.append(values)
-        lines.append(reader.line_num)
-    columns: list[list[Any]] = []
-    for j in range(len(header)):
-        cells = [r[j] for r in raw]
-        numbers = [_number(c) for c in cells if c != ""]
-        numeric = all(not isinstance(x, str) for x in numbers)
-        columns.append([None if c == "" else (_number(c) if numeric else c) for c in cells])
-    rows = [{name: columns[j][i] for j, name in enumerate(header)} for i in range(len(raw))]
-    return rows, lines
-
-
-def load_table(path: str | Path) -> Table:
-    """A data file's rows, unchecked: JSON lines (or a JSON array), CSV, TSV (standard library) or Parquet
-    (pyarrow), by extension.
-
-    Raises:
-        UsageError: an unknown extension, or a file that cannot be parsed (file, line and reason named:
-            ``reviews.jsonl:2: not valid JSON: unterminated string starting at (column 14)``).
-    """
-    path = Path(path)
-    fmt = _FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise UsageError(f"--data {str(path)!r}: use a .jsonl, .csv, .tsv or .parquet file")
-    lines: list[int] | None = None
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            table = pq.read_table(path)
-        except Exception as exc:  # pyarrow raises several types; the user needs the file and the reason
-            reason = " ".join(str(exc).split()) or type(exc).__name__
-            raise UsageError(f"{path}: not a readable Parquet file: {reason}") from None
-        rows, columns = table.to_pylist(), list(table.column_names)
-    else:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-        if fmt == "json":
-            rows, lines = _read_json(path, text)
-        else:
-            rows, lines = _read_csv(path, text, "\t" if path.suffix.lower() == ".tsv" else ",")
-        columns = list(dict.fromkeys(k for r in rows for k in r))
-    if lines is None:
-        _LINES.pop(str(path), None)
-    else:
-        _LINES[str(path)] = lines
-    return Table(columns, rows)
+_INT = re.compile(r"\s*[+-]?[0-9]+\s*")
+_FLOAT = re.compile(
+    r"\s*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*|\s*[+-]?(?:nan|inf|infinity)\s*", re.I
+)
+_DECIMAL_COMMA = re.compile(r"\s*[+-]?[0-9]+,[0-9]+\s*")
 
 
 def read_rows(path: str | Path, schema: str) -> list[dict[str, Any]]:
@@ -202,33 +87,66 @@ def read_rows(path: str | Path, schema: str) -> list[dict[str, Any]]:
 
     Raises:
         DataUnavailableError: the file does not exist.
-        UsageError: an unknown extension or schema, an unreadable file, or a row whose field is
-            missing, empty or of the wrong type (file, line and field named).
+        UsageError: an unknown extension or schema, an unreadable or empty file, or a row whose field is
+            missing, empty, of the wrong type or a number that is NaN or infinite; a label (or answer) column
+            of two types (file, line and field named).
     """
     path = Path(path)
     if schema not in SCHEMAS:
         raise UsageError(f"unknown data schema {schema!r}; known: {', '.join(SCHEMAS)}")
-    if not path.is_file():
+    if not path.exists():
         raise DataUnavailableError(f"--data {str(path)!r}: no such file")
     table = load_table(path)
-    rows = table.rows
     for alias, name in ALIASES.items():
         if alias in table.columns and name not in table.columns:
-            rows = [{(name if k == alias else k): v for k, v in r.items()} for r in rows]
-            table = Table([name if c == alias else c for c in table.columns], rows)
+            table.rows = [{(name if k == alias else k): v for k, v in r.items()} for r in table.rows]
+            table.columns = [name if c == alias else c for c in table.columns]
     fields = SCHEMAS[schema]
     optional = OPTIONAL.get(schema, {})
     missing = [f for f in fields if f not in table.columns]
     if missing:
         raise UsageError(
-            f"{_where(path, 0)}: no field {missing[0]!r} ({schema} rows need {', '.join(fields)}; "
-            f"the file has {', '.join(table.columns) or 'none'})"
+            f"{where(path, 0)}: no field {missing[0]!r} ({schema} rows need {', '.join(fields)}; "
+            f"the file has {', '.join(map(repr, table.columns)) or 'none'})"
         )
-    for i, row in enumerate(rows):
+    if table.text_cells:
+        _type_cells(table, {**fields, **optional})
+    for i, row in enumerate(table.rows):
         _check_row(path, i, row, fields, optional)
-    if not rows:
-        raise UsageError(f"--data {str(path)!r} has no rows")
-    return rows
+    _check_one_type(path, table.rows, [f for f in ONE_TYPE if f in fields])
+    return table.rows
+
+
+def _cell_number(text: str, decimal_comma: bool) -> int | float | None:
+    if _INT.fullmatch(text):
+        try:
+            return int(text)
+        except ValueError:  # more digits than Python converts: not a finite float either
+            return float("inf")
+    if _FLOAT.fullmatch(text):
+        return float(text)
+    if decimal_comma and _DECIMAL_COMMA.fullmatch(text):
+        return float(text.replace(",", "."))
+    return None
+
+
+def _type_cells(table: Table, fields: dict[str, tuple[type, ...]]) -> None:
+    """CSV cells as the schema wants them: numbers where it wants numbers; a column that takes a name or an
+    index (``label``, ``answer``) is indices only when every cell is a whole number; ids stay text. Cells that
+    do not convert stay str, for :func:`_check_row` to name."""
+    for name, types in fields.items():
+        if int not in types or (str in types and name not in ONE_TYPE):
+            continue  # text, and ids: "007" names another document than "7"
+        numbers = {
+            i: _cell_number(r[name], table.decimal_comma)
+            for i, r in enumerate(table.rows)
+            if isinstance(r.get(name), str)
+        }
+        if str in types and not all(isinstance(n, int) for n in numbers.values()):
+            continue
+        for i, number in numbers.items():
+            if number is not None:
+                table.rows[i][name] = number
 
 
 def _check_row(
@@ -241,15 +159,34 @@ def _check_row(
     for field, types in fields.items():
         value = row.get(field)
         if value is None or (isinstance(value, str) and not value.strip() and field != "text"):
-            raise UsageError(f"{_where(path, i)}: field {field!r} is missing or empty")
-        if isinstance(value, bool) or not isinstance(value, types):
-            names = " or ".join(t.__name__ for t in types)
-            raise UsageError(f"{_where(path, i)}: field {field!r} must be {names}, got {type(value).__name__}")
+            raise UsageError(f"{where(path, i)}: field {field!r} is missing or empty")
+        if isinstance(value, float) and int in types and float not in types and value.is_integer():
+            value = row[field] = int(value)  # 1.0: how pandas writes an int column that had a gap
+        _check_value(path, i, field, value, types)
     for field, types in optional.items():
         value = row.get(field)
-        if value is not None and not isinstance(value, types):
-            names = " or ".join(t.__name__ for t in types)
-            raise UsageError(f"{_where(path, i)}: field {field!r} must be {names}, got {type(value).__name__}")
+        if value is not None:
+            _check_value(path, i, field, value, types)
+
+
+def _check_value(path: Path, i: int, field: str, value: Any, types: tuple[type, ...]) -> None:
+    if isinstance(value, bool) or not isinstance(value, types):
+        names = " or ".join(t.__name__ for t in types)
+        shown = f" {value!r:.30}" if isinstance(value, str) else ""
+        raise UsageError(f"{where(path, i)}: field {field!r} must be {names}, got {type(value).__name__}{shown}")
+    if isinstance(value, (int, float)) and not is_finite(value):
+        raise UsageError(f"{where(path, i)}: field {field!r} is {value!r:.20}, not a finite number")
+
+
+def _check_one_type(path: Path, rows: list[dict[str, Any]], fields: list[str]) -> None:
+    for field in fields:
+        first = type(rows[0][field])
+        for i, row in enumerate(rows):
+            if type(row[field]) is not first:
+                raise UsageError(
+                    f"{where(path, i)}: field {field!r} is {type(row[field]).__name__} {row[field]!r:.30}, but "
+                    f"{where(path, 0)} gives {first.__name__} (one type per column: names or indices)"
+                )
 
 
 def check_str_list(path: str | Path, rows: list[dict[str, Any]], field: str, *, min_len: int = 0) -> None:
@@ -262,20 +199,15 @@ def check_str_list(path: str | Path, rows: list[dict[str, Any]], field: str, *, 
     for i, row in enumerate(rows):
         items = row[field]
         if len(items) < min_len:
-            raise UsageError(f"{_where(path, i)}: field {field!r} needs at least {min_len} items, got {len(items)}")
+            raise UsageError(f"{where(path, i)}: field {field!r} needs at least {min_len} items, got {len(items)}")
         for item in items:
             if not isinstance(item, str) or not item.strip():
-                raise UsageError(f"{_where(path, i)}: field {field!r} must list non-empty str, got {item!r:.40}")
-
-
-def where(path: str | Path, index: int) -> str:
-    """``file:line`` (or ``file row N`` for Parquet) of row ``index`` (0-based) of a data file."""
-    return _where(Path(path), index)
+                raise UsageError(f"{where(path, i)}: field {field!r} must list non-empty str, got {item!r:.40}")
 
 
 def find_table(directory: Path, stem: str) -> Path | None:
     """``directory/stem.{jsonl,csv,tsv,parquet}``, or BEIR's ``qrels/test.tsv`` for ``qrels``; None if absent."""
-    for ext in _FORMATS:
+    for ext in FORMATS:
         if (directory / f"{stem}{ext}").is_file():
             return directory / f"{stem}{ext}"
     if stem == "qrels":
@@ -289,12 +221,33 @@ def image_path(path: str | Path, index: int, value: str) -> Path:
     """The image file a row's ``image`` field names: relative to the data file ``path`` (or absolute).
 
     Raises:
-        UsageError: no such file (file, line and the path named).
+        UsageError: no such file, or a value that is no path (a NUL byte, a name too long): file, line and value named.
     """
-    image = (Path(path).parent / value).resolve()
-    if not image.is_file():
-        raise UsageError(f"{_where(Path(path), index)}: field 'image' {value!r}: no such file ({image})")
+    try:
+        image = (Path(path).parent / value).resolve()
+        found = image.is_file()
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{where(path, index)}: field 'image' {value!r:.60} is not a usable path ({exc})") from None
+    if not found:
+        raise UsageError(f"{where(path, index)}: field 'image' {value!r:.60}: no such file ({image})")
     return image
+
+
+def load_image(path: str | Path, index: int, value: str | bytes) -> Any:
+    """The RGB PIL image of row ``index``'s ``image`` field: a file path (see :func:`image_path`) or the bytes.
+
+    Raises:
+        UsageError: a missing file, or one PIL cannot read (file, line and PIL's reason named).
+    """
+    from PIL import Image
+
+    source = io.BytesIO(value) if isinstance(value, bytes) else image_path(path, index, value)
+    try:
+        with Image.open(source) as im:
+            return im.convert("RGB")
+    except Exception as exc:  # PIL raises many types for a damaged file: OSError, SyntaxError, ValueError ...
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise UsageError(f"{where(path, index)}: field 'image' is not an image PIL reads ({reason})") from None
 
 
 def load_images(path: str | Path, rows: list[dict[str, Any]]) -> list[Any]:
@@ -303,15 +256,4 @@ def load_images(path: str | Path, rows: list[dict[str, Any]]) -> list[Any]:
     Raises:
         UsageError: a missing file, or one PIL cannot read (file, line named).
     """
-    from PIL import Image, UnidentifiedImageError
-
-    out = []
-    for i, r in enumerate(rows):
-        value = r["image"]
-        source = io.BytesIO(value) if isinstance(value, bytes) else image_path(path, i, value)
-        try:
-            with Image.open(source) as im:
-                out.append(im.convert("RGB"))
-        except (UnidentifiedImageError, OSError) as e:
-            raise UsageError(f"{_where(Path(path), i)}: field 'image' is not an image PIL reads ({e})") from None
-    return out
+    return [load_image(path, i, r["image"]) for i, r in enumerate(rows)]

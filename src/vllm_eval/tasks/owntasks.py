@@ -15,6 +15,7 @@ score and result JSON are the ones users know; its name is the file's (``mydata`
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,10 @@ _MAIN_SCORES = {
     "ImageClassification": "accuracy",
     "Any2AnyRetrieval": "ndcg_at_10",  # a retrieval directory whose corpus is images
 }
+
+
+#: Folds of the cross-validation that scores a classification file (mteb's default).
+_FOLDS = 5
 
 
 def _digest(paths: list[Path]) -> str:
@@ -182,6 +187,10 @@ def _sts(path: Path) -> Any:
 
     rows = owndata.read_rows(path, "sts")
     scores = [float(r["score"]) for r in rows]
+    if len(set(scores)) < 2:  # a correlation with a constant is undefined: mteb would report NaN
+        raise UsageError(f"{path}: field 'score' is {scores[0]:g} in every row; STS needs scores that differ")
+    if not math.isfinite(max(scores) - min(scores)):  # mteb divides by the span: every score would be 0
+        raise UsageError(f"{path}: field 'score' spans {min(scores):g} to {max(scores):g}, more than a float holds")
     meta = _metadata(_task_name(path), "STS", [path], f"Sentence pairs with similarity scores from {path.name}.")
     data = Dataset.from_dict(
         {"sentence1": [r["sentence1"] for r in rows], "sentence2": [r["sentence2"] for r in rows], "score": scores}
@@ -197,6 +206,8 @@ def _pair_classification(path: Path) -> Any:
     for i, r in enumerate(rows):
         if r["label"] not in (0, 1):
             raise UsageError(f"{owndata.where(path, i)}: field 'label' must be 0 or 1, got {r['label']!r}")
+    if len({r["label"] for r in rows}) < 2:  # average precision over one class says nothing
+        raise UsageError(f"{path}: field 'label' is {rows[0]['label']} in every row; pairs labelled 0 and 1 are needed")
     meta = _metadata(_task_name(path), "PairClassification", [path], f"Sentence pairs labelled 0/1 from {path.name}.")
     data = Dataset.from_dict(
         {
@@ -208,12 +219,23 @@ def _pair_classification(path: Path) -> Any:
     return _instance(AbsTaskPairClassification, meta, {"test": data})
 
 
+def _class_names(path: Path, rows: list[dict[str, Any]]) -> list[str]:
+    """The sorted label names of a classification file, which mteb's cross-validation can score: two labels or
+    more (a probe of one class fails) over at least :data:`_FOLDS` rows (one per fold)."""
+    names = sorted({str(r["label"]) for r in rows})
+    if len(names) < 2:
+        raise UsageError(f"{path}: field 'label' is {names[0]!r} in every row; classification needs two labels or more")
+    if len(rows) < _FOLDS:
+        raise UsageError(f"{path}: {len(rows)} rows; {_FOLDS}-fold cross-validation needs {_FOLDS} rows or more")
+    return names
+
+
 def _classification(path: Path) -> Any:
     from datasets import Dataset
     from mteb.abstasks import AbsTaskClassification
 
     rows = owndata.read_rows(path, "classification")
-    names = sorted({str(r["label"]) for r in rows})
+    names = _class_names(path, rows)
     meta = _metadata(_task_name(path), "Classification", [path], f"Labelled texts from {path.name}.")
     data = Dataset.from_dict({"text": [r["text"] for r in rows], "label": [names.index(str(r["label"])) for r in rows]})
     return _instance(
@@ -221,7 +243,7 @@ def _classification(path: Path) -> Any:
         meta,
         {"test": data},
         is_cross_validation=True,
-        n_splits=5,
+        n_splits=_FOLDS,
         train_split="test",
         samples_per_label=max(len(rows), 8),
     )
@@ -232,8 +254,8 @@ def _image_classification(path: Path) -> Any:
     from mteb.abstasks import AbsTaskClassification
 
     rows = owndata.read_rows(path, "image_classification")
+    names = _class_names(path, rows)
     images = owndata.load_images(path, rows)
-    names = sorted({str(r["label"]) for r in rows})
     meta = _metadata(_task_name(path), "ImageClassification", [path], f"Labelled images from {path.name}.", images=True)
     data = Dataset.from_dict({"image": images, "label": [names.index(str(r["label"])) for r in rows]})
     return _instance(
@@ -242,7 +264,7 @@ def _image_classification(path: Path) -> Any:
         {"test": data},
         input_column_name="image",
         is_cross_validation=True,
-        n_splits=5,
+        n_splits=_FOLDS,
         train_split="test",
         samples_per_label=max(len(rows), 8),
     )
@@ -275,6 +297,38 @@ def _reranking(path: Path) -> Any:
     return _instance(AbsTaskRetrieval, meta, {"test": split})
 
 
+def _unique_ids(path: Path, rows: list[dict[str, Any]]) -> set[str]:
+    """The ids of a corpus or queries file, each once (a second row of one id would be scored as the first)."""
+    first: dict[str, int] = {}
+    for i, r in enumerate(rows):
+        key = str(r["id"])
+        if key in first:
+            raise UsageError(f"{owndata.where(path, i)}: id {key!r} again (first at {owndata.where(path, first[key])})")
+        first[key] = i
+    return set(first)
+
+
+def _judgements(
+    files: dict[str, Any], doc_set: set[str], query_set: set[str], rows: list[dict[str, Any]]
+) -> dict[str, dict[str, int]]:
+    """qrels as mteb takes them, ``{query: {document: relevance}}``; relevance is a whole number, and one
+    judgement at least is relevant (> 0), else every query scores 0 whatever the model."""
+    qrels: dict[str, dict[str, int]] = {}
+    for i, r in enumerate(rows):
+        here = owndata.where(files["qrels"], i)
+        qid, did, score = str(r["query-id"]), str(r["corpus-id"]), r["score"]
+        if qid not in query_set:
+            raise UsageError(f"{here}: query-id {qid!r} is not in {files['queries'].name}")
+        if did not in doc_set:
+            raise UsageError(f"{here}: corpus-id {did!r} is not in {files['corpus'].name}")
+        if score != int(score):
+            raise UsageError(f"{here}: field 'score' is {score!r}; relevance is a whole number (0: not relevant)")
+        qrels.setdefault(qid, {})[did] = int(score)
+    if not any(score > 0 for judged in qrels.values() for score in judged.values()):
+        raise UsageError(f"{files['qrels']}: no judgement with score > 0 (no document is relevant to any query)")
+    return qrels
+
+
 def _retrieval(path: Path) -> Any:
     from datasets import Dataset
     from mteb.abstasks import AbsTaskRetrieval
@@ -290,16 +344,7 @@ def _retrieval(path: Path) -> Any:
     corpus = owndata.read_rows(files["corpus"], "image_corpus" if images else "corpus")
     queries = owndata.read_rows(files["queries"], "queries")
     qrels_rows = owndata.read_rows(files["qrels"], "qrels")
-    doc_set = {str(r["id"]) for r in corpus}
-    query_set = {str(r["id"]) for r in queries}
-    qrels: dict[str, dict[str, int]] = {}
-    for i, r in enumerate(qrels_rows):
-        qid, did = str(r["query-id"]), str(r["corpus-id"])
-        if qid not in query_set:
-            raise UsageError(f"{owndata.where(files['qrels'], i)}: query-id {qid!r} is not in {files['queries'].name}")
-        if did not in doc_set:
-            raise UsageError(f"{owndata.where(files['qrels'], i)}: corpus-id {did!r} is not in {files['corpus'].name}")
-        qrels.setdefault(qid, {})[did] = int(r["score"])
+    qrels = _judgements(files, _unique_ids(files["corpus"], corpus), _unique_ids(files["queries"], queries), qrels_rows)
     if images:
         documents = {"image": owndata.load_images(files["corpus"], corpus)}
     else:  # BEIR's convention: the title before the text

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.errors import UsageError
+from ..utils.files import check, field, json_object, list_of, read_json
 
 TYPES = ("Retrieval", "Reranking", "STS", "PairClassification", "Classification", "Clustering")
 MANIFEST = "replica.json"
@@ -176,17 +177,29 @@ def _retrieval(rng, words: Words, s: dict[str, Any], fraction: float) -> dict[st
     }
 
 
+def _columns(task: Any) -> tuple[str, ...]:
+    """The columns of a replica split of a task that is not retrieval: its texts' columns, then the score or
+    label column."""
+    kind = task.metadata.type
+    if kind == "STS":
+        first, second = task.column_names[:2] if isinstance(task.column_names[0], str) else ("sentence1", "sentence2")
+        return first, second, "score"
+    if kind == "PairClassification":
+        return task.input1_column_name, task.input2_column_name, task.label_column_name
+    return task.input_column_name, task.label_column_name
+
+
 def _pairs(rng, words: Words, s: dict[str, Any], fraction: float, task: Any) -> dict[str, Any]:
     n = _scaled(s["num_samples"], fraction, 20)
     one = words.texts(rng, _lengths(rng, s.get("text1_statistics"), n))
     two = words.texts(rng, _lengths(rng, s.get("text2_statistics"), n))
+    first, second, target = _columns(task)
     if task.metadata.type == "STS":
         label = s.get("label_statistics") or {}
         low, high = float(label.get("min_score", task.min_score)), float(label.get("max_score", task.max_score))
-        first, second = task.column_names[:2] if isinstance(task.column_names[0], str) else ("sentence1", "sentence2")
-        return {first: one, second: two, "score": rng.uniform(low, high, size=n).round(2).tolist()}
+        return {first: one, second: two, target: rng.uniform(low, high, size=n).round(2).tolist()}
     labels = _labels(rng, s.get("labels_statistics"), n, at_least=1)
-    return {task.input1_column_name: one, task.input2_column_name: two, task.label_column_name: labels.tolist()}
+    return {first: one, second: two, target: labels.tolist()}
 
 
 def _labelled(rng, words: Words, s: dict[str, Any], fraction: float, task: Any, at_least: int) -> dict[str, Any]:
@@ -195,7 +208,8 @@ def _labelled(rng, words: Words, s: dict[str, Any], fraction: float, task: Any, 
     n = max(_scaled(s["num_samples"], fraction, 20), n_labels * at_least)
     labels = _labels(rng, label_stats, n, at_least=at_least)
     texts = words.texts(rng, _lengths(rng, s.get("text_statistics"), len(labels)), topics=labels)
-    return {task.input_column_name: texts, task.label_column_name: labels.tolist()}
+    text, label = _columns(task)
+    return {text: texts, label: labels.tolist()}
 
 
 def _split_data(rng, words: Words, task: Any, s: dict[str, Any], fraction: float, train: bool) -> dict[str, Any]:
@@ -223,13 +237,14 @@ def _unloaded_copy(task: Any) -> Any:
     return clone
 
 
-def _benchmark_tasks(benchmark: str) -> list[Any]:
+def _benchmark_tasks(benchmark: str, where: str = "--suite") -> list[Any]:
     import mteb
 
     try:
         return list(mteb.get_benchmark(benchmark).tasks)
     except (KeyError, ValueError) as exc:
-        raise UsageError(f"--suite {benchmark!r}: not an mteb benchmark ({' '.join(str(exc).split())[:200]})") from None
+        reason = " ".join(str(exc).split())[:200]
+        raise UsageError(f"{where} {benchmark!r:.80}: not an mteb benchmark ({reason})") from None
 
 
 def _splits(task: Any) -> list[tuple[str, bool]]:
@@ -267,8 +282,7 @@ def build_replica(
         raise UsageError(f"--fraction must be in (0, 1], got {fraction}")
     out = Path(directory)
     meta = {"benchmark": benchmark, "fraction": fraction, "seed": seed, "tokenizer": str(tokenizer_path)}
-    manifest = out / MANIFEST
-    if manifest.is_file() and {k: v for k, v in json.loads(manifest.read_text()).items() if k in meta} == meta:
+    if _built(out, meta):
         return out
     tasks = _benchmark_tasks(benchmark)
     words = Words(AutoTokenizer.from_pretrained(tokenizer_path))
@@ -290,8 +304,19 @@ def build_replica(
                 data = _split_data(rng, words, task, s, fraction, train)
                 (out / name / f"{subset}.{split}.json").write_text(json.dumps(data))
         kept.append(name)
-    manifest.write_text(json.dumps({**meta, "tasks": kept, "left_out": left_out}, indent=2) + "\n")
+    (out / MANIFEST).write_text(json.dumps({**meta, "tasks": kept, "left_out": left_out}, indent=2) + "\n")
     return out
+
+
+def _built(directory: Path, meta: dict[str, Any]) -> bool:
+    """Whether ``directory`` holds the replica ``meta`` describes; a damaged manifest is a replica to build again."""
+    if not (directory / MANIFEST).is_file():
+        return False
+    try:
+        manifest = read_manifest(directory)
+    except UsageError:
+        return False
+    return {k: v for k, v in manifest.items() if k in meta} == meta
 
 
 def is_replica(path: str | Path) -> bool:
@@ -300,7 +325,11 @@ def is_replica(path: str | Path) -> bool:
 
 
 def _load(self: Any, directory: Path, *_: Any, **__: Any) -> None:
-    """``load_data`` of a replica task: its subsets and splits from ``directory``."""
+    """``load_data`` of a replica task: its subsets and splits from ``directory``, each file checked.
+
+    Raises:
+        UsageError: a split file that is missing, not JSON, or not of the task's shape (file and field named).
+    """
     from datasets import Dataset
 
     if self.data_loaded:
@@ -308,36 +337,105 @@ def _load(self: Any, directory: Path, *_: Any, **__: Any) -> None:
     dataset: dict[str, dict[str, Any]] = {}
     for subset in self.hf_subsets:
         for split, _ in _splits(self):
-            data = json.loads((directory / f"{subset}.{split}.json").read_text())
+            path = directory / f"{subset}.{split}.json"
+            data = json_object(path, read_json(path), "a replica split")
             if self.metadata.type in ("Retrieval", "Reranking"):
                 from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
 
+                _check_retrieval(path, data)
                 data = RetrievalSplitData(
-                    corpus=Dataset.from_dict(data["corpus"]),
-                    queries=Dataset.from_dict(data["queries"]),
+                    corpus=Dataset.from_dict({c: data["corpus"][c] for c in ("id", "text")}),
+                    queries=Dataset.from_dict({c: data["queries"][c] for c in ("id", "text")}),
                     relevant_docs=data["qrels"],
-                    top_ranked=data["top_ranked"],
+                    top_ranked=data.get("top_ranked"),
                 )
             else:
-                data = Dataset.from_dict(data)
+                columns = _columns(self)
+                target = (int, float) if self.metadata.type == "STS" else (int, str)
+                _check_columns(str(path), data, columns, texts=len(columns) - 1, target=target)
+                data = Dataset.from_dict({c: data[c] for c in columns})  # other keys are not the task's
             dataset.setdefault(subset, {})[split] = data
     self.dataset = dataset
     self.data_loaded = True
+
+
+def _check_columns(
+    where: str, data: dict[str, Any], columns: tuple[str, ...], texts: int, target: tuple[type, ...] = (str,)
+) -> None:
+    """``data`` (``where`` names it) holds ``columns``, lists of one length > 0: the first ``texts`` of str, the
+    rest of ``target`` types, names and numbers not mixed in one column."""
+    lengths = set()
+    for i, name in enumerate(columns):
+        values = field(data, name, (list,), where)
+        list_of(values, (str,) if i < texts else target, f"{where}: field {name!r}")
+        if len({isinstance(v, str) for v in values}) > 1:
+            raise UsageError(f"{where}: field {name!r} mixes names and numbers")
+        lengths.add(len(values))
+    if len(lengths) != 1 or 0 in lengths:
+        raise UsageError(f"{where}: fields {', '.join(columns)} must be lists of one length > 0, got {sorted(lengths)}")
+
+
+def _check_retrieval(path: Path, data: dict[str, Any]) -> None:
+    """A retrieval split: corpus and queries (``id``, ``text`` lists), qrels ``{query: {document: relevance}}``
+    naming only those, and ``top_ranked`` (null or ``{query: [document, ...]}``)."""
+    ids = {}
+    for part in ("corpus", "queries"):
+        _check_columns(f"{path}: field {part!r}", field(data, part, (dict,), str(path)), ("id", "text"), texts=2)
+        ids[part] = set(data[part]["id"])
+    for qid, judged in field(data, "qrels", (dict,), str(path)).items():
+        where = f"{path}: field 'qrels'.{qid!r:.40}"
+        if qid not in ids["queries"]:
+            raise UsageError(f"{where}: not a query id of the split")
+        for did, score in check(judged, (dict,), where).items():
+            check(score, (int,), f"{where}.{did!r:.40}")
+            if did not in ids["corpus"]:
+                raise UsageError(f"{where}: {did!r:.40} is not a document id of the split")
+    for qid, docs in (field(data, "top_ranked", (dict, type(None)), str(path)) or {}).items():
+        list_of(docs, (str,), f"{path}: field 'top_ranked'.{qid!r:.40}")
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """A replica's ``replica.json``: benchmark, tasks (names, at least one) and how it was built, checked.
+
+    Raises:
+        DataUnavailableError: no manifest.
+        UsageError: not JSON, or a field missing or of another type (file and field named).
+    """
+    path = Path(directory) / MANIFEST
+    manifest = json_object(path, read_json(path), "a replica manifest")
+    field(manifest, "benchmark", (str,), str(path))
+    tasks = list_of(field(manifest, "tasks", (list,), str(path)), (str,), f"{path}: field 'tasks'")
+    if not tasks:
+        raise UsageError(f"{path}: field 'tasks' names no task")
+    for key, types in (("fraction", (int, float)), ("seed", (int,)), ("tokenizer", (str,)), ("left_out", (dict,))):
+        field(manifest, key, (*types, type(None)), str(path))
+    return manifest
 
 
 def replica_tasks(directory: str | Path) -> list[Any]:
     """Copies of the benchmark's own mteb task objects, each reading its replica from ``directory`` when loaded.
 
     Raises:
-        UsageError: ``directory`` is not a replica.
+        UsageError: ``directory`` is not a replica, its manifest is damaged or names a task the benchmark does not
+            have, or a task's split file is missing (file named; the files' contents are checked as they load).
     """
     directory = Path(directory)
     if not is_replica(directory):
         raise UsageError(f"--data {str(directory)!r}: no {MANIFEST} (not a replica written by bench --suite)")
-    manifest = json.loads((directory / MANIFEST).read_text())
+    manifest = read_manifest(directory)
+    path = directory / MANIFEST
+    known = {t.metadata.name: t for t in _benchmark_tasks(manifest["benchmark"], f"{path}: field 'benchmark'")}
+    for name in manifest["tasks"]:
+        if name not in known:
+            raise UsageError(f"{path}: field 'tasks' names {name!r:.80}, not a task of {manifest['benchmark']}")
     wanted = set(manifest["tasks"])
-    tasks = [_unloaded_copy(t) for t in _benchmark_tasks(manifest["benchmark"]) if t.metadata.name in wanted]
+    tasks = [_unloaded_copy(t) for name, t in known.items() if name in wanted]
     for task in tasks:
+        folder = directory / task.metadata.name
+        for subset in task.hf_subsets:
+            for split, _ in _splits(task):
+                if not (folder / f"{subset}.{split}.json").is_file():
+                    raise UsageError(f"{folder / f'{subset}.{split}.json'}: no such file (a replica split of {path})")
         task.local_data = True  # no hub dataset needed (vllm_eval.tasks.unavailable)
-        task.load_data = partial(_load, task, directory / task.metadata.name)  # a partial pickles (task processes)
+        task.load_data = partial(_load, task, folder)  # a partial pickles (task processes)
     return tasks
