@@ -379,7 +379,7 @@ _TEMPLATE = (
 @settings(FUZZ, max_examples=40)
 @given(mutated(_TEMPLATE))
 def test_chat_template_files_read_or_name_the_file(raw):
-    from vllm_eval.cli.checks import chat_template
+    from vllm_eval.api.checks import chat_template
 
     with scratch() as folder:
         path = folder / "chat.jinja"
@@ -391,7 +391,7 @@ def test_chat_template_files_read_or_name_the_file(raw):
 
 
 def test_chat_template_files_that_are_not_templates_are_named(tmp_path):
-    from vllm_eval.cli.checks import chat_template
+    from vllm_eval.api.checks import chat_template
 
     path = tmp_path / "chat.jinja"
     path.write_bytes(b"\xef\xbb\xbf" + _TEMPLATE)
