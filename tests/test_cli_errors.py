@@ -92,7 +92,7 @@ CASES = [
     (["run", "--tasks", "LeeDocSimilarty"], "close names: LeeDocSimilarity"),
     (["run", "--tasks", "WordSim353", "wordsim353,WordSim353"], "names WordSim353 more than once"),
     (["run", "--tasks", "STS12"], "task STS12 needs dataset mteb/sts12-sts"),
-    (["run", "--tasks", "MTEB(eng, v2)"], "unknown task 'MTEB(eng, v2)'"),
+    (["run", "--tasks", "MTEB(eng, v2)"], "task ArguAna needs dataset mteb/arguana"),  # runs the benchmark
     (["rerank", "--reranker", MINILM, "--tasks", "WordSim353"], "needs retrieval tasks; WordSim353 is STS"),
     (["generate", "--model", MINILM], "--tasks is required"),
     (["generate", "--model", MINILM, "--tasks", "Nope"], "unknown generative task 'Nope'"),
