@@ -103,7 +103,7 @@ def test_a_new_backend_is_one_table_line(monkeypatch):
     assert backends.is_remote("encoder", "tei")
 
 
-# --- the README's example backend, verbatim, run through the CLI ---------------------------------
+# --- docs/architecture.md's example backend, verbatim, run through the CLI ---------------------------------
 
 
 class TeiEncoder(RemoteBackend, EncoderBase):

@@ -155,7 +155,9 @@ def add_common(parser: argparse.ArgumentParser, output_help: str) -> None:
 
 def add_cache_flags(parser: argparse.ArgumentParser) -> None:
     """``--cache-dir`` / ``--no-cache`` (the output cache)."""
-    grp = parser.add_argument_group("output cache (outputs keyed on model, settings and exact input; see README)")
+    grp = parser.add_argument_group(
+        "output cache (outputs keyed on model, settings and exact input; see docs/long-runs.md)"
+    )
     grp.add_argument(
         "--cache-dir", default=None, help="cache folder (default: $VLLMEVAL_CACHE_DIR or ~/.cache/vllm-eval)"
     )

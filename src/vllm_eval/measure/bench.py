@@ -8,7 +8,7 @@ of three backends:
 * ``mteb-vllm`` — mteb's own ``VllmEncoderWrapper`` (the peer), fed the same texts, with the same
   engine options but without the process-wide settings our engines make (on small CPUs, computing
   on every core), i.e. as its users run it;
-* ``remote``    — :class:`~vllm_eval.remote.RemoteEncoder` over running ``vllm serve`` endpoints
+* ``remote``    — :class:`~vllm_eval.models.encoder.remote.RemoteEncoder` over running ``vllm serve`` endpoints
   (all of them, round-robin), to compare one server with several.
 
 ``replicas`` (``data_parallel_size`` / ``replicas_per_gpu``) applies to ``vllm``, so one engine

@@ -56,7 +56,7 @@ class RunCommand(Command):
             default=None,
             help="your own data as an mteb task: a .jsonl/.csv/.parquet file (STS, pair classification, "
             "reranking, classification, image classification) or a BEIR directory (retrieval, text or image "
-            "corpus); see the README's schemas; or a "
+            "corpus); see docs/own-data.md for the schemas; or a "
             "benchmark replica written by `bench --suite BENCHMARK`",
         )
         parser.add_argument(
