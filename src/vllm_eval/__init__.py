@@ -24,6 +24,7 @@ _LAZY = {
     "ImageInput": "models.images",
     "evaluate": "api.evaluate",
     "EvaluationResult": "api.evaluate",
+    "compare": "api.compare",
 }
 __all__ = [*_LAZY, "__version__"]
 # Lazy: `import vllm_eval` must not import vLLM or torch (the CLI's `tasks` and `--help` stay fast).
