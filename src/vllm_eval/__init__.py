@@ -25,6 +25,7 @@ _LAZY = {
     "evaluate": "api.evaluate",
     "EvaluationResult": "api.evaluate",
     "compare": "api.compare",
+    "bench": "api.bench",
 }
 __all__ = [*_LAZY, "__version__"]
 # Lazy: `import vllm_eval` must not import vLLM or torch (the CLI's `tasks` and `--help` stay fast).
