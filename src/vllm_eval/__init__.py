@@ -27,13 +27,16 @@ _LAZY = {
     "classify": "api.classify",
     "reward": "api.classify",
     "token_classify": "api.classify",
+    "compare": "api.compare",
+    "bench": "api.bench",
 }
 __all__ = [*_LAZY, "__version__"]
 # Lazy: `import vllm_eval` must not import vLLM or torch (the CLI's `tasks` and `--help` stay fast).
 __getattr__ = lazy_exports(__name__, _LAZY)
 
 #: Modules that moved into subsystem packages, by their old path: the old import paths keep working (the old
-#: ``engine`` and ``replicas`` modules are now packages of those names: ``engine.build``, ``replicas.pool``).
+#: ``engine`` and ``replicas`` modules are now packages of those names, exporting their names; ``vllm_eval.compare`` and
+#: ``vllm_eval.bench`` are now the library functions, their modules ``measure.compare`` and ``measure.bench``).
 _MOVED = {
     "_lazy": "utils.lazy",
     "errors": "utils.errors",
@@ -73,9 +76,7 @@ _MOVED = {
     "concurrency": "evaluation.concurrency",
     "two_stage": "evaluation.two_stage",
     "tasks.prefetch": "evaluation.prefetch",
-    "bench": "measure.bench",
     "suite": "measure.suite",
-    "compare": "measure.compare",
     "report": "measure.report",
 }
 keep_moved_paths(__name__, _MOVED)

@@ -1,22 +1,21 @@
 """The library API: one function per command, which the CLI's commands call.
 
-``vllm_eval.evaluate`` (``vllm-eval run``) evaluates an embedding model on mteb tasks with everything the command
-does: task selection, the output cache and resume, replicas or Ray, task processes, the timeline, mteb's result
-JSON and ``summary.json``. ``classify``, ``reward`` and ``token_classify`` run the classifier kinds on labelled data.
-Options keep the flags' names (``--max-num-seqs`` is ``max_num_seqs=``).
+``evaluate`` (``vllm-eval run``) evaluates an embedding model on mteb tasks with everything the command does: task
+selection, the output cache and resume, replicas or Ray, task processes, the timeline, mteb's result JSON and
+``summary.json``. ``classify``, ``reward`` and ``token_classify`` run the classifier kinds on labelled data.
+``compare`` runs one model under several configurations against its kind's reference; ``bench`` measures the
+encoder backends' throughput, or their time to result on a whole suite. Options keep the flags' names
+(``--max-num-seqs`` is ``max_num_seqs=``).
+
+The functions are bound here by name (a module of this package shares each one's name, as ``mteb.evaluate`` does);
+none of these modules imports vLLM, torch or mteb until a function runs.
 """
 
 from __future__ import annotations
 
-from ..utils.lazy import lazy_exports
+from .bench import bench
+from .classify import TaskResults, classify, reward, token_classify
+from .compare import compare
+from .evaluate import EvaluationResult, evaluate
 
-_LAZY = {
-    "evaluate": "evaluate",
-    "EvaluationResult": "evaluate",
-    "classify": "classify",
-    "reward": "classify",
-    "token_classify": "classify",
-    "TaskResults": "classify",
-}
-__all__ = list(_LAZY)
-__getattr__ = lazy_exports(__name__, _LAZY)
+__all__ = ["EvaluationResult", "TaskResults", "bench", "classify", "compare", "evaluate", "reward", "token_classify"]

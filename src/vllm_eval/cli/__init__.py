@@ -95,8 +95,6 @@ def prepare(command: Command, args: argparse.Namespace, extra: list[str]) -> Con
         engine,
         output_dir=args.output_dir,
         verbose=args.verbose,
-        several=command.several_backends,
-        peers=command.peers,
         http_batch_size=command.http_batch_size,
         started=_STARTED[0],
     )

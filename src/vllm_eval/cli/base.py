@@ -46,9 +46,6 @@ class Command:
             constructor when given (routed by :func:`vllm_eval.api.spec.resolve_spec`); those of the shared
             groups (``--device``, replicas, endpoints) are added by :meth:`options_of`.
         http_batch_size: inputs per request for a remote backend (None: the transport's default).
-        several_backends: the command runs several backends (``--backends``); options are checked
-            against the set and engine options go to its engine backends.
-        peers: capabilities of names outside the backend table a several-backend command runs.
         calls_library: :meth:`execute` hands the parsed flags to one :mod:`vllm_eval.api` function, which makes
             the shared checks itself; ``execute`` gets the parsed engine options and the start time only.
     """
@@ -60,20 +57,18 @@ class Command:
     loads_model: ClassVar[bool] = True
     backend_options: ClassVar[tuple[str, ...]] = ()
     http_batch_size: ClassVar[int | None] = None
-    several_backends: ClassVar[bool] = False
-    peers: ClassVar[dict[str, str]] = {}
     calls_library: ClassVar[bool] = False
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add the subcommand's arguments to its parser."""
 
     def kind_of(self, args: argparse.Namespace) -> str:
-        """The kind of model this invocation runs (``run`` decides from the model; ``compare`` from ``--kind``)."""
+        """The kind of model this invocation runs."""
         assert self.kind is not None, f"{self.name} runs no model"
         return self.kind
 
     def backends_of(self, args: argparse.Namespace) -> list[str]:
-        """The backends this invocation runs (one, ``--backend``, unless the command compares several)."""
+        """The backend this invocation runs (``--backend``), as a list of one."""
         return [args.backend]
 
     def options_of(self, args: argparse.Namespace) -> dict[str, Any]:

@@ -41,6 +41,17 @@ from ..utils.errors import UsageError
 from ..utils.progress import input_bar
 
 BACKENDS = ("vllm", "st", "mteb-vllm", "remote")
+#: The bench's peer outside the backend table: mteb's own vLLM wrapper (runs an engine here).
+PEER = "mteb-vllm"
+
+
+def default_backends() -> list[str]:
+    """The backends ``bench`` measures when none are named: those of :data:`BACKENDS` that run here (a served one
+    needs ``endpoint``, so it is measured only when named)."""
+    from ..models.backends import backend_names, is_remote
+
+    names = backend_names("encoder")
+    return [b for b in BACKENDS if b == PEER or (b in names and not is_remote("encoder", b))]
 
 
 @dataclass
@@ -141,7 +152,7 @@ class _Backend:
         from ..models.backends import is_remote, load_backend
 
         self.name = self.label = name
-        if name == "mteb-vllm":
+        if name == PEER:
             self.obj, self.encode = _mteb_vllm(model, dtype, engine_kwargs)
             return
         if name == "vllm":
@@ -185,7 +196,7 @@ class _Backend:
             self.encode = self.obj.encode_texts
 
     def close(self) -> None:
-        if self.name == "mteb-vllm":
+        if self.name == PEER:
             llm = getattr(self.obj, "llm", None)
             if llm is not None:
                 llm.llm_engine.engine_core.shutdown()
@@ -363,6 +374,23 @@ def _save(
         payload["device"] = "unknown"
     (out / "bench.json").write_text(json.dumps(payload, indent=2) + "\n")
     plot(records, out)
+
+
+def print_best(records: Sequence[BenchRecord]) -> None:
+    """Each backend's best tokens/s per dtype and lengths, with its ratios to the reference and the peer."""
+    from ..models.kinds import get_kind
+
+    best: dict[tuple[str, str, str], float] = {}
+    for r in records:
+        key = (r.backend, r.dtype, r.lengths)
+        best[key] = max(best.get(key, 0.0), r.tokens_per_s)
+    peers = (get_kind("encoder").reference_backend, PEER)
+    print(f"\nbest tokens/s per backend, dtype, lengths (ratios to {' and to '.join(peers)}):")
+    for (backend, dtype, spec), tps in sorted(best.items()):
+        ratios = [
+            f"{tps / ref:.2f}x {name}" for name in peers if name != backend and (ref := best.get((name, dtype, spec)))
+        ]
+        print(f"  {backend:12s} {dtype:9s} {spec:14s} {tps:>10.0f}  " + "  ".join(ratios))
 
 
 def plot(records: Sequence[BenchRecord], out_dir: str | Path) -> list[Path]:

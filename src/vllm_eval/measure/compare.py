@@ -107,12 +107,29 @@ def configurations(
     return out
 
 
-def default_reference(kind: str) -> str:
+def default_reference(kind: str, backends: list[str] | None = None) -> str:
     """``BACKEND:DTYPE`` of ``kind``'s reference (:mod:`vllm_eval.models.kinds`), used when ``--reference`` is not
-    given."""
+    given; when ``backends`` leave that backend out, the first of them besides the default backend (``vllm hf``
+    for a vision-language embedder, whose sentence-transformers load would not prompt its images)."""
+    from ..models.backends import DEFAULT_BACKEND
     from ..models.kinds import get_kind
 
-    return get_kind(kind).reference
+    default = get_kind(kind).reference
+    backend, _, dtype = default.partition(":")
+    others = [b for b in backends or () if b != DEFAULT_BACKEND]
+    if others and backend not in (backends or ()):
+        return f"{others[0]}:{dtype}" if dtype else others[0]
+    return default
+
+
+def reference_first(configs: list[Config], wanted: Config) -> list[Config]:
+    """``configs`` with the reference first: the one ``wanted`` names (its dtype or the backend's default,
+    unquantized, full width), or ``wanted`` itself added when none is. The reference's inputs are the sample
+    every other configuration is compared on, so it runs first."""
+    plain = [c for c in configs if c.backend == wanted.backend and not c.quantization and not c.dimensions]
+    reference = next((c for c in plain if c.dtype in (wanted.dtype, None)), wanted)
+    ordered = list(configs) if reference in configs else [reference, *configs]
+    return sorted(ordered, key=lambda c: c != reference)
 
 
 @dataclass
@@ -275,11 +292,22 @@ def describe_agreement(agree: dict[str, float]) -> str:
 
 @dataclass
 class Comparison:
-    """The comparison table: one row per (task, configuration), plus per-configuration agreement."""
+    """The comparison table: one row per (task, configuration), plus per-configuration agreement.
+
+    Attributes:
+        reference: the reference configuration's label.
+        rows: per task and configuration: ``task``, ``config``, ``main_score``, ``delta`` (None when either side
+            has no score), ``tolerance``, ``passed``.
+        agreement: per configuration, its outputs' :func:`agreement` with the reference's on the sample.
+        path: where :func:`save` wrote ``compare.json`` (None before).
+        cache: the output cache the configurations ran with (closed), None without one.
+    """
 
     reference: str
     rows: list[dict[str, Any]]
     agreement: dict[str, dict[str, float] | None]
+    path: Path | None = field(default=None, compare=False)
+    cache: Any = field(default=None, repr=False, compare=False)
 
     @property
     def passed(self) -> bool:
@@ -360,9 +388,10 @@ def print_comparison(comparison: Comparison) -> None:
 
 
 def save(comparison: Comparison, output_dir: str | Path) -> Path:
-    """Write ``compare.json`` into ``output_dir``; returns its path."""
+    """Write ``compare.json`` into ``output_dir``; returns its path (also kept in ``comparison.path``)."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "compare.json"
     path.write_text(json.dumps(comparison.to_json(), indent=2, default=str) + "\n")
+    comparison.path = path
     return path

@@ -250,6 +250,58 @@ def run_suite(
     return records
 
 
+def print_suite(records: Sequence[SuiteRecord], suite: str) -> None:
+    """The suite's table: each backend's seconds, engine start, ratio to ours, tasks, max |Δ main score|, exit."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..models.backends import DEFAULT_BACKEND
+
+    table = Table(title=f"suite {suite}: process start to results written")
+    for col in (
+        "backend",
+        "seconds",
+        "engine start s",
+        f"seconds / {DEFAULT_BACKEND}'s",
+        "tasks",
+        "max |Δ main score|",
+        "exit",
+    ):
+        table.add_column(col, justify="left" if col == "backend" else "right")
+    ours = next((r.seconds for r in records if r.backend == DEFAULT_BACKEND), None)
+    for r in records:
+        table.add_row(
+            r.backend,
+            f"{r.seconds:.1f}",
+            "-" if r.engine_start_s is None else f"{r.engine_start_s:.1f}",
+            "-" if not ours else f"{r.seconds / ours:.2f}x",
+            str(len(r.scores)),
+            "-" if r.max_delta is None else f"{r.max_delta:.2e}",
+            str(r.returncode),
+        )
+    Console(width=max(100, Console().width)).print(table)
+
+
+def print_phases(records: Sequence[SuiteRecord]) -> None:
+    """Each backend's seconds per timeline phase, side by side (overlapping phases count in full)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..utils.timeline import PHASES
+
+    timed = [r for r in records if r.phases]
+    if not timed:
+        return
+    table = Table(title="seconds per phase (from each run's timeline; phases may overlap)")
+    table.add_column("phase")
+    for r in timed:
+        table.add_column(r.backend, justify="right")
+    for name in (*PHASES, "wall"):
+        if any(name in r.phases for r in timed):
+            table.add_row(name, *("-" if name not in r.phases else f"{r.phases[name]:.1f}" for r in timed))
+    Console(width=max(100, Console().width)).print(table)
+
+
 def _peer_model(backend: str, model: str, dtype: str | None, engine: dict[str, Any]) -> Any:
     if backend == "st":
         import torch

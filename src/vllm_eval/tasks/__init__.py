@@ -191,3 +191,30 @@ def check_available(tasks: list[Any]) -> None:
     missing = unavailable(tasks)
     if missing:
         raise DataUnavailableError(next(iter(missing.values())))
+
+
+#: Task types a reranker can be evaluated on.
+RERANK_TYPES = ("Retrieval", "Reranking")
+
+
+def rerank_tasks(names: list[str] | None, data: str | None = None, what: str = "`vllm-eval rerank`") -> list[Any]:
+    """A reranker's tasks: ``data`` as an mteb task, else by name (default LeeKnownItemRetrieval);
+    retrieval or reranking only.
+
+    Raises:
+        UsageError: both ``data`` and names, or a task of another type (``what`` names the command).
+    """
+    from ..models.kinds import get_kind
+
+    if data:
+        from .owntasks import own_mteb_task
+
+        if names:
+            raise UsageError("give --data or --tasks, not both")
+        tasks = [own_mteb_task(data)]
+    else:
+        tasks = get_tasks(split_names(names or list(get_kind("reranker").default_tasks)))
+    for task in tasks:
+        if task.metadata.type not in RERANK_TYPES:
+            raise UsageError(f"{what} needs retrieval tasks; {task.metadata.name} is {task.metadata.type}")
+    return tasks

@@ -1,13 +1,12 @@
-"""``vllm-eval compare``: one model under several configurations, checked against its kind's reference."""
+"""``vllm-eval compare``: one model under several configurations, checked against its kind's reference.
+
+Parses its flags and calls :func:`vllm_eval.api.compare.compare`, then prints the comparison.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from ...api.checks import open_cache, resolve_model
-from ...tasks import split_names
-from ...utils.errors import UsageError
 from ..base import Command, Context
 from ..options import (
     add_cache_flags,
@@ -20,6 +19,35 @@ from ..options import (
 )
 from ..tables import report_cache
 
+#: Flags that are the library call's own keywords (the rest are engine options).
+_CALL_FLAGS = (
+    "kind",
+    "model",
+    "backends",
+    "dtypes",
+    "quantization",
+    "dimensions",
+    "reference",
+    "runs",
+    "tasks",
+    "data",
+    "first_stage",
+    "top_k",
+    "limit",
+    "tolerance",
+    "tolerance_16bit",
+    "sample",
+    "prompts",
+    "preset",
+    "output_dir",
+    "cache_dir",
+    "no_cache",
+    "endpoint",
+    "api_key",
+    "max_concurrency",
+    "verbose",
+)
+
 
 class CompareCommand(Command):
     name = "compare"
@@ -31,8 +59,7 @@ class CompareCommand(Command):
         "agreement on a sample of the inputs (vectors: cosine; scores, probabilities and log-likelihoods: |Δ|). "
         "Exits 1 when a tolerance fails. Engine options apply to the in-process vLLM configurations."
     )
-    several_backends = True
-    backend_options = ()
+    calls_library = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from ...models.backends import DEFAULT_BACKEND, backend_names
@@ -105,153 +132,13 @@ class CompareCommand(Command):
         add_remote_flags(parser, "/v1/embeddings")
         add_engine_flags(parser)
 
-    def kind_of(self, args: argparse.Namespace) -> str:
-        return args.kind
-
-    def backends_of(self, args: argparse.Namespace) -> list[str]:
-        from ...models.backends import DEFAULT_BACKEND
-        from ...models.kinds import get_kind
-
-        return list(args.backends or [DEFAULT_BACKEND, get_kind(args.kind).reference_backend])
-
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
-        from pathlib import Path
+        from ...api.compare import compare
+        from ...measure.compare import print_comparison
 
-        from ...measure import compare as cmp
-
-        fp32 = cmp.TOLERANCE_FP32 if args.tolerance is None else args.tolerance
-        sixteen = cmp.TOLERANCE_16BIT if args.tolerance_16bit is None else args.tolerance_16bit
-        if args.runs:
-            results = [cmp.read_run_dir(path) for path in args.runs]
-            comparison = cmp.compare_results(results, results[0], fp32, sixteen)
-        else:
-            model, tasks, configs = _plan(args)
-            shared: dict[str, Any] = {k: v for k, v in {"prompts": args.prompts, "preset": args.preset}.items() if v}
-            cache = open_cache(args.cache_dir, args.no_cache)
-            results: list[Any] = []
-            for i, config in enumerate(configs):
-                # Fresh task objects per configuration: an mteb task keeps the random state of its
-                # subsampling (clustering bootstraps), so a second run of one object draws other subsets.
-                results.append(
-                    cmp.run_configuration(
-                        args.kind,
-                        config,
-                        model,
-                        tasks if i == 0 else compare_tasks(args.kind, args.tasks, args.data),
-                        output_dir=Path(args.output_dir),
-                        cache=cache,
-                        sample_size=args.sample,
-                        backend_kwargs=shared,
-                        engine_kwargs=ctx.engine,
-                        show_progress_bar=not args.no_progress,
-                        sample=results[0].sample if results else None,
-                        first_stage=args.first_stage,
-                        top_k=args.top_k,
-                        limit=args.limit,
-                    )
-                )
-            comparison = cmp.compare_results(results, results[0], fp32, sixteen, args.kind)
-            report_cache(cache)
-        cmp.print_comparison(comparison)
-        print(f"results: {cmp.save(comparison, args.output_dir)}")
+        call = {k: getattr(args, k) for k in _CALL_FLAGS}
+        comparison = compare(**call, show_progress=not args.no_progress, started=ctx.started, **ctx.engine)
+        report_cache(comparison.cache)
+        print_comparison(comparison)
+        print(f"results: {comparison.path}")
         return 0 if comparison.passed else 1
-
-
-def compare_tasks(kind: str, names: list[str] | None, data: str | None = None) -> list[Any]:
-    """The tasks ``compare`` runs for ``kind`` (its default when neither ``names`` nor ``data`` is given),
-    checked for the kind.
-
-    Raises:
-        UsageError: a task the kind cannot run, both ``names`` and ``data``, a token classifier without data.
-        DataUnavailableError: a task whose data is offline and not cached.
-    """
-    from ...models.kinds import get_kind
-    from ...tasks import check_available, get_tasks
-    from .rerank import rerank_tasks
-
-    if names and data:
-        raise UsageError("give --data or --tasks, not both")
-    described = get_kind(kind)
-    if kind == "reranker":
-        return rerank_tasks(names, data, what="--kind reranker")
-    if kind in ("encoder", "token_embedder"):
-        if data:
-            from ...tasks.owntasks import own_mteb_tasks
-
-            tasks = own_mteb_tasks(data)
-        else:
-            tasks = get_tasks(split_names(names or list(described.default_tasks) or None))
-            check_available(tasks)
-        if kind == "token_embedder":
-            from ...models.token_embedder.base import check_task_types
-
-            check_task_types(tasks)
-        return tasks
-    from ...tasks.registry import load_file, load_task
-
-    if data:
-        return [load_file(described.command, data)]
-    if not names and not described.default_tasks:
-        raise UsageError(f"--kind {kind} has no packaged task: give --data FILE")
-    tasks = [load_task(described.command, n) for n in split_names(names or list(described.default_tasks))]
-    images = [t.name for t in tasks if getattr(t, "modality", "text") != "text"]
-    if images:
-        raise UsageError(
-            f"compare scores generators by log-likelihood, for text tasks; {', '.join(images)} shows images"
-        )
-    return tasks
-
-
-def _default_reference(kind: str, backends: list[str]) -> str:
-    """The kind's reference, unless --backends names another reference backend (``vllm hf`` for a
-    vision-language embedder, whose sentence-transformers load would not prompt its images)."""
-    from ...measure import compare as cmp
-    from ...models.backends import DEFAULT_BACKEND
-
-    default = cmp.default_reference(kind)
-    backend, _, dtype = default.partition(":")
-    others = [b for b in backends if b != DEFAULT_BACKEND]
-    if others and backend not in backends:
-        return f"{others[0]}:{dtype}" if dtype else others[0]
-    return default
-
-
-def _plan(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
-    """``(model, tasks, configurations with the reference first)``, checked before any model loads."""
-    from ...api.spec import capability
-    from ...measure import compare as cmp
-    from ...models.backends import backend_names
-
-    kind = args.kind
-    names = backend_names(kind)
-    backends = CompareCommand().backends_of(args)
-    for b in backends:
-        if b not in names:
-            raise UsageError(f"--backends {b}: not a {kind} backend; choose from {', '.join(names)}")
-        if capability(kind, b) == "remote":
-            raise UsageError("compare runs local backends; compare a served model's run directory with --runs")
-    if kind != "encoder" and not args.model:
-        raise UsageError(f"--model is required with --kind {kind}")
-    if args.dimensions and kind != "encoder":
-        raise UsageError("--dimensions is for --kind encoder")
-    model = resolve_model(args.model, False)
-    tasks = compare_tasks(kind, args.tasks, args.data)
-    configs = cmp.configurations(backends, args.dtypes, args.quantization, args.dimensions)
-    wanted = cmp.parse_reference(args.reference or _default_reference(kind, backends))
-    if wanted.backend not in names or capability(kind, wanted.backend) == "remote":
-        raise UsageError(f"--reference {wanted.backend}: not a local {kind} backend")
-    reference = next(
-        (
-            c
-            for c in configs
-            if c.backend == wanted.backend
-            and c.dtype in (wanted.dtype, None)
-            and not c.quantization
-            and not c.dimensions
-        ),
-        wanted,
-    )
-    if reference not in configs:
-        configs.insert(0, reference)
-    configs.sort(key=lambda c: c != reference)  # the reference first: its inputs are the sample
-    return model, tasks, configs

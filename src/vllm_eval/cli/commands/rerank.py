@@ -7,8 +7,7 @@ import sys
 from typing import Any
 
 from ...api.checks import open_cache, resolve_model
-from ...tasks import split_names
-from ...utils.errors import UsageError
+from ...tasks import rerank_tasks
 from ..base import Command, Context
 from ..options import (
     add_backend,
@@ -22,9 +21,6 @@ from ..options import (
     positive_int,
 )
 from ..tables import print_table, report_cache
-
-#: Task types a reranker can be evaluated on.
-RERANK_TYPES = ("Retrieval", "Reranking")
 
 
 class RerankCommand(Command):
@@ -123,27 +119,3 @@ def _run_info(args: argparse.Namespace, reranker: Any) -> dict[str, Any]:
         "engine_kwargs": getattr(reranker, "engine_kwargs", None),
         "command": sys.argv,
     }
-
-
-def rerank_tasks(names: list[str] | None, data: str | None = None, what: str = "`vllm-eval rerank`") -> list[Any]:
-    """A reranker's tasks: ``data`` as an mteb task, else by name (default LeeKnownItemRetrieval);
-    retrieval or reranking only.
-
-    Raises:
-        UsageError: both ``data`` and names, or a task of another type (``what`` names the command).
-    """
-    from ...models.kinds import get_kind
-    from ...tasks import get_tasks
-
-    if data:
-        from ...tasks.owntasks import own_mteb_task
-
-        if names:
-            raise UsageError("give --data or --tasks, not both")
-        tasks = [own_mteb_task(data)]
-    else:
-        tasks = get_tasks(split_names(names or list(get_kind("reranker").default_tasks)))
-    for task in tasks:
-        if task.metadata.type not in RERANK_TYPES:
-            raise UsageError(f"{what} needs retrieval tasks; {task.metadata.name} is {task.metadata.type}")
-    return tasks
