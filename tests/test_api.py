@@ -17,6 +17,7 @@ import vllm_eval
 from vllm_eval.testing import offline_env
 from vllm_eval.utils.errors import OptionError, UnknownNameError, UsageError
 
+TASKS = ["WordSim353", "TwentyNewsgroupsMini"]
 #: Run text of the Python API, as a user would write it (spawned processes need the ``__main__`` guard).
 SCRIPT = """
 import sys
@@ -46,35 +47,11 @@ def _mteb_scores(out) -> dict[str, dict]:
     }
 
 
-@pytest.fixture(scope="module")
-def cli_run(tmp_path_factory):
-    """The offline suite through ``vllm-eval run`` (a process of its own, as users run it): output dir and cache."""
-    root = tmp_path_factory.mktemp("api")
-    out, cache = root / "cli", root / "cache"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vllm_eval",
-            "run",
-            "--output-dir",
-            str(out),
-            "--cache-dir",
-            str(cache),
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=offline_env(),
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, cache
-
-
 @pytest.mark.slow
-def test_evaluate_writes_what_run_writes(cli_in_process, cli_run, tmp_path):
-    out, cache = cli_run
+def test_evaluate_writes_what_run_writes(cli_in_process, vllm_encoder, tmp_path):  # vllm_encoder: the engine
+    out, cache = tmp_path / "cli", tmp_path / "cache"
+    code, err = cli_in_process("run", "--output-dir", str(out), "--cache-dir", str(cache), "--no-progress")
+    assert code == 0, err[-3000:]
     stored = _entries(cache)
     result = vllm_eval.evaluate(output_dir=tmp_path / "api", cache_dir=cache, show_progress=False)
     cli_summary = json.loads((out / "summary.json").read_text())
@@ -93,8 +70,10 @@ def test_evaluate_writes_what_run_writes(cli_in_process, cli_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_evaluate_resumes_after_a_kill(cli_run, tmp_path):
-    reference = _scores(json.loads((cli_run[0] / "summary.json").read_text()))
+def test_evaluate_resumes_after_a_kill(vllm_encoder, tmp_path):  # vllm_encoder: the engine
+    # The uninterrupted reference runs in this process (the session's engine); the killed run and its rerun are
+    # processes of their own, as a user's script is.
+    reference = vllm_eval.evaluate(tasks=TASKS, output_dir=tmp_path / "ref", no_cache=True, show_progress=False).scores
     out, cache = tmp_path / "run", tmp_path / "cache"
     command = [sys.executable, "-c", SCRIPT, str(out), str(cache)]
     proc = subprocess.Popen(
