@@ -80,6 +80,27 @@ def vllm_cross(test_models):
 
 
 @pytest.fixture(scope="session")
+def st_cross(test_models):
+    """The sentence-transformers reference reranker on the same cross-encoder, on CPU."""
+    from vllm_eval.models.reranker import SentenceTransformerReranker
+
+    with SentenceTransformerReranker(str(test_models["cross"]), device="cpu", show_progress_bar=False) as ce:
+        yield ce
+
+
+@pytest.fixture(scope="session")
+def clip(tmp_path_factory):
+    """``(model directory, VllmEncoder)`` of the tiny random CLIP (text and image towers)."""
+    from vllm_eval import VllmEncoder
+    from vllm_eval.testing import build_tiny_clip
+
+    model_dir = build_tiny_clip(tmp_path_factory.mktemp("clip") / "model")
+    enc = VllmEncoder(str(model_dir), show_progress_bar=False)
+    yield model_dir, enc
+    enc.close()
+
+
+@pytest.fixture(scope="session")
 def vllm_classifier(test_models):
     """VllmClassifier on the seeded two-label MiniLM classifier."""
     from vllm_eval.models.classifier.vllm import VllmClassifier

@@ -32,17 +32,6 @@ def _reference(model_dir, texts, images) -> tuple[np.ndarray, np.ndarray]:
     return (torch.nn.functional.normalize(x, dim=-1).numpy() for x in (text, image))
 
 
-@pytest.fixture(scope="module")
-def clip(tmp_path_factory):
-    from vllm_eval import VllmEncoder
-    from vllm_eval.testing import build_tiny_clip
-
-    model_dir = build_tiny_clip(tmp_path_factory.mktemp("clip") / "model")
-    enc = VllmEncoder(str(model_dir), show_progress_bar=False)
-    yield model_dir, enc
-    enc.close()
-
-
 def test_clip_texts_and_images_match_transformers(clip):
     from vllm_eval.tasks import get_tasks
     from vllm_eval.testing import row_cosines
@@ -63,8 +52,34 @@ def test_clip_texts_and_images_match_transformers(clip):
     assert similarity[~np.eye(12, dtype=bool)].max() < 0.9999  # other images, other vectors
     # Raw projections, as transformers gives them (not L2-normalised: no sentence-transformers Normalize).
     assert np.linalg.norm(got_image, axis=1).min() > 1.5
-    with pytest.raises(UsageError, match="a text or an image, not both"):
-        enc.encode([{"image": images[:1], "text": ["x"]}], task_metadata=meta, hf_split="test", hf_subset="default")
+
+
+def test_an_image_with_its_text_is_the_sum_of_their_raw_vectors_as_mtebs_clip_wrapper(clip, st_encoder):
+    """A fused input (mteb's VisionCentricQA tasks): the text's plus the image's raw vectors, as mteb's CLIPModel
+    sums get_text_features and get_image_features; a text-only model refuses one in one line."""
+    from datasets import Dataset
+    from mteb.models.model_implementations.clip_models import CLIPModel
+    from torch.utils.data import DataLoader
+
+    from vllm_eval.tasks import get_tasks
+
+    model_dir, enc = clip
+    meta = get_tasks(["WordSim353"])[0].metadata
+    images, texts = _digits(4, offset=50), ["the digit two", "a handwritten five", "two", "nine"]
+    loader = DataLoader(  # as mteb hands a fused split over: a dataset with both columns, in batches
+        Dataset.from_dict({"text": texts, "image": images}),
+        batch_size=3,
+        collate_fn=lambda rows: {key: [r[key] for r in rows] for key in ("text", "image")},
+    )
+    fused = enc.encode(loader, task_metadata=meta, hf_split="test", hf_subset="default")
+    alone = enc.encode_texts([*texts, *(ImageInput(im) for im in images)])
+    assert fused.shape == (4, 64) and fused.dtype == np.float32
+    np.testing.assert_allclose(fused, alone[:4] + alone[4:], rtol=1e-5, atol=1e-5)
+    reference = CLIPModel(str(model_dir), revision=None, device="cpu")
+    theirs = reference.encode(loader, task_metadata=meta, hf_split="test", hf_subset="default", show_progress_bar=False)
+    np.testing.assert_allclose(fused, theirs.numpy(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(UsageError, match=r"embeds a text or an image, not both in one input \(a fused"):
+        st_encoder.encode(loader, task_metadata=meta, hf_split="test", hf_subset="default")
 
 
 def test_images_repeat_once_and_are_cached_by_their_pixels(clip, tmp_path):
@@ -166,6 +181,9 @@ def test_sentence_transformers_reference_takes_images_and_compare_agrees(clip, c
     ours, theirs = (m.encode(batches, task_metadata=meta, hf_split="test", hf_subset="default") for m in (enc, st))
     assert row_cosines(ours, theirs).min() >= 0.99999
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), np.linalg.norm(theirs, axis=1), rtol=1e-4)
+    fused = [{"text": ["seven", "a handwritten three"], "image": _digits(2, offset=60)}]  # text + image, both
+    ours, theirs = (m.encode(fused, task_metadata=meta, hf_split="test", hf_subset="default") for m in (enc, st))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
     out = tmp_path / "cmp"
     args = ["--tasks", "DigitsZeroShot", "DigitsTextToImageRetrieval", "--sample", "32", "--no-progress"]
     code, err = cli_in_process("compare", "--model", str(model_dir), "--backends", "vllm", "st", *args,

@@ -24,14 +24,6 @@ def loader(texts: list) -> DataLoader:
 
 
 @pytest.fixture(scope="session")
-def st_cross(test_models):
-    from vllm_eval.models.reranker import SentenceTransformerReranker
-
-    with SentenceTransformerReranker(str(test_models["cross"]), device="cpu", show_progress_bar=False) as ce:
-        yield ce
-
-
-@pytest.fixture(scope="session")
 def qwen3_reranker(test_models):
     from vllm_eval.models.reranker import VllmReranker
 

@@ -4,13 +4,14 @@ stream (deduplicated and cached by its pixels, like a text by its characters).""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..utils.errors import OptionError
 
 __all__ = [
+    "FusedInput",
     "ImageInput",
     "cache_form",
     "content_parts",
@@ -105,6 +106,20 @@ class ImageInput:
     def cache_form(self) -> dict[str, str]:
         """What the cache keys this input by: its pixel digest and size, and its prompt when it has one."""
         return {"image": self.digest, "prompt": self.prompt} if self.prompt else {"image": self.digest}
+
+
+class FusedInput(NamedTuple):
+    """An image and its text as one input (mteb's fused image+text tasks), for an encoder whose towers embed each
+    on its own (CLIP, SigLIP): its vector is the sum of the two (see
+    :meth:`~vllm_eval.models.encoder.base.EncoderBase.encode`).
+
+    Attributes:
+        text: the text, with the task's prompt when it has one.
+        image: the image, without a prompt.
+    """
+
+    text: str
+    image: ImageInput
 
 
 def prompt_of(model_input: Any) -> str:

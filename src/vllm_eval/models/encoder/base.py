@@ -11,7 +11,7 @@ reach a backend, so what sits between (a cache) attaches here once for every bac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,7 +21,7 @@ from mteb.types import PromptType
 from ..images import texts_or_images
 from ..pooling import TextPoolingBase
 from ..prompts import PromptResolver, inputs_from
-from ..streaming import BatchTokenizer, flatten, loader_len
+from ..streaming import BatchTokenizer, loader_len
 
 
 class EncoderBase(AbsEncoder, TextPoolingBase, ABC):
@@ -43,6 +43,9 @@ class EncoderBase(AbsEncoder, TextPoolingBase, ABC):
     """
 
     kind: ClassVar[str] = "encoder"
+    #: A fused image+text input is embedded as the sum of its text's and its image's vectors (a two-tower model,
+    #: CLIP or SigLIP, set by the backend once it knows the model); False refuses such inputs.
+    sums_fused: bool = False
 
     def __init__(
         self,
@@ -85,21 +88,34 @@ class EncoderBase(AbsEncoder, TextPoolingBase, ABC):
         prompt_type: PromptType | None = None,
         **kwargs: Any,
     ) -> np.ndarray:
-        """Embed every text, or every image, of an mteb ``DataLoader`` (mteb's ``EncoderProtocol.encode``): a batch
-        of ``{"image": [...]}`` (mteb's image tasks) is embedded image by image (an image model: CLIP, SigLIP).
+        """Embed every text, image, or image with its text, of an mteb ``DataLoader`` (mteb's
+        ``EncoderProtocol.encode``): a batch of ``{"image": [...]}`` (mteb's image tasks) is embedded image by image
+        (an image model: CLIP, SigLIP); a batch of ``{"text": [...], "image": [...]}`` (a fused task) by a
+        two-tower encoder (:attr:`sums_fused`) as each text's vector plus its image's, the vectors this
+        encoder gives each alone, summed without normalising again. That is mteb's own fusion for these
+        models: ``text_embeddings + image_embeddings`` of the raw ``get_text_features`` and
+        ``get_image_features`` in ``CLIPModel.encode`` (mteb/models/model_implementations/clip_models.py)
+        and ``SiglipModelWrapper.encode`` (siglip_models.py), which our backends match when ``normalize``
+        is left unset (raw projections). Text and image are cached and deduplicated apart.
 
         Returns:
-            float32 array of shape (n_texts, dim), rows in input order, normalised as the
+            float32 array of shape (n_inputs, dim), rows in input order, normalised as the
             model's pooler config says (or as ``normalize`` was set).
 
         Raises:
             OptionError: an input that is not a str (named by index), or an image of a bad shape.
-            UsageError: a batch of images and texts together (a fused input this encoder does not take).
+            UsageError: a batch of images and texts together for an encoder that does not fuse them, or one with
+                more texts than images or the reverse.
         """
         # Progress is the backend's own setting: mteb's encode_kwargs show_progress_bar drives mteb's bars.
         show = self.show_progress_bar
         batches = inputs_from(inputs, self.prompting.prefix(task_metadata, prompt_type), self._model_inputs)
-        return self._pooled_stream(flatten(batches), total=loader_len(inputs), show_progress_bar=show)
+        total = loader_len(inputs)
+        if total is not None and self.sums_fused and _is_fused(inputs):
+            total *= 2  # the stream counts a fused input's text and image apart
+        spans: list[tuple[int, int, bool]] = []
+        rows = self._pooled_stream(_unfused(batches, spans), total=total, show_progress_bar=show)
+        return _summed(rows, spans)
 
     def encode_texts(self, texts: Sequence[Any], *, show_progress_bar: bool | None = None) -> np.ndarray:
         """Embed ``texts`` exactly as given (no prompt or instruction), float32 (n_texts, dim); items that are
@@ -114,23 +130,69 @@ class EncoderBase(AbsEncoder, TextPoolingBase, ABC):
 
     def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
         """One batch of mteb inputs as model inputs: texts alone (as they are), images alone (each an
-        :class:`~vllm_eval.models.images.ImageInput`), or image+text pairs (a fused input; refused here, taken by an
-        encoder that prompts a vision-language model).
+        :class:`~vllm_eval.models.images.ImageInput`), or image+text pairs (each a
+        :class:`~vllm_eval.models.images.FusedInput` where :attr:`sums_fused`; a backend that prompts a
+        vision-language model overrides this).
 
         Raises:
-            UsageError: images with texts.
+            UsageError: images with texts for an encoder that does not fuse them, or a batch with more texts than
+                images or the reverse.
         """
         from ...utils.errors import UsageError
-        from ..images import ImageInput
+        from ..images import FusedInput, ImageInput
 
         if images is None:
             return texts or []
-        if texts is not None:
+        if texts is None:
+            return [ImageInput(image) for image in images]
+        if not self.sums_fused:
             raise UsageError(f"{self.name} embeds a text or an image, not both in one input (a fused image+text task)")
-        return [ImageInput(image) for image in images]
+        if len(texts) != len(images):
+            raise UsageError(f"a fused image+text batch of {len(texts)} texts and {len(images)} images")
+        return [FusedInput(t, ImageInput(im)) for t, im in zip(texts, images, strict=True)]
 
     def _pool_chunk(self, texts: list[str], ids: list[list[int]]) -> np.ndarray:
         return self._embed_chunk(texts, ids)
 
     def _output_width(self) -> int:
         return self.mteb_model_meta.embed_dim or 0
+
+
+def _is_fused(inputs: Any) -> bool:
+    """Whether an mteb ``DataLoader``'s rows hold a text and an image each (its dataset's columns say)."""
+    features = getattr(getattr(inputs, "dataset", None), "features", None) or {}
+    return "text" in features and "image" in features
+
+
+def _unfused(batches: Iterable[list[Any]], spans: list[tuple[int, int, bool]]) -> Iterator[Any]:
+    """The stream's items of each batch of model inputs, recording ``(first row, inputs, fused)`` per batch in
+    ``spans``: a fused batch as its texts, then its images (runs of one kind, which the stream chunks whole)."""
+    from ..images import FusedInput
+
+    row = 0
+    for items in batches:
+        fused = bool(items) and isinstance(items[0], FusedInput)
+        spans.append((row, len(items), fused))
+        if fused:
+            yield from (x.text for x in items)
+            yield from (x.image for x in items)
+        else:
+            yield from items
+        row += len(items) * (2 if fused else 1)
+
+
+def _summed(rows: Any, spans: list[tuple[int, int, bool]]) -> Any:
+    """One row per input from the stream's rows (see :func:`_unfused`): a fused input's text row plus its
+    image row, in float32; the rows themselves when no batch was fused."""
+    if not any(fused for _, _, fused in spans):
+        return rows
+    first = np.concatenate([np.arange(start, start + n) for start, n, _ in spans])
+    out = rows[first]
+    at, second, done = [], [], 0
+    for start, n, fused in spans:
+        if fused:
+            at.append(np.arange(done, done + n))
+            second.append(np.arange(start + n, start + 2 * n))
+        done += n
+    out[np.concatenate(at)] += rows[np.concatenate(second)]
+    return out

@@ -32,6 +32,9 @@ class SentenceTransformerEncoder(EncoderBase):
         batch_size: sentence-transformers batch size.
         dimensions: matryoshka width (sentence-transformers' ``truncate_dim``).
         normalize: force L2 normalisation; None follows the model's modules (a CLIP-style model: raw projections).
+            A CLIP-style model (sentence-transformers lists its modalities as text and image, nothing combined)
+            embeds an image with its text as the sum of the two vectors, as the vLLM backend does (see
+            :meth:`~vllm_eval.models.encoder.base.EncoderBase.encode`); sentence-transformers itself refuses it.
         trust_remote_code: allow the model repository's own code (default False).
         preset, model_name, prompts, instruction_template, instructions,
         apply_instruction_to_documents, chunk_size, show_progress_bar: as for
@@ -94,6 +97,9 @@ class SentenceTransformerEncoder(EncoderBase):
             self.st.max_seq_length = int(max_model_len)
         max_length = int(self.st.max_seq_length or getattr(self.st.tokenizer, "model_max_length", 0) or 512)
         takes_images = "image" in self.st.modalities  # CLIP-style: text and image towers
+        # Text and image apart, nothing combined (sentence-transformers refuses a fused input then): two towers
+        # into one space, so a fused input is the sum of its two vectors, as mteb's CLIP wrapper computes it.
+        self.sums_fused = set(self.st.modalities) == {"text", "image"}
         self.dtype = torch_dtype
         self.normalize = normalize
         self.batch_size = batch_size

@@ -43,7 +43,9 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             VLM2Vec, Qwen-VL embedders) is prompted for a text, an image and an image with text
             (:class:`~vllm_eval.models.presets.ImagePrompts` or a dict of its fields); default: the preset's, else
             ``ImagePrompts()`` (the text as it is, the model's image placeholder, the placeholder then the
-            text). Not used by CLIP and SigLIP, which embed an image alone.
+            text). Not used by CLIP and SigLIP, which embed an image alone, and an image with text as the sum
+            of the two vectors, as mteb's wrappers of them do (see
+            :meth:`~vllm_eval.models.encoder.base.EncoderBase.encode`).
         dimensions: matryoshka output width, sent as ``PoolingParams(dimensions=...)``.
         normalize: force L2 normalisation on/off (``PoolingParams.use_activation``); None follows
             the model's pooler config (sentence-transformers ``Normalize`` module); for an image-text model
@@ -138,10 +140,12 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             if info["image_placeholder"] is not None:  # a VLM: every input is a prompt around the placeholder
                 self.image_prompts = ImagePrompts.resolve(image_prompts, found)
                 self._placeholder = info["image_placeholder"]
-            elif normalize is None and info["is_multimodal"] and not _st_normalizes(ref.path):
-                # CLIP-like models give raw projections in transformers, sentence-transformers and mteb's
-                # wrappers; vLLM's embed pooler would L2-normalise them (a linear probe then scores otherwise).
-                self.normalize = False
+            elif info["is_multimodal"]:  # two towers into one space (CLIP, SigLIP): a fused input is a sum
+                self.sums_fused = True
+                if normalize is None and not _st_normalizes(ref.path):
+                    # CLIP-like models give raw projections in transformers, sentence-transformers and mteb's
+                    # wrappers; vLLM's embed pooler would L2-normalise them (a linear probe then scores otherwise).
+                    self.normalize = False
             max_length = info["max_model_len"]
             if info["pads_text"]:  # vLLM's own text path does not pad: SigLIP's texts go as padded ids
                 self.pretokenize = True
