@@ -24,11 +24,10 @@ import sys
 import vllm_eval
 
 if __name__ == "__main__":
-    result = vllm_eval.evaluate(
+    vllm_eval.evaluate(
         tasks="WordSim353, TwentyNewsgroupsMini", output_dir=sys.argv[1], cache_dir=sys.argv[2], chunk_size=16,
         show_progress=False,
     )
-    print({r.task: r.status for r in result.rows})
 """
 
 
@@ -71,13 +70,15 @@ def test_evaluate_writes_what_run_writes(cli_in_process, vllm_encoder, tmp_path)
 
 @pytest.mark.slow
 def test_evaluate_resumes_after_a_kill(vllm_encoder, tmp_path):  # vllm_encoder: the engine
-    # The uninterrupted reference runs in this process (the session's engine); the killed run and its rerun are
-    # processes of their own, as a user's script is.
-    reference = vllm_eval.evaluate(tasks=TASKS, output_dir=tmp_path / "ref", no_cache=True, show_progress=False).scores
+    # A user's script, killed (-9) once its first task is written; the same call then resumes in this process
+    # (the session's engine), and an uninterrupted call is the reference.
     out, cache = tmp_path / "run", tmp_path / "cache"
-    command = [sys.executable, "-c", SCRIPT, str(out), str(cache)]
     proc = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=offline_env(), start_new_session=True
+        [sys.executable, "-c", SCRIPT, str(out), str(cache)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=offline_env(),
+        start_new_session=True,
     )
     deadline = time.time() + 300
     try:
@@ -88,15 +89,16 @@ def test_evaluate_resumes_after_a_kill(vllm_encoder, tmp_path):  # vllm_encoder:
         proc.wait()
     first = json.loads((out / "summary.json").read_text())["scores"]
     assert len(first) == 1, "the run finished or stalled before it could be interrupted"
-    resumed = subprocess.run(command, capture_output=True, text=True, timeout=600, env=offline_env())
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    status = eval(resumed.stdout.strip().splitlines()[-1])  # noqa: S307 - the dict the script printed
-    print(f"\nkilled after {[s['task'] for s in first]}; resumed: {status}")
-    assert all(status[s["task"]] == "reused" for s in first) and set(status.values()) == {"reused", "computed"}
+    stored = _entries(cache)
+    resumed = vllm_eval.evaluate(tasks=TASKS, output_dir=out, cache_dir=cache, chunk_size=16, show_progress=False)
+    status = {r.task: r.status for r in resumed.rows}
+    print(f"\nkilled after {[s['task'] for s in first]} ({stored} outputs cached); resumed: {status}")
+    assert status == {TASKS[0]: "reused", TASKS[1]: "computed"}
+    reference = vllm_eval.evaluate(tasks=TASKS, output_dir=tmp_path / "ref", no_cache=True, show_progress=False).scores
     rows = _scores(json.loads((out / "summary.json").read_text()))
-    assert list(rows) == ["WordSim353", "TwentyNewsgroupsMini"]
-    for task, score in rows.items():  # a reused task is read back from mteb's file (6 digits)
-        assert score == (round(reference[task], 6) if status[task] == "reused" else reference[task]), task
+    assert list(rows) == TASKS and rows == resumed.scores
+    assert rows[TASKS[0]] == round(reference[TASKS[0]], 6)  # read back from mteb's file (6 digits)
+    assert rows[TASKS[1]] == reference[TASKS[1]]  # equal, not close
 
 
 @pytest.mark.parametrize(
