@@ -165,9 +165,9 @@ def compare_tasks(kind: str, names: list[str] | None, data: str | None = None) -
         UsageError: a task the kind cannot run, both ``names`` and ``data``, a token classifier without data.
         DataUnavailableError: a task whose data is offline and not cached.
     """
+    from ...api.rerank import rerank_tasks
     from ...models.kinds import get_kind
     from ...tasks import check_available, get_tasks
-    from .rerank import rerank_tasks
 
     if names and data:
         raise UsageError("give --data or --tasks, not both")
