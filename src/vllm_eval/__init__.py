@@ -24,6 +24,10 @@ _LAZY = {
     "ImageInput": "models.images",
     "evaluate": "api.evaluate",
     "EvaluationResult": "api.evaluate",
+    "rerank": "api.rerank",
+    "RerankResult": "api.rerank",
+    "generate": "api.generate",
+    "GenerationResult": "api.generate",
 }
 __all__ = [*_LAZY, "__version__"]
 # Lazy: `import vllm_eval` must not import vLLM or torch (the CLI's `tasks` and `--help` stay fast).
