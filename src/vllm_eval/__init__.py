@@ -29,6 +29,10 @@ _LAZY = {
     "token_classify": "api.classify",
     "compare": "api.compare",
     "bench": "api.bench",
+    "rerank": "api.rerank",
+    "RerankResult": "api.rerank",
+    "generate": "api.generate",
+    "GenerationResult": "api.generate",
 }
 __all__ = [*_LAZY, "__version__"]
 # Lazy: `import vllm_eval` must not import vLLM or torch (the CLI's `tasks` and `--help` stay fast).

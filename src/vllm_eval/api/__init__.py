@@ -2,10 +2,11 @@
 
 ``evaluate`` (``vllm-eval run``) evaluates an embedding model on mteb tasks with everything the command does: task
 selection, the output cache and resume, replicas or Ray, task processes, the timeline, mteb's result JSON and
-``summary.json``. ``classify``, ``reward`` and ``token_classify`` run the classifier kinds on labelled data.
-``compare`` runs one model under several configurations against its kind's reference; ``bench`` measures the
-encoder backends' throughput, or their time to result on a whole suite. Options keep the flags' names
-(``--max-num-seqs`` is ``max_num_seqs=``).
+``summary.json``. ``rerank`` retrieves then reranks; ``generate`` runs a chat LLM or VLM on multiple-choice tasks.
+``classify``, ``reward`` and ``token_classify`` run the classifier kinds on labelled data. ``compare`` runs one
+model under several configurations against its kind's reference; ``bench`` measures the encoder backends'
+throughput, or their time to result on a whole suite. Options keep the flags' names (``--max-num-seqs`` is
+``max_num_seqs=``).
 
 The functions are bound here by name (a module of this package shares each one's name, as ``mteb.evaluate`` does);
 none of these modules imports vLLM, torch or mteb until a function runs.
@@ -17,5 +18,20 @@ from .bench import bench
 from .classify import TaskResults, classify, reward, token_classify
 from .compare import compare
 from .evaluate import EvaluationResult, evaluate
+from .generate import GenerationResult, generate
+from .rerank import RerankResult, rerank
 
-__all__ = ["EvaluationResult", "TaskResults", "bench", "classify", "compare", "evaluate", "reward", "token_classify"]
+__all__ = [
+    "EvaluationResult",
+    "GenerationResult",
+    "RerankResult",
+    "TaskResults",
+    "bench",
+    "classify",
+    "compare",
+    "evaluate",
+    "generate",
+    "rerank",
+    "reward",
+    "token_classify",
+]

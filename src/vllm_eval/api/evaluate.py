@@ -154,18 +154,7 @@ def evaluate(
         ModelNotFoundError: a local model that does not exist.
         EngineError, EndpointError: a failure of the engine or a server while running.
     """
-    with phase("imports"):  # mostly the backend's and mteb's imports, then the option checks
-        backend_options, engine = split_options(options, BACKEND_OPTIONS)
-        kind = _kind(model, backend, pooling_task, backend_options)
-        session = prepare(
-            kind,
-            [backend],
-            backend_options,
-            engine,
-            output_dir=None if output_dir is None else os.fspath(output_dir),
-            verbose=verbose,
-            started=started,
-        )
+    kind, session = _prepare(model, backend, pooling_task, options, output_dir, verbose, started)
     _check(kind, backend, session, log_samples, check_parity, concurrent_tasks)
     with phase("model"):
         resolved = resolve_model(
@@ -186,6 +175,35 @@ def evaluate(
         continue_on_error=continue_on_error,
         log_samples=log_samples,
     )
+
+
+def _prepare(
+    model: Any,
+    backend: str,
+    pooling_task: str | None,
+    options: dict[str, Any],
+    output_dir: Any,
+    verbose: bool,
+    started: Any,
+) -> tuple[str, Session]:
+    """The kind of model and the checked :class:`Session`, before anything loads."""
+    from ..utils.hub import ensure_offline_if_unreachable
+
+    with phase("imports"):  # mostly the backend's and mteb's imports, then the option checks
+        # First: the hub libraries read offline mode once, when imported; the kind may be read from a model's files.
+        ensure_offline_if_unreachable()
+        backend_options, engine = split_options(options, BACKEND_OPTIONS)
+        kind = _kind(model, backend, pooling_task, backend_options)
+        session = prepare(
+            kind,
+            [backend],
+            backend_options,
+            engine,
+            output_dir=None if output_dir is None else os.fspath(output_dir),
+            verbose=verbose,
+            started=started,
+        )
+    return kind, session
 
 
 def _run(

@@ -2,9 +2,9 @@
 
 A call names its kind of model, its backend(s), the backend options and the vLLM engine options the user
 set; :func:`prepare` checks them together (offline mode, option names and values, the backend spec,
-endpoints, the output directory), sets up logging, and hands back a :class:`Session`. The CLI's commands
-and the Python functions of :mod:`vllm_eval.api` go through it alike, so the same bad input gets the same
-one-line error from both.
+endpoints, the output directory), sets up logging, and hands back a :class:`Session`. Every function of
+:mod:`vllm_eval.api` goes through it, and the CLI's commands call those functions, so the same bad input gets the
+same one-line error from Python and from the command line.
 """
 
 from __future__ import annotations

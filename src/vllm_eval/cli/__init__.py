@@ -27,7 +27,6 @@ import time
 from typing import Any
 
 from .. import __version__
-from ..api.session import prepare as prepare_session
 from ..replicas.ahead import discard_ahead, start_ahead
 from ..utils import logs, timeline
 from ..utils.errors import UsageError, VllmEvalError
@@ -75,34 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def prepare(command: Command, args: argparse.Namespace, extra: list[str]) -> Context:
-    """The checks every model command shares (:func:`vllm_eval.api.session.prepare`), then the command's own,
-    before any model, engine or task loads.
-
-    Raises:
-        UsageError: a bad option, endpoint or output directory (one line, exit 2).
-    """
-    from ..utils.hub import ensure_offline_if_unreachable
-
-    # First: the hub libraries read offline mode once, when they are imported (and the model command's kind may
-    # be read from a model's files).
-    ensure_offline_if_unreachable()
-    engine = engine_from(args, extra)
-    ctx = prepare_session(
-        command.kind_of(args),
-        command.backends_of(args),
-        command.options_of(args),
-        engine,
-        output_dir=args.output_dir,
-        verbose=args.verbose,
-        http_batch_size=command.http_batch_size,
-        started=_STARTED[0],
-    )
-    args.output_dir = ctx.output_dir
-    command.check(args, ctx)
-    return ctx
-
-
 def engine_from(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     """The vLLM engine options of a command line: its named engine flags and every unlisted ``--name value``.
 
@@ -148,11 +119,8 @@ def _dispatch(argv: list[str]) -> int:
         if extra:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
         return command.execute(args, None)
-    if command.calls_library:  # the library function checks its options itself
-        return command.execute(args, Context(engine=engine_from(args, extra), started=_STARTED[0]))
-    with timeline.phase("imports"):  # mostly the backend's and mteb's imports, then the option checks
-        ctx = prepare(command, args, extra)
-    return command.execute(args, ctx)
+    # The library function checks every option (engine ones included) before anything loads.
+    return command.execute(args, Context(engine=engine_from(args, extra), started=_STARTED[0]))
 
 
 def main(argv: list[str] | None = None) -> int:

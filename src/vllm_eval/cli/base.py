@@ -4,9 +4,8 @@ A subcommand is one module under :mod:`vllm_eval.cli.commands` holding its argum
 side by side, plus one entry in that package's ``COMMANDS`` list (the shape of vLLM's
 ``vllm/entrypoints/cli/`` ``CLISubcommand`` and lm-evaluation-harness's ``lm_eval/_cli/``).
 
-For a command that loads a model, :func:`vllm_eval.cli.main` runs the shared checks first (offline
-mode, engine options, the backend spec, endpoints, the output directory, logging), then
-:meth:`Command.execute` with a :class:`Context`.
+A command that loads a model parses its flags and calls one function of :mod:`vllm_eval.api`
+(:meth:`Command.call`), which makes every check before anything loads; the command prints what it returns.
 """
 
 from __future__ import annotations
@@ -14,9 +13,9 @@ from __future__ import annotations
 import argparse
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..api.session import Session
 from ..utils.errors import UsageError
 
 
@@ -27,9 +26,18 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-#: What a model command is handed: :class:`vllm_eval.api.session.Session` after the shared checks, or (for a
-#: command whose library function checks its options itself) the parsed engine options and start time only.
-Context = Session
+@dataclass
+class Context:
+    """What a model command is handed besides its flags.
+
+    Attributes:
+        engine: the vLLM engine options of the command line (``EngineArgs`` names: the named flags and every
+            unlisted ``--name value``), as parsed; the library function checks them.
+        started: ``time.time()`` when the command started (results count their total from here).
+    """
+
+    engine: dict[str, Any]
+    started: float = 0.0
 
 
 class Command:
@@ -40,14 +48,11 @@ class Command:
         help: one line for ``vllm-eval --help``.
         description: the subcommand's ``--help`` text.
         kind: the kind of model it runs (:mod:`vllm_eval.models.kinds`), None for listing commands.
-        loads_model: False for commands that load no model (listings, reports): no shared checks,
-            and unlisted ``--name value`` options are refused.
+        loads_model: False for commands that load no model (listings, reports): unlisted ``--name value``
+            options are refused.
         backend_options: argparse destinations of the command's own options that reach the backend's
             constructor when given (routed by :func:`vllm_eval.api.spec.resolve_spec`); those of the shared
             groups (``--device``, replicas, endpoints) are added by :meth:`options_of`.
-        http_batch_size: inputs per request for a remote backend (None: the transport's default).
-        calls_library: :meth:`execute` hands the parsed flags to one :mod:`vllm_eval.api` function, which makes
-            the shared checks itself; ``execute`` gets the parsed engine options and the start time only.
     """
 
     name: ClassVar[str]
@@ -56,20 +61,9 @@ class Command:
     kind: ClassVar[str | None] = None
     loads_model: ClassVar[bool] = True
     backend_options: ClassVar[tuple[str, ...]] = ()
-    http_batch_size: ClassVar[int | None] = None
-    calls_library: ClassVar[bool] = False
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add the subcommand's arguments to its parser."""
-
-    def kind_of(self, args: argparse.Namespace) -> str:
-        """The kind of model this invocation runs."""
-        assert self.kind is not None, f"{self.name} runs no model"
-        return self.kind
-
-    def backends_of(self, args: argparse.Namespace) -> list[str]:
-        """The backend this invocation runs (``--backend``), as a list of one."""
-        return [args.backend]
 
     def options_of(self, args: argparse.Namespace) -> dict[str, Any]:
         """The backend options the user set: ``backend_options``, and those of the shared option groups the
@@ -80,7 +74,7 @@ class Command:
         return {dest: getattr(args, dest, None) for dest in dests}
 
     def call_options(self, args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
-        """Keywords of the shared flags for a ``calls_library`` command's function: the backend options set, the
+        """Keywords of the shared flags for a command's library function: the backend options set, the
         engine options, the cache, progress and verbosity flags the command has, and the start time."""
         out = {k: v for k, v in self.options_of(args).items() if v is not None}
         out.update(ctx.engine)
@@ -100,9 +94,6 @@ class Command:
             if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in options and hasattr(args, p.name)
         }
         return function(**named, **options)
-
-    def check(self, args: argparse.Namespace, ctx: Context) -> None:
-        """Command-specific checks after the shared ones, before anything loads (raise UsageError)."""
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         """Run the command; return the exit code."""

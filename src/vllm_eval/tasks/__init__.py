@@ -197,7 +197,7 @@ def check_available(tasks: list[Any]) -> None:
 RERANK_TYPES = ("Retrieval", "Reranking")
 
 
-def rerank_tasks(names: list[str] | None, data: str | None = None, what: str = "`vllm-eval rerank`") -> list[Any]:
+def rerank_tasks(names: list[str] | str | None, data: str | None = None, what: str = "`vllm-eval rerank`") -> list[Any]:
     """A reranker's tasks: ``data`` as an mteb task, else by name (default LeeKnownItemRetrieval);
     retrieval or reranking only.
 

@@ -43,7 +43,6 @@ class BenchCommand(Command):
         "Measure texts/s, tokens/s and per-call latency of the encode backends on generated texts "
         "of controlled token length; writes bench.json and plots. Engine options apply to the vLLM backends."
     )
-    calls_library = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from ...measure.bench import PEER, default_backends

@@ -29,7 +29,6 @@ class ClassifyCommand(Command):
     )
     kind = "classifier"
     backend_options = ("labels",)
-    calls_library = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_model(parser)

@@ -59,7 +59,6 @@ class CompareCommand(Command):
         "agreement on a sample of the inputs (vectors: cosine; scores, probabilities and log-likelihoods: |Δ|). "
         "Exits 1 when a tolerance fails. Engine options apply to the in-process vLLM configurations."
     )
-    calls_library = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from ...models.backends import DEFAULT_BACKEND, backend_names

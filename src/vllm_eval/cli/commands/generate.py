@@ -1,4 +1,7 @@
-"""``vllm-eval generate``: a chat LLM / VLM on multiple-choice tasks, by answer or by log-likelihood."""
+"""``vllm-eval generate``: a chat LLM / VLM on multiple-choice tasks, by answer or by log-likelihood.
+
+Parses its flags and calls :func:`vllm_eval.api.generate.generate`, then prints each task's line.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from ...api.checks import chat_template, open_cache, require_model, resolve_model, task_output_dirs
-from ...tasks import split_names
-from ...utils.errors import UsageError
+from ...api.generate import ANSWER_FORMATS, BACKEND_OPTIONS, SCORINGS
 from ..base import Command, Context
 from ..options import (
     add_backend,
@@ -27,14 +28,28 @@ from ..options import (
 )
 from ..tables import report_cache
 
-#: ``SamplingParams`` names and the argparse destinations they come from.
-SAMPLING = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "max_tokens": "max_tokens",
-    "seed": "sampling_seed",
-}
+#: Flags that are the library call's own keywords (the rest are backend and engine options).
+_CALL_FLAGS = (
+    "model",
+    "tasks",
+    "data",
+    "backend",
+    "answer_format",
+    "scoring",
+    "letters",
+    "reasoning",
+    "limit",
+    "max_missing",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_tokens",
+    "sampling_seed",
+    "output_dir",
+    "cache_dir",
+    "no_cache",
+    "verbose",
+)
 
 
 class GenerateCommand(Command):
@@ -45,16 +60,7 @@ class GenerateCommand(Command):
         "Writes results.json and samples.jsonl (prompt, raw output, parsed answer, target, correct per sample)."
     )
     kind = "generator"
-    http_batch_size = 1
-    backend_options = (
-        "preset",
-        "chat_template",
-        "chat_template_kwargs",
-        "think_end_token",
-        "system_prompt",
-        "raw_prompts",
-        "image_position",
-    )
+    backend_options = BACKEND_OPTIONS
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_model(parser)
@@ -69,10 +75,10 @@ class GenerateCommand(Command):
             default=None,
             help="your own multiple-choice file: .jsonl/.csv/.parquet with question, options, answer [, image]",
         )
-        parser.add_argument("--answer-format", choices=["json", "xml", "boxed", "raw"], default="json")
+        parser.add_argument("--answer-format", choices=ANSWER_FORMATS, default="json")
         parser.add_argument(
             "--scoring",
-            choices=["generate", "loglikelihood"],
+            choices=SCORINGS,
             default="generate",
             help="generate: sample an answer and parse it; loglikelihood: the option whose tokens have the highest "
             "summed log-probability after the prompt (its images included)",
@@ -120,91 +126,27 @@ class GenerateCommand(Command):
         add_scale_flags(parser)
         add_engine_flags(parser)
 
-    def options_of(self, args: argparse.Namespace) -> dict[str, Any]:
-        options = super().options_of(args)
-        options["chat_template"] = chat_template(args.chat_template)
-        return options
-
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
-        from ...tasks.generative import run_multiple_choice
-        from ...utils.errors import MissingAnswersError
+        from ...api.generate import generate
 
-        spec = ctx.spec
-        tasks = generative_tasks(args.tasks, args.data)
-        require_model(args.model, spec.remote)
-        model = resolve_model(args.model, spec.remote)
-        _check_capabilities(args, spec.cls, tasks)
-        outputs = task_output_dirs(args.output_dir, "generate", tasks)
-        sampling = {name: v for name, dest in SAMPLING.items() if (v := getattr(args, dest)) is not None}
-        internal: dict[str, Any] = {
-            "sampling": sampling,
-            "show_progress_bar": not args.no_progress,
-            "max_images_per_prompt": 1 if any(t.modality == "image" for t in tasks) else None,
-        }
-        failed = 0
-        cache = open_cache(args.cache_dir, args.no_cache)
-        with spec.load(model, **internal) as generator:
-            generator.use_cache(cache)
-            for task, out in zip(tasks, outputs, strict=True):
-                try:
-                    results = run_multiple_choice(
-                        generator,
-                        task,
-                        answer_format=args.answer_format,
-                        scoring=args.scoring,
-                        letters=args.letters,
-                        reasoning=args.reasoning,
-                        limit=args.limit,
-                        max_missing=args.max_missing,
-                        output_dir=out,
-                    )
-                except MissingAnswersError as exc:
-                    print(f"vllm-eval: error: {exc}", file=sys.stderr)
-                    failed = 1
-                    continue
-                _print_result(args, task, results, out)
-        report_cache(cache)
-        return failed
+        call = {k: getattr(args, k) for k in _CALL_FLAGS}
+        options = {k: v for k, v in self.options_of(args).items() if v is not None}
+        result = generate(**call, show_progress=not args.no_progress, started=ctx.started, **options, **ctx.engine)
+        for task, results in result.results.items():
+            if task in result.errors:
+                print(f"vllm-eval: error: {result.errors[task]}", file=sys.stderr)
+            else:
+                _print_result(args, task, results, result.output_dirs[task])
+        report_cache(result.cache)
+        return 1 if result.failed else 0
 
 
-def _print_result(args: argparse.Namespace, task: Any, results: dict[str, Any], out: str) -> None:
+def _print_result(args: argparse.Namespace, task: str, results: dict[str, Any], out: Any) -> None:
     m = results["metrics"]
     fmt = f", {args.answer_format}" if args.scoring == "generate" else ""
     cut = f" (reasoning unfinished {int(m['reasoning_unfinished'])})" if m.get("reasoning_unfinished") else ""
     print(
-        f"{task.name} ({args.scoring}{fmt}): accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  "
+        f"{task} ({args.scoring}{fmt}): accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  "
         f"missing {int(m['missing'])}/{int(m['n_samples'])}{cut}  {results['seconds']:.1f} s"
     )
     print(f"results: {out}/results.json, {out}/samples.jsonl")
-
-
-def generative_tasks(names: list[str] | None, data: str | None) -> list[Any]:
-    """``generate``'s tasks: ``data`` as a multiple-choice task, else by name (required).
-
-    Raises:
-        UsageError: both or neither given; an unknown name; a hub task offline and not cached.
-    """
-    from ...tasks.registry import load_file, load_task
-
-    if data:
-        if names:
-            raise UsageError("give --data FILE or --tasks, not both")
-        return [load_file("generate", data)]
-    if names is None:
-        raise UsageError(
-            "--tasks is required: PangLeePolarity, Digits, MMLU, ARC-Challenge ... (`vllm-eval tasks`), or --data FILE"
-        )
-    return [load_task("generate", name) for name in split_names(names)]
-
-
-def _check_capabilities(args: argparse.Namespace, cls: type, tasks: list[Any]) -> None:
-    """Refuse scoring and tasks the chosen generator backend cannot honour."""
-    if args.scoring == "loglikelihood" and not cls.supports_loglikelihood:
-        raise UsageError(
-            f"--scoring loglikelihood needs exact prompt log-probabilities, which --backend "
-            f"{args.backend} cannot give; use --scoring generate"
-        )
-    if not cls.supports_images:
-        images = [t.name for t in tasks if t.modality != "text"]
-        if images:
-            raise UsageError(f"--backend {args.backend} is text-only; {', '.join(images)} shows images")

@@ -1,13 +1,13 @@
-"""``vllm-eval rerank``: retrieve with a first stage, keep each query's top-k, rerank them."""
+"""``vllm-eval rerank``: retrieve with a first stage, keep each query's top-k, rerank them.
+
+Parses its flags and calls :func:`vllm_eval.api.rerank.rerank`, then prints the table.
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from typing import Any
 
-from ...api.checks import open_cache, resolve_model
-from ...tasks import rerank_tasks
+from ...api.rerank import BACKEND_OPTIONS
 from ..base import Command, Context
 from ..options import (
     add_backend,
@@ -22,6 +22,22 @@ from ..options import (
 )
 from ..tables import print_table, report_cache
 
+#: Flags that are the library call's own keywords (the rest are backend and engine options).
+_CALL_FLAGS = (
+    "tasks",
+    "first_stage",
+    "top_k",
+    "data",
+    "backend",
+    "output_dir",
+    "cache_dir",
+    "no_cache",
+    "overwrite_strategy",
+    "continue_on_error",
+    "log_samples",
+    "verbose",
+)
+
 
 class RerankCommand(Command):
     name = "rerank"
@@ -31,7 +47,7 @@ class RerankCommand(Command):
         "main scores. Engine options apply to the reranker."
     )
     kind = "reranker"
-    backend_options = ("preset", "prompts", "api")
+    backend_options = BACKEND_OPTIONS
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--first-stage", default="bm25s", help="bm25s (default) or an embedding model path/id")
@@ -62,60 +78,15 @@ class RerankCommand(Command):
         add_engine_flags(parser)
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
-        import tempfile
+        from ...api.rerank import rerank
 
-        from ...evaluation.two_stage import evaluate_two_stage, is_bm25, load_first_stage
-        from ...tasks import check_available
-
-        spec = ctx.spec
-        model = resolve_model(args.reranker, spec.remote, "--reranker")
-        if not is_bm25(args.first_stage):
-            resolve_model(args.first_stage, False, "--first-stage")
-        tasks = rerank_tasks(args.tasks, args.data)
-        check_available(tasks)
-        show = not args.no_progress
-        cache = open_cache(args.cache_dir, args.no_cache)
-        first = load_first_stage(args.first_stage, show_progress_bar=show)
-        if cache is not None and hasattr(first, "use_cache"):
-            first.use_cache(cache)
-        try:
-            reranker = spec.load(model, show_progress_bar=show)
-            reranker.use_cache(cache)
-        except BaseException:
-            getattr(first, "close", lambda: None)()
-            raise
-        with tempfile.TemporaryDirectory(prefix="vllm-eval-rerank-") as tmp:
-            try:
-                rows = evaluate_two_stage(
-                    first,
-                    reranker,
-                    tasks,
-                    top_k=args.top_k,
-                    output_dir=args.output_dir or tmp,
-                    show_progress_bar=show,
-                    run_info=_run_info(args, reranker),
-                    overwrite_strategy=args.overwrite_strategy,
-                    continue_on_error=args.continue_on_error,
-                    log_samples=args.log_samples,
-                    started=ctx.started,
-                )
-            finally:
-                reranker.close()
-                getattr(first, "close", lambda: None)()
-        name = reranker.mteb_model_meta.name
-        print_table(rows, f"{args.first_stage} -> top {args.top_k} -> {name} ({args.backend})")
-        report_cache(cache)
-        if args.output_dir:
-            print(f"results: {args.output_dir}/stage1, {args.output_dir}/stage2")
+        call = {k: getattr(args, k) for k in _CALL_FLAGS}
+        options = {k: v for k, v in self.options_of(args).items() if v is not None}
+        result = rerank(
+            args.reranker, **call, show_progress=not args.no_progress, started=ctx.started, **options, **ctx.engine
+        )
+        print_table(result.rows, f"{args.first_stage} -> top {args.top_k} -> {result.model_name} ({args.backend})")
+        report_cache(result.cache)
+        if result.stage_dirs:
+            print(f"results: {', '.join(map(str, result.stage_dirs))}")
         return 0
-
-
-def _run_info(args: argparse.Namespace, reranker: Any) -> dict[str, Any]:
-    return {
-        "first_stage": args.first_stage,
-        "reranker": args.reranker,
-        "backend": args.backend,
-        "preset": getattr(getattr(reranker, "preset", None), "name", None),
-        "engine_kwargs": getattr(reranker, "engine_kwargs", None),
-        "command": sys.argv,
-    }

@@ -29,7 +29,6 @@ class RewardCommand(Command):
     )
     kind = "classifier"
     backend_options = ()
-    calls_library = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from ...api.spec import capability

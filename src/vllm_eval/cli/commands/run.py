@@ -32,7 +32,6 @@ class RunCommand(Command):
     )
     kind = "encoder"
     backend_options = BACKEND_OPTIONS
-    calls_library = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(

@@ -29,7 +29,6 @@ class TokenClassifyCommand(Command):
     )
     kind = "token_classifier"
     backend_options = ("tokenizer",)
-    calls_library = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_model(parser)
