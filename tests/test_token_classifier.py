@@ -53,7 +53,7 @@ def test_conll_and_table_files_load_and_bad_ones_are_named(tmp_path):
     rows.write_text(json.dumps({"tokens": ["Anna", "runs"], "tags": ["B-PER", "O"]}) + "\n")
     assert load_ner_file(rows).tags == [["B-PER", "O"]]
     rows.write_text(json.dumps({"tokens": ["Anna", "runs"], "tags": ["B-PER"]}) + "\n")
-    with pytest.raises(UsageError, match="row 0: 2 tokens but 1 tags"):
+    with pytest.raises(UsageError, match=r"ner.jsonl:1: 2 tokens but 1 tags"):  # a JSON line is named by its line
         load_ner_file(rows)
 
 
