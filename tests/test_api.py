@@ -52,7 +52,9 @@ def test_evaluate_writes_what_run_writes(cli_in_process, vllm_encoder, tmp_path)
     code, err = cli_in_process("run", "--output-dir", str(out), "--cache-dir", str(cache), "--no-progress")
     assert code == 0, err[-3000:]
     stored = _entries(cache)
+    cli_bytes = (out / "summary.json").read_bytes()
     result = vllm_eval.evaluate(output_dir=tmp_path / "api", cache_dir=cache, show_progress=False)
+    assert (out / "summary.json").read_bytes() == cli_bytes  # a later run leaves an earlier run's summary alone
     cli_summary = json.loads((out / "summary.json").read_text())
     api_summary = json.loads(result.summary_path.read_text())
     assert result.summary_path == tmp_path / "api" / "summary.json"

@@ -72,7 +72,8 @@ def prepare(
         several: the call runs every backend of ``backends`` (``bench``, ``compare``); ``peers`` gives the
             capability of names outside the backend table.
         http_batch_size: inputs per request for a remote backend (None: the transport's default).
-        started: when the call started (``time.time()``); default now.
+        started: when the call started (``time.time()``); default now, and the process's timeline starts afresh
+            (a command passes its own start, having recorded its imports already).
 
     Raises:
         UsageError: a bad option, endpoint or output directory.
@@ -81,11 +82,13 @@ def prepare(
     """
     from ..engine.args import LISTED_ENGINE_ARGS
     from ..models.http import check_endpoint
-    from ..utils import logs
+    from ..utils import logs, timeline
     from ..utils.hub import ensure_offline_if_unreachable
 
     # First: the hub libraries read offline mode once, when they are imported (mteb imports them).
     ensure_offline_if_unreachable()
+    if started is None:  # a call of its own, not a command's: its timeline (and summaries) start afresh
+        timeline.current().reset()
     engine = dict(engine)
     session = Session(engine=engine, started=time.time() if started is None else started)
     if not several:
