@@ -104,9 +104,9 @@ def require_model(model: str | None, remote: bool) -> None:
         raise UsageError("--model is required (for a served model it is the served name, optional)")
 
 
-def open_cache(cache_dir: str | None, no_cache: bool) -> Any:
-    """The output cache in ``cache_dir`` (default :func:`~vllm_eval.models.cache.default_cache_dir`), or None
-    with ``no_cache``.
+def open_cache(cache_dir: str | os.PathLike | None, no_cache: bool) -> Any:
+    """The output cache in ``cache_dir`` (a str or path; default :func:`~vllm_eval.models.cache.default_cache_dir`),
+    or None with ``no_cache``.
 
     Raises:
         UsageError: both ``cache_dir`` and ``no_cache``.
@@ -117,7 +117,7 @@ def open_cache(cache_dir: str | None, no_cache: bool) -> Any:
         if cache_dir:
             raise UsageError("give --cache-dir or --no-cache, not both")
         return None
-    return OutputCache(cache_dir or default_cache_dir())
+    return OutputCache(os.fspath(cache_dir) if cache_dir else default_cache_dir())
 
 
 def check_image_tasks(model: Any, tasks: list[Any]) -> None:

@@ -227,7 +227,7 @@ def _run_tasks(
     selected = tasks()
     resolved = resolve_model(model, spec.remote)
     outputs = task_output_dirs(session.output_dir, command, selected)
-    cache = open_cache(None if cache_dir is None else os.fspath(cache_dir), no_cache)
+    cache = open_cache(cache_dir, no_cache)
     try:
         with spec.load(resolved, show_progress_bar=show_progress, **(internal or {})) as scorer:
             scorer.use_cache(cache)

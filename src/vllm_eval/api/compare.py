@@ -117,7 +117,7 @@ def compare(
         _check_reference(kind, configs[0])
         shared = {k: v for k, v in {"prompts": prompts, "preset": preset}.items() if v}
         run = dict(first_stage=first_stage, top_k=top_k, limit=limit, sample_size=sample, backend_kwargs=shared)
-        cache = open_cache(None if cache_dir is None else os.fspath(cache_dir), no_cache)
+        cache = open_cache(cache_dir, no_cache)
         try:
             results = _run(kind, configs, resolved, selected, (tasks, data), cache, session, show_progress, run)
         finally:

@@ -167,7 +167,7 @@ def evaluate(
         session,
         resolved,
         selected,
-        (None if cache_dir is None else os.fspath(cache_dir), no_cache),
+        (cache_dir, no_cache),
         check_parity=check_parity,
         concurrent_tasks=concurrent_tasks,
         show_progress=show_progress,
@@ -206,9 +206,7 @@ def _prepare(
     return kind, session
 
 
-def _run(
-    session: Session, model: Any, tasks: list[Any], cache_at: tuple[str | None, bool], **how: Any
-) -> EvaluationResult:
+def _run(session: Session, model: Any, tasks: list[Any], cache_at: tuple[Any, bool], **how: Any) -> EvaluationResult:
     """Start the backend and the task processes, evaluate, write results; the engine is shut down and the cache
     closed on return."""
     from ..evaluation.concurrency import task_workers

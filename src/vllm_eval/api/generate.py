@@ -206,7 +206,7 @@ def _run(
     }
     results: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
-    cache = open_cache(None if cache_at[0] is None else os.fspath(cache_at[0]), cache_at[1])
+    cache = open_cache(*cache_at)
     try:
         with session.spec.load(model, **internal) as generator:
             generator.use_cache(cache)

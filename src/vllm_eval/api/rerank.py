@@ -149,7 +149,7 @@ def rerank(
         session,
         resolved,
         selected,
-        (None if cache_dir is None else os.fspath(cache_dir), no_cache),
+        (cache_dir, no_cache),
         first_stage=first_stage,
         reranker=None if model is None else os.fspath(model),
         top_k=top_k,
@@ -170,7 +170,7 @@ def _resolve_models(session: Session, model: Any, first_stage: str) -> Any:
     return resolved
 
 
-def _run(session: Session, model: Any, tasks: list[Any], cache_at: tuple[str | None, bool], **how: Any) -> RerankResult:
+def _run(session: Session, model: Any, tasks: list[Any], cache_at: tuple[Any, bool], **how: Any) -> RerankResult:
     """Load both stages, evaluate, write results; the engines are shut down and the cache closed on return."""
     from ..evaluation.results import finish_summaries, results_dir
     from ..evaluation.two_stage import evaluate_two_stage, load_first_stage
