@@ -209,9 +209,12 @@ def _call(model: Any, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
     if method == "encode":
         return model.encode(*args, **kwargs)
     if method == "search":  # index and search in one call: the index is kept per thread (CorpusSearch)
+        from ..models.ranked import columnar
+
         corpus, queries, index_kwargs = args
         model.index(corpus, **index_kwargs)
-        return model.search(queries, **kwargs)
+        with columnar():  # arrays cross the pipe; the task process makes dicts if its scoring wants them
+            return model.search(queries, **kwargs)
     raise ValueError(f"not a forwarded model method: {method}")
 
 
@@ -339,7 +342,9 @@ def _proxy(conn: Any, meta: Any, searches: bool) -> Any:
                 from ..models.encoder.search import search_candidates
 
                 return search_candidates(self, corpus, queries, **kwargs)
-            return self.call("search", corpus, queries, index_kwargs, **kwargs)
+            from ..models.ranked import as_results
+
+            return as_results(self.call("search", corpus, queries, index_kwargs, **kwargs))
 
     return SearchingProxy()
 

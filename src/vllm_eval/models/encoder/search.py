@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ranked import RankedLists, as_results, from_sorted_pairs
 from ..streaming import Batches
 
 logger = logging.getLogger(__name__)
@@ -218,7 +219,8 @@ def rank_candidates(
     Returns:
         ``{query id: {document id: score}}``, each query's documents best first (equal scores in the
         candidates' order; mteb's metrics sort each query's documents, and sorting sorted ones is cheap); a
-        query without candidates maps to ``{}`` (as mteb).
+        query without candidates maps to ``{}`` (as mteb). A :class:`~vllm_eval.models.ranked.RankedLists` where
+        this thread's scoring reads one (:func:`~vllm_eval.models.ranked.as_results`).
 
     Raises:
         ValueError: a score is NaN (as mteb).
@@ -232,16 +234,9 @@ def rank_candidates(
     if np.isnan(scores).any():
         raise ValueError(f"NaN values detected in the similarity scores: {int(np.isnan(scores).sum())}")
     order = np.lexsort((-scores, pair_query))  # by query, then best first; stable
-    # Python floats and ids made at once (a float() per score took most of MindSmall's ranking); the per-query
-    # dicts are mteb's output format.
-    values, ids = scores[order].tolist(), [doc_ids[j] for j in pair_doc[order].tolist()]
-    out: dict[str, dict[str, float]] = {}
-    lo = 0
-    for qid, hi in zip(query_ids, np.cumsum(counts).tolist(), strict=True):
-        end = min(hi, lo + k)
-        out[qid] = dict(zip(ids[lo:end], values[lo:end], strict=True))
-        lo = hi
-    return out
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    keep = order[np.arange(len(order)) - starts < np.repeat(np.minimum(counts, k), counts)]
+    return as_results(from_sorted_pairs(query_ids, pair_query[keep], pair_doc[keep], scores[keep], doc_ids))
 
 
 def search_candidates(
@@ -316,7 +311,8 @@ class CorpusSearch:
         num_proc: int | None = None,
         **kwargs: Any,
     ) -> dict[str, dict[str, float]]:
-        """Each query's ``top_k`` documents with their scores (mteb's ``RetrievalOutputType``).
+        """Each query's ``top_k`` documents with their scores (mteb's ``RetrievalOutputType``; a
+        :class:`~vllm_eval.models.ranked.RankedLists` where this thread's scoring reads one).
 
         Raises:
             ValueError: :meth:`index` was not called first (as mteb's wrapper).
@@ -342,9 +338,6 @@ class CorpusSearch:
         finally:
             if warming is not None:
                 warming.join()
-        doc_ids = column(corpus, "id")
-        values, rows = scores.tolist(), index.tolist()  # Python floats at once, not a float() per score
-        return {
-            qid: {doc_ids[j]: s for s, j in zip(values[i], rows[i], strict=True)}
-            for i, qid in enumerate(column(queries, "id"))
-        }
+        query_ids = column(queries, "id")
+        offsets = np.arange(len(query_ids) + 1, dtype=np.int64) * index.shape[1]
+        return as_results(RankedLists(query_ids, offsets, index.ravel(), scores.ravel(), column(corpus, "id")))

@@ -1,0 +1,142 @@
+"""Scoring as fast as the engine, with mteb's numbers: ``scoring="fast"`` (the default) or ``"mteb"``.
+
+mteb evaluates a task by encoding its inputs and then scoring them on the CPU; for the tasks with the most
+queries the scoring, not the model, is what a run waits for (MindSmallReranking: pytrec_eval, MRR and the
+abstention metrics one query at a time). Under :func:`fast_scoring` a few of mteb's functions are replaced,
+while mteb evaluates as always, by versions that compute the same numbers on arrays:
+
+* retrieval and reranking metrics: :func:`.retrieval.calculate_retrieval_scores`, fed by searches that return
+  :class:`~vllm_eval.models.ranked.RankedLists` instead of a dict per query;
+* MindSmallReranking's ``max_over_subqueries``: :func:`.subqueries.max_over_subqueries`;
+* classification: mteb's own logistic regression and metrics, given each split's labels as one list (a
+  ``datasets`` column read row by row took most of ImdbClassification's scoring).
+
+Every other algorithm stays mteb's (clustering, STS, pair classification, summarization). ``tests/test_scoring.py``
+runs mteb's functions and these on the same inputs and asserts the same metrics.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: The scoring paths: ours, or mteb's own functions unchanged.
+SCORINGS = ("fast", "mteb")
+
+_lock = threading.Lock()
+_users = 0
+_saved: list[tuple[Any, str, Any]] = []
+
+
+def _retrieval_evaluate(
+    self: Any, qrels: Any, results: Any, k_values: Any, ignore_identical_ids: bool = False,
+    skip_first_result: bool = False,
+) -> Any:  # fmt: skip
+    """``RetrievalEvaluator.evaluate`` with :func:`.retrieval.calculate_retrieval_scores`; identical ids are
+    dropped in place, as mteb pops them."""
+    from ...models.ranked import RankedLists
+    from .retrieval import calculate_retrieval_scores
+
+    if ignore_identical_ids:
+        if isinstance(results, RankedLists):
+            results.drop_identical_ids()
+        else:
+            for qid, rels in results.items():
+                rels.pop(qid, None)
+    return calculate_retrieval_scores(results, qrels, list(k_values), skip_first_result)
+
+
+class _Labels:
+    """A split whose columns are read at once: ``split[name]`` is a list, not ``datasets``' lazy column."""
+
+    def __init__(self, split: Any) -> None:
+        self._split = split
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self._split[key]
+        return value[:] if isinstance(key, str) else value
+
+    def __len__(self) -> int:
+        return len(self._split)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._split, name)
+
+
+def _patches() -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, replacement) of every mteb function replaced under :func:`fast_scoring`."""
+    from mteb._evaluators import retrieval_evaluator, retrieval_metrics
+    from mteb.abstasks.abstask import AbsTask
+    from mteb.abstasks.classification import AbsTaskClassification
+    from mteb.tasks.reranking.eng import mind_small_reranking
+
+    from ...models.ranked import RankedLists
+    from . import retrieval, subqueries
+
+    run_experiment = AbsTaskClassification._run_experiment
+    save = AbsTask._save_task_predictions
+
+    def _run_experiment(self: Any, train_split: Any, eval_split: Any, *args: Any, **kwargs: Any) -> Any:
+        return run_experiment(self, _Labels(train_split), _Labels(eval_split), *args, **kwargs)
+
+    def _save_task_predictions(self: Any, predictions: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(predictions, RankedLists):
+            predictions = predictions.to_dict()
+        return save(self, predictions, *args, **kwargs)
+
+    return [
+        (retrieval_evaluator, "calculate_retrieval_scores", retrieval.calculate_retrieval_scores),
+        (retrieval_evaluator.RetrievalEvaluator, "evaluate", _retrieval_evaluate),
+        (retrieval_metrics, "calculate_retrieval_scores", retrieval.calculate_retrieval_scores),
+        (retrieval_metrics, "max_over_subqueries", subqueries.max_over_subqueries),
+        (mind_small_reranking, "max_over_subqueries", subqueries.max_over_subqueries),
+        (AbsTaskClassification, "_run_experiment", _run_experiment),
+        (AbsTask, "_save_task_predictions", _save_task_predictions),
+    ]
+
+
+@contextmanager
+def fast_scoring(enabled: bool = True) -> Iterator[None]:
+    """Within this block mteb scores with this package's functions (see the module doc) and searches on this
+    thread return :class:`~vllm_eval.models.ranked.RankedLists`; ``enabled=False`` changes nothing (mteb's own
+    scoring). The functions are replaced process-wide while any thread is inside a block, and restored when the
+    last one leaves."""
+    global _users
+    from ...models.ranked import columnar
+
+    if not enabled:
+        with columnar(False):
+            yield
+        return
+    with _lock:
+        if _users == 0:
+            patches = _patches()
+            _saved[:] = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
+            for owner, name, new in patches:
+                setattr(owner, name, new)
+        _users += 1
+    try:
+        with columnar(True):
+            yield
+    finally:
+        with _lock:
+            _users -= 1
+            if _users == 0:
+                for owner, name, old in _saved:
+                    setattr(owner, name, old)
+                _saved.clear()
+
+
+def check_scoring(scoring: str) -> str:
+    """``scoring`` if it names a scoring path.
+
+    Raises:
+        UsageError: another value (the choices named).
+    """
+    from ...utils.errors import UsageError
+
+    if scoring not in SCORINGS:
+        raise UsageError(f"--scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
+    return scoring

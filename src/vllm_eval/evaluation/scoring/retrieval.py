@@ -1,0 +1,253 @@
+"""mteb's retrieval metrics computed on arrays, with mteb's numbers.
+
+mteb scores a retrieval or reranking split with ``calculate_retrieval_scores``
+(``mteb/_evaluators/retrieval_metrics.py``): pytrec_eval (trec_eval's nDCG, MAP, recall, precision and success
+at each cutoff, one query at a time from Python dicts), then its own MRR, then the abstention metrics (nAUC of
+each metric against each confidence score, arXiv:2402.12997) over lists made one query at a time;
+MindSmallReranking adds ``max_over_subqueries``. On MindSmallReranking (2.36 million queries) that took most of
+the task's time. Here every metric is computed for all queries at once from arrays (queries with the same
+number of ranked documents as one matrix), by the same arithmetic in the same order, so the numbers are
+mteb's: trec_eval's ranking (score as float32, descending, then document id descending), its discount
+``log2(rank + 1)`` from the C library as trec_eval calls it, the running sums accumulated rank by rank, the
+means summed by Python's ``sum`` as mteb does, and the abstention curves by mteb's own steps
+(:mod:`.abstention`). ``tests/test_scoring.py`` checks every metric against mteb's functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...models.ranked import RankedLists
+from .abstention import confidence_scores, naucs
+from .arrays import Runs, length_groups, runs_of
+
+
+def _doc_rank(runs: Runs) -> np.ndarray:
+    """Per entry of ``runs.names``: its place among the ids that occur, in Python's string order (trec_eval
+    and mteb break equal scores by document id, descending)."""
+    used = np.unique(runs.docs)
+    names = runs.names
+    order = sorted(range(len(used)), key=lambda i: names[used[i]])
+    rank = np.zeros(len(names), dtype=np.int64)
+    rank[used[order]] = np.arange(len(used))
+    return rank
+
+
+def _ranked(runs: Runs, key: np.ndarray, doc_rank: np.ndarray) -> np.ndarray:
+    """Pair indices ordered by query, then ``key`` descending, then document id descending. Pairs already in that
+    order (a search returns them best first) are checked in one pass; only queries out of order are sorted."""
+    if len(key) == 0:
+        return np.arange(0)
+    pq, rank = runs.pair_query(), doc_rank[runs.docs]
+    same_query = pq[1:] == pq[:-1]
+    fine = (key[:-1] > key[1:]) | ((key[:-1] == key[1:]) & (rank[:-1] > rank[1:]))
+    bad = same_query & ~fine
+    order = np.arange(len(key))
+    if bad.any():
+        sel = np.flatnonzero(np.isin(pq, np.unique(pq[1:][bad])))
+        order[sel] = sel[np.lexsort((-rank[sel], -key[sel], pq[sel]))]
+    return order
+
+
+def _relevance(runs: Runs, qrels: Mapping[str, Mapping[str, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each pair's relevance in ``qrels`` (0 where not judged), and every judgement of the results' queries as
+    (query index, relevance) int64 arrays, by query.
+
+    Raises:
+        KeyError: a query of the results without qrels (as mteb's MRR does).
+    """
+    judged = [qrels[qid] for qid in runs.query_ids]
+    counts = np.fromiter((len(r) for r in judged), dtype=np.int64, count=len(judged))
+    values = np.fromiter((v for r in judged for v in r.values()), dtype=np.int64, count=int(counts.sum()))
+    query = np.repeat(np.arange(len(judged)), counts)
+    local = {runs.names[j]: j for j in np.unique(runs.docs).tolist()}
+    doc = np.fromiter((local.get(d, -1) for r in judged for d in r), dtype=np.int64, count=len(values))
+    rel = np.zeros(len(runs.docs), dtype=np.int64)
+    found = doc >= 0
+    if found.any():
+        n_names = max(len(runs.names), 1)
+        key = query[found] * n_names + doc[found]
+        order = np.argsort(key)
+        key, value = key[order], values[found][order]
+        pair_key = runs.pair_query() * n_names + runs.docs
+        at = np.minimum(np.searchsorted(key, pair_key), len(key) - 1)
+        hit = key[at] == pair_key
+        rel[hit] = value[at[hit]]
+    return rel, query, values
+
+
+def _discounts(n: int) -> np.ndarray:
+    """``log2(rank + 1)`` for ranks 1..n from the C library's ``log2`` (trec_eval's), not numpy's."""
+    return np.array([math.log2(i + 2) for i in range(n)], dtype=np.float64)
+
+
+def _ideal(query: np.ndarray, values: np.ndarray, n: int, k_values: Sequence[int]) -> dict[int, np.ndarray]:
+    """Per cutoff, each of ``n`` queries' ideal DCG: its positive judged relevances (``values`` of ``query``),
+    best first, discounted."""
+    out = {k: np.zeros(n) for k in k_values}
+    positive = values > 0
+    query, values = query[positive], values[positive]
+    order = np.lexsort((-values, query))
+    values = values[order].astype(np.float64)
+    counts = np.bincount(query, minlength=n)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    lengths = np.minimum(counts, max(k_values))
+    discount = _discounts(int(lengths.max(initial=0)) or 1)
+    for length, queries in length_groups(lengths):
+        total = np.cumsum(values[offsets[queries][:, None] + np.arange(length)] / discount[:length], axis=1)
+        for k in k_values:
+            out[k][queries] = total[:, min(k, length) - 1]
+    return out
+
+
+def trec_metrics(
+    runs: Runs, order: np.ndarray, rel: np.ndarray, judged: tuple[np.ndarray, np.ndarray], k_values: Sequence[int]
+) -> dict[str, np.ndarray]:
+    """pytrec_eval's ``ndcg_cut``, ``map_cut``, ``recall``, ``P`` and ``success`` at each cutoff, per query
+    (float64 (n_queries,) each, keyed ``ndcg_cut_10`` ... as pytrec_eval names them); relevant: relevance >= 1."""
+    k_max = max(k_values)
+    n = len(runs.query_ids)
+    counts = runs.counts
+    lengths = np.minimum(counts, k_max)
+    ranked_rel = rel[order]
+    discount = _discounts(int(lengths.max(initial=0)) or 1)
+    query, values = judged
+    num_rel = np.bincount(query[values >= 1], minlength=n)
+    ideal = _ideal(query, values, n, k_values)
+    out = {f"{m}_{k}": np.zeros(n) for m in ("ndcg_cut", "map_cut", "recall", "P", "success") for k in k_values}
+    for length, queries in length_groups(lengths):
+        at = runs.offsets[queries][:, None] + np.arange(length)
+        r = ranked_rel[at]
+        hit = r >= 1
+        found = np.cumsum(hit, axis=1)
+        ap = np.cumsum(np.where(hit, found / np.arange(1, length + 1), 0.0), axis=1)
+        dcg = np.cumsum(np.where(r > 0, r, 0) / discount[:length], axis=1)
+        nrel = num_rel[queries]
+        for k in k_values:
+            c = min(k, length) - 1
+            got = found[:, c]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[f"P_{k}"][queries] = got / k
+                out[f"recall_{k}"][queries] = np.where(nrel > 0, got / nrel, 0.0)
+                out[f"map_cut_{k}"][queries] = np.where(nrel > 0, ap[:, c] / nrel, ap[:, c])
+                best = ideal[k][queries]
+                out[f"ndcg_cut_{k}"][queries] = np.where(best > 0, dcg[:, c] / best, dcg[:, c])
+            out[f"success_{k}"][queries] = (got > 0).astype(np.float64)
+    return out
+
+
+def mrr_at(runs: Runs, order: np.ndarray, rel: np.ndarray, k_values: Sequence[int]) -> dict[str, np.ndarray]:
+    """mteb's ``mrr``: per query and cutoff, 1 / rank of the first document with relevance > 0 (0 if none)."""
+    n, k_max = len(runs.query_ids), max(k_values)
+    position = np.arange(len(order)) - np.repeat(runs.offsets[:-1], runs.counts)
+    hit = (rel[order] > 0) & (position < k_max)
+    first = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(first, runs.pair_query()[hit], position[hit])
+    out = {}
+    for k in k_values:
+        with np.errstate(divide="ignore"):
+            out[f"MRR@{k}"] = np.where(first < k, 1.0 / (first + 1), 0.0)
+    return out
+
+
+def _mean(values: np.ndarray, n: int) -> float:
+    return sum(values.tolist()) / n  # Python's sum, as mteb: numpy's pairwise sum rounds otherwise
+
+
+class PerQueryScores(Mapping):
+    """pytrec_eval's per-query output (``{query: {"ndcg_cut_10": ..., ...}}``) over the arrays, each query's dict
+    built when read."""
+
+    def __init__(self, query_ids: list[str], metrics: dict[str, np.ndarray]) -> None:
+        self.query_ids, self.metrics = query_ids, metrics
+        self._row = {q: i for i, q in enumerate(query_ids)}
+
+    def __len__(self) -> int:
+        return len(self.query_ids)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.query_ids)
+
+    def __getitem__(self, qid: str) -> dict[str, float]:
+        i = self._row[qid]
+        return {name: float(values[i]) for name, values in self.metrics.items()}
+
+
+def skip_first(runs: Runs) -> Runs:
+    """mteb's ``skip_first_result``: each query's documents sorted by score (descending, equal scores in their
+    order) less the first."""
+    pq = runs.pair_query()
+    order = np.lexsort((np.arange(len(pq)), -runs.scores, pq))
+    position = np.arange(len(pq)) - np.repeat(runs.offsets[:-1], runs.counts)
+    keep = order[position > 0]
+    counts = np.maximum(runs.counts - 1, 0)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return Runs(runs.query_ids, offsets, runs.docs[keep], runs.scores[keep], runs.names)
+
+
+def calculate_retrieval_scores(
+    results: Mapping[str, Mapping[str, float]],
+    qrels: Mapping[str, Mapping[str, int]],
+    k_values: Sequence[int],
+    skip_first_result: bool = False,
+) -> Any:
+    """mteb's ``calculate_retrieval_scores`` (same arguments, same ``RetrievalEvaluationResult``, same numbers):
+    ``results`` ``{query: {document: score}}`` (or a :class:`RankedLists`), ``qrels`` ``{query: {document: int
+    relevance}}``; ``all_scores`` is a read-only mapping of pytrec_eval's per-query dicts.
+
+    Raises:
+        KeyError: a query of ``results`` without qrels (as mteb).
+        ZeroDivisionError: no query at all (as mteb).
+        IndexError: a query of ``results`` with empty qrels, which mteb's function is given (it fails, or scores
+            pairing its lists as it does).
+    """
+    from mteb._evaluators.retrieval_metrics import calculate_retrieval_scores as mtebs
+    from mteb.types import RetrievalEvaluationResult
+
+    if mtebs is not calculate_retrieval_scores and any(not qrels.get(q, True) for q in results):
+        # pytrec_eval skips a query judged on nothing while mteb's MRR and confidence lists keep it: mteb's own
+        # function fails or pairs the lists as it does; such queries never reach it from a task (mteb drops them)
+        plain = results.to_dict() if isinstance(results, RankedLists) else results
+        return mtebs(plain, qrels, k_values, skip_first_result)
+    runs = runs_of(results)
+    if skip_first_result:
+        runs = skip_first(runs)
+    k_values = list(k_values)
+    rel, *judged = _relevance(runs, qrels)
+    doc_rank = _doc_rank(runs)
+    with np.errstate(over="ignore"):
+        as_float32 = runs.scores.astype(np.float32)
+    order = _ranked(runs, as_float32, doc_rank)  # trec_eval ranks by a float32 score
+    exact = bool(np.array_equal(as_float32.astype(np.float64), runs.scores, equal_nan=True))
+    mrr_order = order if exact else _ranked(runs, runs.scores, doc_rank)  # mteb's MRR by the double
+    trec = trec_metrics(runs, order, rel, tuple(judged), k_values)
+    n = len(runs.query_ids)
+    means = {
+        name: {f"{label}@{k}": round(_mean(trec[f"{key}_{k}"], n), 5) for k in k_values}
+        for name, (label, key) in {
+            "ndcg": ("NDCG", "ndcg_cut"), "map": ("MAP", "map_cut"), "recall": ("Recall", "recall"),
+            "precision": ("P", "P"), "hit_rate": ("HitRate", "success"),
+        }.items()
+    }  # fmt: skip
+    mrr = mrr_at(runs, mrr_order, rel, k_values)
+    confidence = confidence_scores(runs)
+    per_query = {
+        f"{label}@{k}": trec[f"{key}_{k}"]
+        for label, key in (("NDCG", "ndcg_cut"), ("MAP", "map_cut"), ("Recall", "recall"), ("P", "P"))
+        for k in k_values
+    }
+    return RetrievalEvaluationResult(
+        all_scores=PerQueryScores(runs.query_ids, trec),
+        ndcg=means["ndcg"],
+        map=means["map"],
+        recall=means["recall"],
+        precision=means["precision"],
+        naucs=naucs(confidence, per_query),
+        mrr={name: _mean(values, len(values)) for name, values in mrr.items()},
+        naucs_mrr=naucs(confidence, mrr),
+        hit_rate=means["hit_rate"],
+    )

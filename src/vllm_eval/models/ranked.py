@@ -1,0 +1,116 @@
+"""Search results held as arrays: mteb's ``{query id: {document id: score}}`` without a dict per query.
+
+A search hands mteb one dict per query (``RetrievalOutputType``); MindSmallReranking at full size has 2.36
+million queries and 97 million (query, candidate) scores, and building, pickling and reading those dicts took
+longer than computing them. :class:`RankedLists` keeps the same content as arrays and reads as the same
+mapping (each query's dict built when asked for), so mteb code that reads results still works, while this
+package's scoring (:mod:`vllm_eval.evaluation.scoring`) reads the arrays. A search returns one only where the
+scoring that reads it is on (:func:`columnar`, per thread); elsewhere it returns the plain dicts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+_state = threading.local()
+
+
+class RankedLists(Mapping):
+    """Each query's ranked documents with their scores, as arrays; a read-only ``Mapping[str, dict[str, float]]``.
+
+    Args:
+        query_ids: the queries, in order (n_queries).
+        offsets: int64 (n_queries + 1): query ``i``'s pairs are ``[offsets[i], offsets[i + 1])``.
+        docs: int64 (n_pairs): each pair's document, an index into ``doc_ids``.
+        scores: float32 or float64 (n_pairs): each pair's score; a query's pairs in the order its dict lists them.
+        doc_ids: the documents' ids.
+
+    A query's dict is built anew on each read: changing it changes nothing here (mteb's code only reads
+    results, except ``ignore_identical_ids``, see :meth:`drop_identical_ids`).
+    """
+
+    def __init__(
+        self, query_ids: list[str], offsets: np.ndarray, docs: np.ndarray, scores: np.ndarray, doc_ids: list[str]
+    ) -> None:
+        self.query_ids, self.doc_ids = list(query_ids), doc_ids
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.docs = np.asarray(docs, dtype=np.int64)
+        self.scores = np.asarray(scores)
+        self._row: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.query_ids)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.query_ids)
+
+    def __getitem__(self, qid: str) -> dict[str, float]:
+        if self._row is None:
+            self._row = {q: i for i, q in enumerate(self.query_ids)}
+        i = self._row[qid]
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        ids = self.doc_ids
+        return dict(zip([ids[j] for j in self.docs[lo:hi].tolist()], self.scores[lo:hi].tolist(), strict=True))
+
+    def __contains__(self, qid: object) -> bool:
+        if self._row is None:
+            self._row = {q: i for i, q in enumerate(self.query_ids)}
+        return qid in self._row
+
+    def to_dict(self) -> dict[str, dict[str, float]]:
+        """mteb's plain form: one dict per query, in order (Python floats made at once, not one per score)."""
+        ids, values, bounds = self.doc_ids, self.scores.tolist(), self.offsets.tolist()
+        names = [ids[j] for j in self.docs.tolist()]
+        return {
+            qid: dict(zip(names[lo:hi], values[lo:hi], strict=True))
+            for qid, lo, hi in zip(self.query_ids, bounds, bounds[1:], strict=False)
+        }
+
+    def drop_identical_ids(self) -> None:
+        """Remove, in place, each query's document whose id is the query's (mteb's ``ignore_identical_ids``,
+        which pops them from each query's dict)."""
+        index = {self.doc_ids[j]: j for j in np.unique(self.docs).tolist()}  # the documents ranked, not the corpus
+        own = np.array([index.get(q, -1) for q in self.query_ids], dtype=np.int64)
+        counts = np.diff(self.offsets)
+        keep = self.docs != np.repeat(own, counts)
+        if keep.all():
+            return
+        pair_query = np.repeat(np.arange(len(self.query_ids)), counts)[keep]
+        self.offsets = np.concatenate([[0], np.cumsum(np.bincount(pair_query, minlength=len(self.query_ids)))])
+        self.docs, self.scores = self.docs[keep], self.scores[keep]
+
+    def __reduce__(self) -> tuple:
+        return RankedLists, (self.query_ids, self.offsets, self.docs, self.scores, self.doc_ids)
+
+
+@contextmanager
+def columnar(enabled: bool = True) -> Iterator[None]:
+    """Within this block, on this thread, a search returns :class:`RankedLists` (``enabled``) or plain dicts."""
+    before = getattr(_state, "on", False)
+    _state.on = enabled
+    try:
+        yield
+    finally:
+        _state.on = before
+
+
+def as_results(ranked: Any) -> Any:
+    """``ranked`` as this thread's scoring reads results: itself under :func:`columnar`, else plain dicts."""
+    if isinstance(ranked, RankedLists) and not getattr(_state, "on", False):
+        return ranked.to_dict()
+    return ranked
+
+
+def from_sorted_pairs(
+    query_ids: list[str], pair_query: np.ndarray, pair_doc: np.ndarray, scores: np.ndarray, doc_ids: list[str]
+) -> RankedLists:
+    """:class:`RankedLists` of pairs already grouped by query (``pair_query`` non-decreasing indices into
+    ``query_ids``; a query without pairs maps to ``{}``)."""
+    counts = np.bincount(pair_query, minlength=len(query_ids))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return RankedLists(query_ids, offsets, pair_doc, scores, doc_ids)

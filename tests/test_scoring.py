@@ -1,0 +1,193 @@
+"""The fast scoring computes mteb's numbers: mteb's own functions and ours on the same inputs, every metric equal.
+
+Property tests (hypothesis) cover the retrieval metrics (pytrec_eval's, MRR, the abstention metrics) on
+small random rankings with ties, unjudged and negative judgements, scores that float32 cannot hold and empty
+lists; ``max_over_subqueries`` on queries split into subqueries; and one task of every type of the
+MTEB(eng, v2) replica runs through ``mteb.evaluate`` with mteb's scoring and with ours on the same vectors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vllm_eval.evaluation.scoring import SCORINGS, check_scoring, fast_scoring
+from vllm_eval.evaluation.scoring.retrieval import calculate_retrieval_scores
+from vllm_eval.evaluation.scoring.subqueries import max_over_subqueries
+from vllm_eval.models.ranked import RankedLists, as_results, columnar
+from vllm_eval.utils.errors import UsageError
+
+CHECKS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+DOCS = ["a", "b", "c", "d_1", "d_2", "e", "f", "g"]
+
+
+def equal(x, y, where=""):
+    """Every value equal (NaN equals NaN), nested dicts walked; the first difference named."""
+    if isinstance(x, dict) or hasattr(x, "keys"):
+        assert set(x) == set(y), f"{where}: keys {sorted(set(x) ^ set(y))}"
+        for key in x:
+            equal(x[key], y[key], f"{where}.{key}")
+        return
+    if isinstance(x, float) and math.isnan(x):
+        assert isinstance(y, float) and math.isnan(y), f"{where}: {x!r} != {y!r}"
+        return
+    assert x == y, f"{where}: {x!r} != {y!r}"
+
+
+def same_result(mine, theirs):
+    for field in theirs._fields:
+        equal(getattr(theirs, field), getattr(mine, field), field)
+
+
+def ranked(results):
+    """``results`` as a RankedLists (documents numbered in order of appearance)."""
+    ids: dict[str, int] = {}
+    docs = [ids.setdefault(d, len(ids)) for r in results.values() for d in r]
+    scores = [s for r in results.values() for s in r.values()]
+    offsets = np.cumsum([0, *(len(r) for r in results.values())])
+    return RankedLists(list(results), offsets, np.array(docs), np.array(scores, dtype=np.float64), list(ids))
+
+
+score = st.one_of(
+    st.sampled_from([0.0, 0.25, 0.5, 0.5, 1.0, -0.25]),  # ties
+    st.floats(-1, 1, width=32),
+    st.floats(-1, 1),  # doubles float32 cannot hold: trec_eval ranks by the float32, mteb's MRR by the double
+)
+
+
+@st.composite
+def judged_runs(draw, query_names=None):
+    queries = query_names or draw(
+        st.lists(st.sampled_from(["q1", "q2", "q3", "q4", "d_1"]), min_size=1, max_size=4, unique=True)
+    )
+    results, qrels = {}, {}
+    for q in queries:
+        results[q] = draw(st.dictionaries(st.sampled_from(DOCS), score, max_size=7))
+        qrels[q] = draw(st.dictionaries(st.sampled_from([*DOCS, "x", "y"]), st.integers(-1, 3), max_size=5))
+    return results, qrels
+
+
+k_values = st.lists(st.sampled_from([1, 2, 3, 5, 10, 100]), min_size=1, max_size=4, unique=True).map(sorted)
+
+
+@CHECKS
+@given(judged_runs(), k_values, st.booleans())
+def test_retrieval_scores_are_mtebs(runs, ks, skip_first):
+    from mteb._evaluators.retrieval_metrics import calculate_retrieval_scores as mtebs
+
+    results, qrels = runs
+    try:
+        theirs = mtebs(results, qrels, ks, skip_first)
+    except (ZeroDivisionError, IndexError, ValueError, KeyError) as exc:  # mteb's own failures: ours fails alike
+        with pytest.raises(type(exc)):
+            calculate_retrieval_scores(ranked(results), qrels, ks, skip_first)
+        return
+    same_result(calculate_retrieval_scores(results, qrels, ks, skip_first), theirs)
+    same_result(calculate_retrieval_scores(ranked(results), qrels, ks, skip_first), theirs)
+
+
+@CHECKS
+@given(
+    st.lists(
+        st.sampled_from(["i1_0", "i1_1", "i1_2", "i2_0", "i2_1", "i3_x_0", "i4"]), min_size=1, unique=True
+    ).flatmap(judged_runs),
+    k_values,
+)
+def test_max_over_subqueries_is_mtebs(runs, ks):
+    from mteb._evaluators.retrieval_metrics import max_over_subqueries as mtebs
+
+    results, qrels = runs
+    results = {q: results[q] for q in reversed(list(results))}  # results need not follow the qrels' order
+    try:
+        theirs = mtebs(qrels, results, ks)
+    except (ZeroDivisionError, IndexError, ValueError, KeyError) as exc:
+        with pytest.raises(type(exc)):
+            max_over_subqueries(qrels, ranked(results), ks)
+        return
+    equal(max_over_subqueries(qrels, results, ks), theirs)
+    equal(max_over_subqueries(qrels, ranked(results), ks), theirs)
+
+
+def test_a_query_without_qrels_fails_as_in_mteb():
+    from mteb._evaluators.retrieval_metrics import calculate_retrieval_scores as mtebs
+
+    results, qrels = {"q1": {"a": 1.0}, "q2": {"b": 0.5}}, {"q1": {"a": 1}}
+    for scorer in (mtebs, calculate_retrieval_scores):
+        with pytest.raises(KeyError):
+            scorer(results, qrels, [1])
+
+
+def test_identical_ids_are_dropped_as_mteb_drops_them():
+    from mteb._evaluators.retrieval_evaluator import RetrievalEvaluator
+
+    results = {"a": {"a": 0.9, "b": 0.5, "c": 0.1}, "b": {"b": 0.8, "c": 0.7}}
+    qrels = {"a": {"c": 1}, "b": {"c": 2}}
+    theirs = RetrievalEvaluator.evaluate(None, qrels, {q: dict(r) for q, r in results.items()}, [1, 3], True)
+    mine = ranked(results)
+    with fast_scoring():
+        same_result(RetrievalEvaluator.evaluate(None, qrels, mine, [1, 3], True), theirs)
+    assert mine["a"] == {"b": 0.5, "c": 0.1}  # dropped in place, as mteb pops them
+
+
+def test_ranked_lists_read_as_mtebs_dicts():
+    results = {"q1": {"b": 0.5, "a": 0.25}, "q2": {}, "q3": {"a": 1.0}}
+    lists = ranked(results)
+    assert dict(lists) == results == lists.to_dict()
+    assert "q2" in lists and "q9" not in lists and len(lists) == 3
+    import pickle
+
+    assert pickle.loads(pickle.dumps(lists)).to_dict() == results
+    assert as_results(lists) == results and type(as_results(lists)) is dict
+    with columnar():
+        assert as_results(lists) is lists
+
+
+def test_scoring_is_restored_after_the_block():
+    from mteb._evaluators import retrieval_evaluator
+
+    mtebs = retrieval_evaluator.calculate_retrieval_scores
+    with fast_scoring():
+        with fast_scoring():
+            assert retrieval_evaluator.calculate_retrieval_scores is calculate_retrieval_scores
+        assert retrieval_evaluator.calculate_retrieval_scores is calculate_retrieval_scores
+    assert retrieval_evaluator.calculate_retrieval_scores is mtebs
+    with fast_scoring(False):
+        assert retrieval_evaluator.calculate_retrieval_scores is mtebs
+    assert check_scoring("mteb") == "mteb" and SCORINGS == ("fast", "mteb")
+    with pytest.raises(UsageError, match="--scoring must be one of fast, mteb, got 'quick'"):
+        check_scoring("quick")
+
+
+#: The quickest task of each type in the replica (a binary classification: its scores include average precision).
+ONE_OF_EACH = {
+    "Retrieval": "ArguAna", "Reranking": "MindSmallReranking", "Classification": "ToxicConversationsClassification",
+    "Clustering": "TwentyNewsgroupsClustering.v2", "STS": "BIOSSES", "PairClassification": "SprintDuplicateQuestions",
+}  # fmt: skip
+
+
+def test_every_task_type_scores_as_mteb_on_the_same_vectors(replica):
+    """One task per type of the replica through mteb.evaluate, mteb's scoring against ours, with this package's
+    search in both: every reported metric equal."""
+    import mteb
+
+    from vllm_eval.tasks.shaped import replica_tasks
+    from vllm_eval.testing.instant import InstantSearchEncoder
+
+    names = [*ONE_OF_EACH.values(), "AskUbuntuDupQuestions"]
+    assert {t.metadata.name: t.metadata.type for t in replica_tasks(replica) if t.metadata.name in names} == {
+        **{name: kind for kind, name in ONE_OF_EACH.items()},
+        "AskUbuntuDupQuestions": "Reranking",
+    }
+    scores = {}
+    for scoring in SCORINGS:
+        tasks = [t for t in replica_tasks(replica) if t.metadata.name in names]
+        with fast_scoring(scoring == "fast"):
+            result = mteb.evaluate(InstantSearchEncoder(64), tasks, cache=None, co2_tracker=False,
+                                   show_progress_bar=False, encode_kwargs={"show_progress_bar": False})  # fmt: skip
+        scores[scoring] = {r.task_name: r.scores for r in result.task_results}
+    assert set(scores["fast"]) == set(names)
+    equal(scores["fast"], scores["mteb"])
