@@ -19,6 +19,7 @@ from vllm_eval.evaluation.scoring import SCORINGS, check_scoring, fast_scoring
 from vllm_eval.evaluation.scoring.retrieval import calculate_retrieval_scores
 from vllm_eval.evaluation.scoring.subqueries import max_over_subqueries
 from vllm_eval.models.ranked import RankedLists, as_results, columnar
+from vllm_eval.testing.instant import InstantSearchEncoder
 from vllm_eval.utils.errors import UsageError
 
 CHECKS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -175,7 +176,6 @@ def test_every_task_type_scores_as_mteb_on_the_same_vectors(replica):
     import mteb
 
     from vllm_eval.tasks.shaped import replica_tasks
-    from vllm_eval.testing.instant import InstantSearchEncoder
 
     names = [*ONE_OF_EACH.values(), "AskUbuntuDupQuestions"]
     assert {t.metadata.name: t.metadata.type for t in replica_tasks(replica) if t.metadata.name in names} == {
@@ -191,3 +191,20 @@ def test_every_task_type_scores_as_mteb_on_the_same_vectors(replica):
         scores[scoring] = {r.task_name: r.scores for r in result.task_results}
     assert set(scores["fast"]) == set(names)
     equal(scores["fast"], scores["mteb"])
+
+
+def test_a_search_crosses_to_a_task_process_as_arrays_with_the_same_scores(replica):
+    """A full-corpus search made in the command's process crosses to the task's process as arrays (fast scoring):
+    the same score as mteb's scoring in one process."""
+    from vllm_eval.evaluation.results import evaluate
+    from vllm_eval.evaluation.task_processes import TaskProcesses
+    from vllm_eval.tasks.shaped import replica_tasks
+
+    def tasks():
+        return [t for t in replica_tasks(replica) if t.metadata.name == "ArguAna"]
+
+    model = InstantSearchEncoder(64)
+    here = evaluate(model, tasks(), show_progress_bar=False, concurrent_tasks=1, scoring="mteb")
+    there = evaluate(model, tasks(), show_progress_bar=False, processes=TaskProcesses(1), scoring="fast")
+    assert [(r.task, r.status) for r in here] == [("ArguAna", "computed")]
+    assert [(r.task, r.main_score) for r in there] == [(r.task, r.main_score) for r in here]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..evaluation.scoring import check_scoring
 from ..utils.errors import UsageError, VllmEvalError
 from ..utils.timeline import phase
 from .checks import check_image_tasks, open_cache, resolve_model
@@ -107,6 +108,7 @@ def evaluate(
     log_samples: bool = False,
     check_parity: int | None = None,
     concurrent_tasks: int | None = None,
+    scoring: str = "fast",
     show_progress: bool = True,
     verbose: bool = False,
     started: float | None = None,
@@ -137,6 +139,8 @@ def evaluate(
         check_parity: embed this many of each task's inputs with the reference backend too and record the
             minimum cosine (rows' ``parity_min_cosine``).
         concurrent_tasks: tasks evaluated at once (default: by the machine's cores).
+        scoring: ``fast`` (mteb's metrics computed on arrays: the same numbers, :mod:`vllm_eval.evaluation.scoring`)
+            or ``mteb`` (mteb's own scoring code).
         show_progress: progress bars. ``verbose``: vLLM's INFO logs and third-party warnings.
         started: when the run started (``time.time()``), so ``summary.json``'s total counts from there; default now.
         **options: backend options (``preset``, ``prompts``, ``instruction_template``, ``dimensions``,
@@ -154,6 +158,7 @@ def evaluate(
         ModelNotFoundError: a local model that does not exist.
         EngineError, EndpointError: a failure of the engine or a server while running.
     """
+    check_scoring(scoring)
     kind, session = _prepare(model, backend, pooling_task, options, output_dir, verbose, started)
     _check(kind, backend, session, log_samples, check_parity, concurrent_tasks)
     with phase("model"):
@@ -170,6 +175,7 @@ def evaluate(
         (cache_dir, no_cache),
         check_parity=check_parity,
         concurrent_tasks=concurrent_tasks,
+        scoring=scoring,
         show_progress=show_progress,
         overwrite_strategy=overwrite_strategy,
         continue_on_error=continue_on_error,
@@ -254,6 +260,7 @@ def _run(session: Session, model: Any, tasks: list[Any], cache_at: tuple[Any, bo
                 prefetch=prefetch,
                 concurrent_tasks=workers,
                 processes=processes,
+                scoring=how["scoring"],
             )
             meta = encoder.mteb_model_meta
     finally:

@@ -30,6 +30,7 @@ from ..utils.progress import run_display
 from ..utils.telemetry import device_name, package_versions, task_counters, task_telemetry
 from . import task_processes
 from .concurrency import run_tasks, task_workers
+from .scoring import check_scoring, fast_scoring
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ def evaluate(
     prefetch: Any = None,
     concurrent_tasks: int | None = 1,
     processes: Any = None,
+    scoring: str = "fast",
 ) -> list[TaskScore]:
     """Evaluate ``model`` (any mteb model protocol) on ``tasks`` with ``mteb.evaluate``, task by task.
 
@@ -137,8 +139,7 @@ def evaluate(
             ``<output_dir>/samples/`` (see :func:`write_samples`).
         skip: task name -> reason, for tasks known not to run (their data is unavailable): each
             becomes a ``failed`` row without being started.
-        started: when the command started (``time.time()``), so the summary's total includes
-            engine start and data loading; default: now.
+        started: when the command started (``time.time()``): the summary's total counts from there; default now.
         parity_reference, parity_sample: an encoder to check against (e.g. the sentence-transformers
             backend of the same model): ``parity_sample`` of the inputs each task sent are embedded by
             both and the minimum cosine is recorded in the row (encoders only).
@@ -151,9 +152,9 @@ def evaluate(
             "__main__":``).
         processes: the :class:`~vllm_eval.evaluation.task_processes.TaskProcesses` to use (started before the engine);
             default: started here when wanted. Closed on return.
+        scoring: ``fast`` (:mod:`vllm_eval.evaluation.scoring`) or ``mteb`` (mteb's own scoring code).
 
-    Every phase (data load, encode calls, scoring, writes) goes on the run's timeline
-    (:mod:`vllm_eval.utils.timeline`), which ``summary.json`` keeps under ``"timeline"``.
+    Every phase (data load, encode calls, scoring, writes) goes on the run's timeline, kept in ``summary.json``.
 
     Returns:
         One :class:`TaskScore` per task, in task order.
@@ -176,7 +177,7 @@ def evaluate(
     rows: list[TaskScore | None] = [None] * len(tasks)
     reused = {t.metadata.name for t in tasks if _reused(cache, t.metadata.name, model, overwrite_strategy)}
     processes, prefetch = _loading(model, tasks, workers, processes, prefetch, [*(skip or {}), *reused])
-    where = (out, cache, overwrite_strategy, prediction_folder, stage, reused)
+    where = (out, cache, overwrite_strategy, prediction_folder, stage, reused, check_scoring(scoring))
 
     def run_one(task: Any) -> TaskScore:
         run = _runner(model, task, processes, *where)
@@ -225,9 +226,10 @@ def _loading(model: Any, tasks: list[Any], workers: int, processes: Any, prefetc
 def _runner(model: Any, task: Any, processes: Any, *where: Any) -> Any:
     """``run()`` of one task: :func:`run_task` here, or in one of the ``processes`` (a task that cannot be sent
     there, :func:`~vllm_eval.evaluation.task_processes.sendable`, runs here). ``where``: the results folder,
-    its ``mteb.ResultCache``, the overwrite strategy, the prediction folder, the stage and the reused task names."""
-    out, cache, strategy, predictions, stage, reused = where
-    args = (predictions, stage, task.metadata.name in reused)
+    its ``mteb.ResultCache``, the overwrite strategy, the prediction folder, the stage, the reused task names and
+    the scoring."""
+    out, cache, strategy, predictions, stage, reused, scoring = where
+    args = (predictions, stage, task.metadata.name in reused, scoring)
     if processes is not None and task_processes.sendable(task):
         return partial(processes.evaluate, model, task, run_task_at, (str(out) if out else None, strategy, *args))
     return partial(run_task, model, task, cache, strategy, *args)
@@ -322,22 +324,31 @@ OVERWRITE_STRATEGIES = ("only-missing", "never", "always")
 
 
 def run_task(
-    model: Any, task: Any, cache: Any, strategy: str, prediction_folder: Any, stage: str, reused: bool
+    model: Any,
+    task: Any,
+    cache: Any,
+    strategy: str,
+    prediction_folder: Any,
+    stage: str,
+    reused: bool,
+    scoring: str = "fast",
 ) -> TaskScore:
     """One task through ``mteb.evaluate`` (in this process, or in a task process with a stand-in model): its row,
-    ``reused`` saying whether mteb read the result back from ``cache`` (an ``mteb.ResultCache`` or None)."""
+    ``reused`` saying whether mteb read the result back from ``cache`` (an ``mteb.ResultCache`` or None);
+    ``scoring``: ``fast`` or ``mteb`` (:func:`vllm_eval.evaluation.scoring.fast_scoring`)."""
     import mteb
 
-    result = mteb.evaluate(
-        model,
-        [task],
-        cache=cache,
-        overwrite_strategy=strategy,
-        co2_tracker=False,
-        show_progress_bar=False,
-        encode_kwargs={"show_progress_bar": False},  # ours is the backend's; mteb's off
-        prediction_folder=prediction_folder,
-    )
+    with fast_scoring(scoring == "fast"):
+        result = mteb.evaluate(
+            model,
+            [task],
+            cache=cache,
+            overwrite_strategy=strategy,
+            co2_tracker=False,
+            show_progress_bar=False,
+            encode_kwargs={"show_progress_bar": False},  # ours is the backend's; mteb's off
+            prediction_folder=prediction_folder,
+        )
     tr = result.task_results[0]
     return TaskScore(
         task=task.metadata.name,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ...api.evaluate import BACKEND_OPTIONS, POOLING_KINDS
+from ...evaluation.scoring import SCORINGS
 from ..base import Command, Context
 from ..options import (
     add_backend,
@@ -112,14 +113,7 @@ class RunCommand(Command):
             help="also embed N of each task's inputs with the kind's reference backend "
             "and record the minimum cosine in the results and the table",
         )
-        parser.add_argument(
-            "--concurrent-tasks",
-            type=positive_int,
-            default=None,
-            metavar="N",
-            help="tasks evaluated at once: one scores on the CPU while another encodes (default: 1 on a machine "
-            "of 4 cores or fewer, else half the cores, at most 4; 1 with --check-parity)",
-        )
+        _add_scoring_flags(parser)
         add_common(parser, "write mteb result JSON, summary.json and the log here")
         add_run_flags(parser)
         add_remote_flags(parser, "/v1/embeddings")
@@ -141,3 +135,21 @@ class RunCommand(Command):
         if result.results_dir:
             print(f"results: {result.results_dir}")
         return 1 if result.failed else 0
+
+
+def _add_scoring_flags(parser: argparse.ArgumentParser) -> None:
+    """How the tasks are evaluated: at once, and with which scoring code."""
+    parser.add_argument(
+        "--concurrent-tasks",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="tasks evaluated at once: one scores on the CPU while another encodes (default: 1 on a machine "
+        "of 4 cores or fewer, else half the cores, at most 4; 1 with --check-parity)",
+    )
+    parser.add_argument(
+        "--scoring",
+        choices=SCORINGS,
+        default="fast",
+        help="fast: mteb's metrics computed on arrays, the same numbers (default); mteb: mteb's own scoring code",
+    )
