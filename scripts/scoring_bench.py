@@ -5,7 +5,7 @@ search, mteb's scoring: ``--scoring mteb``), ``fast`` (this package's search and
 checks that ``search`` and ``fast``, which score the same search results, report the same metrics.
 
     python3 scripts/scoring_bench.py --fraction 0.05 [--dim 384] [--tasks A B] [--paths mteb search fast]
-        [--replica DIR] [--profile OUT.prof] [--json OUT.json]
+        [--replica DIR] [--tokenizer DIR] [--workers N] [--profile OUT.prof] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.05)
     parser.add_argument("--replica", default=None, help="replica directory (default /tmp/replica-<fraction>)")
     parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--tokenizer", default=None, help="whose words make the replica (default: all-MiniLM-L6-v2)")
     parser.add_argument("--tasks", nargs="*", default=None)
     parser.add_argument("--paths", nargs="+", default=["mteb", "search", "fast"], choices=["mteb", "search", "fast"])
     parser.add_argument("--profile", default=None, help="write a cProfile of the last path here")
@@ -97,7 +98,7 @@ def main() -> None:
 
     t0 = time.perf_counter()
     where = args.replica or f"/tmp/replica-{args.fraction:g}"
-    build_replica(where, args.benchmark, packaged_model_path(), args.fraction)
+    build_replica(where, args.benchmark, args.tokenizer or packaged_model_path(), args.fraction)
     print(f"replica {where}: {time.perf_counter() - t0:.1f} s", flush=True)
     metas = [t.metadata for t in replica_tasks(where) if not args.tasks or t.metadata.name in args.tasks]
     start = time.perf_counter()

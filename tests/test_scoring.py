@@ -208,3 +208,15 @@ def test_a_search_crosses_to_a_task_process_as_arrays_with_the_same_scores(repli
     there = evaluate(model, tasks(), show_progress_bar=False, processes=TaskProcesses(1), scoring="fast")
     assert [(r.task, r.status) for r in here] == [("ArguAna", "computed")]
     assert [(r.task, r.main_score) for r in there] == [(r.task, r.main_score) for r in here]
+
+
+def test_queries_without_positives_are_dropped_as_mteb_drops_them():
+    from datasets import Dataset
+    from mteb.abstasks.retrieval import _filter_queries_without_positives as mtebs
+
+    from vllm_eval.evaluation.scoring import _filter_queries_without_positives as ours
+
+    queries = Dataset.from_dict({"id": ["q1", "q2", "q3", "q4"], "text": ["a", "b", "c", "d"]})
+    for qrels in ({"q1": {"a": 1}, "q2": {}, "q4": {"b": 0}}, {q: {"a": 1} for q in ("q1", "q2", "q3", "q4")}):
+        (their_qrels, their_queries), (my_qrels, my_queries) = mtebs(qrels, queries), ours(qrels, queries)
+        assert my_qrels == their_qrels and my_queries.to_dict() == their_queries.to_dict()
