@@ -22,9 +22,10 @@ from vllm_eval.utils.errors import UsageError
 from vllm_eval.utils.modelinfo import packaged_model_path
 
 #: A stand-in backend: argv = run folder, control folder, task names. A task with a file under <run>/done is read
-#: back; the others are computed (after the first, forever when <control>/slow exists: a time limit stops it).
+#: back; the others are computed (after the first, forever when <control>/slow exists: a time limit stops it; with
+#: <control>/alarm, the suite's process gets SIGALRM first).
 _FAKE = """
-import json, signal, sys, time
+import json, os, signal, sys, time
 from pathlib import Path
 signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
 out, control, tasks = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
@@ -35,6 +36,8 @@ origin, phases, scores = time.time(), [], []
 for i, task in enumerate(tasks):
     reused = (out / "done" / task).is_file()
     if not reused:
+        if i > 0 and (control / "alarm").is_file():
+            os.kill(os.getppid(), signal.SIGALRM)  # the suite's process: "interrupted" now
         if i > 0 and (control / "slow").is_file():
             time.sleep(60)
         start = time.time() - origin
@@ -121,17 +124,16 @@ class _Terminated(KeyboardInterrupt):
 
 def test_an_interrupted_suite_stops_its_backend_and_records_the_attempt(fake_backend, tmp_path):
     (fake_backend / "slow").touch()
+    (fake_backend / "alarm").touch()
 
     def interrupt(signum, frame):
         raise _Terminated()
 
     previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 1.5)
     try:
         with pytest.raises(_Terminated):
             suite_mod.run_suite(packaged_model_path(), "offline", backends=["st"], output_dir=tmp_path / "suite")
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     (attempt,) = read_attempts(tmp_path / "suite" / "st")
     assert attempt.stopped == "interrupted" and attempt.returncode == 143 and attempt.seconds < 30
