@@ -136,6 +136,7 @@ CASES = [
     (["bench", "--lengths", "long"], "lengths must be 'fixed:N' or 'mixed:A-B'"),
     (["bench", "--dtypes", "float64"], "--dtypes: 'float64' is not one of"),
     (["bench", "--dtypes", "float16", "--dtype", "float32"], "give --dtypes or --dtype, not both"),
+    (["bench", "--time-limit", "60"], "--restart and --time-limit go with --suite"),
     # repeated or conflicting flags
     (["run", "--model", MINILM, "--model", "/other"], "--model is given more than once"),
     (["run", "--max-model-len", "128", "--max-model-len=256"], "--max-model-len is given more than once"),

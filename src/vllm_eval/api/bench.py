@@ -43,6 +43,8 @@ def bench(
     fraction: float = 1.0,
     n_docs: int = 200_000,
     n_queries: int = 1_000,
+    restart: bool = False,
+    time_limit: float | None = None,
     endpoint: Sequence[str] | str | None = None,
     api_key: str | None = None,
     max_concurrency: int | None = None,
@@ -73,7 +75,8 @@ def bench(
         suite: time a whole task suite per backend instead (``vllm``, ``st``, ``mteb-vllm``), each in a fresh
             process: ``offline``, ``synthetic`` (``n_docs`` documents and ``n_queries`` queries built from the
             vocabulary), or an mteb benchmark name, run as an offline replica of its tasks' sizes and text lengths
-            (sample counts scaled by ``fraction``, 0 < f <= 1).
+            (sample counts scaled by ``fraction``, 0 < f <= 1); resumable (:mod:`vllm_eval.measure.resume`).
+        restart, time_limit: a suite: remove the earlier runs first; stop a backend (and the suite) after these seconds.
         endpoint, api_key, max_concurrency, remote_batch_size: the servers a served backend measures (all of
             them, round-robin), their key, requests in flight, inputs per request (default 64).
         data_parallel_size, replicas_per_gpu, ray_address: ours' replica layouts; several values measure each
@@ -119,10 +122,11 @@ def bench(
             peers={PEER: "engine"},
             started=started,
         )
-    _check(model, lengths, dtypes, session.engine.get("dtype"), suite, fraction)
+    _check(model, lengths, dtypes, session.engine.get("dtype"), suite, fraction, restart or time_limit is not None)
     model = None if model is None else os.fspath(model)
     if suite:
-        return _suite(model, suite, backends, dtypes, layout, options, session, (n_docs, n_queries, fraction))
+        sizes = (n_docs, n_queries, fraction, restart, time_limit)
+        return _suite(model, suite, backends, dtypes, layout, options, session, sizes)
     texts = {"lengths": list(lengths), "batch_sizes": list(batch_sizes), "n_texts": n_texts}
     return _throughput(model, backends, dtypes, layout, options, session, st_batch_size=st_batch_size, **texts)
 
@@ -181,9 +185,16 @@ def _values(value: Sequence[int] | int | None) -> list[int] | None:
 
 
 def _check(
-    model: Any, lengths: Sequence[str], dtypes: Sequence[str] | None, dtype: Any, suite: str | None, fraction: float
+    model: Any,
+    lengths: Sequence[str],
+    dtypes: Sequence[str] | None,
+    dtype: Any,
+    suite: str | None,
+    fraction: float,
+    resume: bool = False,
 ) -> None:
-    """``bench``'s own checks, after the shared ones and before any model loads."""
+    """``bench``'s own checks, after the shared ones and before any model loads (``resume``: ``restart`` or
+    ``time_limit`` given)."""
     from ..engine.args import DTYPES
     from ..measure.bench import parse_lengths
 
@@ -196,6 +207,8 @@ def _check(
             raise UsageError(f"--dtypes: {d!r} is not one of {', '.join(DTYPES)}")
     if dtypes and dtype:
         raise UsageError("give --dtypes or --dtype, not both")
+    if resume and not suite:
+        raise UsageError("--restart and --time-limit go with --suite")
     if suite:
         from ..measure.suite import check_suite
 
@@ -227,9 +240,10 @@ def _suite(
     layout: dict[str, list[int] | None],
     options: dict[str, Any],
     session: Session,
-    sizes: tuple[int, int, float],
+    sizes: tuple[int, int, float, bool, float | None],
 ) -> list[SuiteRecord]:
-    """``suite``: one fresh process per backend, wall time from start to results written."""
+    """``suite``: one fresh process per backend, wall time from start to results written. ``sizes``: ``n_docs``,
+    ``n_queries``, ``fraction``, ``restart``, ``time_limit``."""
     from ..measure.suite import SUITE_BACKENDS, run_suite
     from ..utils.modelinfo import packaged_model_path
 
@@ -248,7 +262,7 @@ def _suite(
     engine = dict(session.engine)
     dtype = engine.pop("dtype", None) or (dtypes[0] if dtypes else None)
     engine.pop("use_tqdm_on_load", None)  # display only; each process sets its own
-    n_docs, n_queries, fraction = sizes
+    n_docs, n_queries, fraction, restart, time_limit = sizes
     return run_suite(
         model or packaged_model_path(),
         suite,
@@ -260,4 +274,6 @@ def _suite(
         n_docs=n_docs,
         n_queries=n_queries,
         fraction=fraction,
+        restart=restart,
+        time_limit=time_limit,
     )

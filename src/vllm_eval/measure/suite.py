@@ -17,13 +17,16 @@ name, run as its offline replica shaped by mteb's descriptive statistics (see
 keeps each backend's seconds per phase. The main scores of
 every backend are compared with ours (``max_delta``): the timings count only if the backends
 computed the same thing.
+
+Run again with the same output folder and settings, a suite resumes where it stopped: finished backends are read
+back, a stopped one runs again reading its finished tasks back, and its seconds are summed over its attempts
+(:mod:`vllm_eval.measure.resume`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -39,11 +42,12 @@ SUITE_BACKENDS = ("vllm", "st", "mteb-vllm")
 
 @dataclass
 class SuiteRecord:
-    """One backend's run of a suite. ``seconds``: process start to exit, wall clock."""
+    """One backend's run of a suite. ``seconds``: process start to exit, wall clock, summed over its attempts."""
 
     backend: str
     seconds: float
     scores: dict[str, float]
+    #: The last attempt's exit status (-1: unknown, the suite did not see it exit).
     returncode: int
     #: Largest |main score - ours| over the suite's tasks (0 for ours; None when a side has no scores).
     max_delta: float | None = None
@@ -51,8 +55,19 @@ class SuiteRecord:
     engine_start_s: float | None = None
     #: The run's combined stdout and stderr.
     log: str = ""
-    #: Seconds per timeline phase (:func:`vllm_eval.utils.timeline.phase_totals`), ``wall`` included.
+    #: Seconds per timeline phase (:func:`vllm_eval.utils.timeline.phase_totals`), ``wall`` included; summed over
+    #: the attempts.
     phases: dict[str, float] | None = None
+    #: Starts of the backend's process this result took (more than 1: the suite was resumed); ``seconds`` and
+    #: ``engine_start_s`` are sums over them, the gaps between them not counted.
+    attempts: int = 1
+    #: Each attempt's seconds, process start to exit.
+    attempt_seconds: list[float] | None = None
+    #: Why the last attempt stopped before its end: ``"time-limit"``, ``"interrupted"``, ``"lost"``; None when it ran
+    #: to its end.
+    stopped: str | None = None
+    #: Task -> ``computed`` or ``reused`` (read back from an earlier attempt) in the last attempt (or ``failed: ...``).
+    task_status: dict[str, str] | None = None
 
 
 def build_synthetic_retrieval(
@@ -133,7 +148,9 @@ def _engine_flags(engine_kwargs: dict[str, Any]) -> list[str]:
 def _command(backend: str, model: str, task_args: list[str], out: Path, dtype: str | None, engine: dict) -> list[str]:
     if backend == "vllm":
         cmd = [sys.executable, "-m", "vllm_eval", "run", "--model", model, *task_args, "--output-dir", str(out)]
-        cmd += ["--no-cache", "--no-progress", *(["--dtype", dtype] if dtype else []), *_engine_flags(engine)]
+        # --no-cache: no output cache (every embedding computed); finished tasks' results are read back on a resume.
+        cmd += ["--no-cache", "--overwrite-strategy", "only-missing", "--no-progress"]
+        cmd += [*(["--dtype", dtype] if dtype else []), *_engine_flags(engine)]
         return cmd
     return [
         sys.executable,
@@ -151,18 +168,52 @@ def _command(backend: str, model: str, task_args: list[str], out: Path, dtype: s
     ]
 
 
-def _scores(out: Path) -> tuple[dict[str, float], float | None, dict[str, float] | None]:
-    """A finished run's main scores (as ``compare --runs`` reads them), its engine start seconds and
-    its seconds per timeline phase."""
-    from ..utils.timeline import phase_totals
+def _record(backend: str, run_dir: Path, attempts: list[Any]) -> SuiteRecord:
+    """A backend's record from its attempts: the last one's scores and task statuses, times summed over all."""
     from .compare import read_run_dir
+    from .resume import totals
     from .runfiles import read_summary
 
-    if not (out / "summary.json").is_file():
-        return {}, None, None
-    scores = read_run_dir(out).scores
-    summary = read_summary(out / "summary.json")
-    return scores, summary.get("engine_start_seconds"), phase_totals(summary.get("timeline")) or None
+    scores: dict[str, float] = {}
+    status: dict[str, str] | None = None
+    if (run_dir / "summary.json").is_file():
+        scores = read_run_dir(run_dir).scores
+        rows = read_summary(run_dir / "summary.json").get("scores") or []
+        status = {r["task"]: str(r.get("status") or "computed") for r in rows}
+    times = totals(run_dir, attempts)
+    last = attempts[-1]
+    return SuiteRecord(
+        backend,
+        times["seconds"],
+        scores,
+        -1 if last.returncode is None else last.returncode,
+        None,
+        times["engine_start_s"],
+        str(run_dir / "log.txt"),
+        times["phases"],
+        len(attempts),
+        times["attempt_seconds"],
+        last.stopped,
+        status,
+    )
+
+
+def _task_args(suite: str, out: Path) -> list[str]:
+    """The suite's tasks as ``vllm-eval run`` flags (a data suite's folder is built later, :func:`_build_data`)."""
+    if suite == "offline":
+        from ..tasks import offline_tasks
+
+        return ["--tasks", *offline_tasks()]
+    return ["--data", str(out / ("synthetic-data" if suite == "synthetic" else "replica-data"))]
+
+
+def _build_data(suite: str, out: Path, model: str, n_docs: int, n_queries: int, fraction: float) -> None:
+    if suite == "synthetic":
+        build_synthetic_retrieval(out / "synthetic-data", model, n_docs, n_queries)
+    elif suite != "offline":
+        from ..tasks.shaped import build_replica
+
+        build_replica(out / "replica-data", suite, model, fraction)
 
 
 def run_suite(
@@ -177,64 +228,46 @@ def run_suite(
     n_docs: int = 200_000,
     n_queries: int = 1_000,
     fraction: float = 1.0,
+    restart: bool = False,
+    time_limit: float | None = None,
 ) -> list[SuiteRecord]:
     """Run ``suite`` once per backend, each in a fresh process; time each; compare scores with ours.
 
-    Writes ``<output_dir>/<backend>/`` (each run's results and ``log.txt``) and
+    Writes ``<output_dir>/<backend>/`` (each run's results and ``log.txt``, its attempts under ``attempts/``) and
     ``<output_dir>/suite.json``. ``engine_kwargs`` (vLLM ``EngineArgs``) go to ``vllm`` and ``mteb-vllm``,
     ``replicas`` (``data_parallel_size``, ``replicas_per_gpu``) to ``vllm``.
 
     ``suite``: ``offline``, ``synthetic``, or an mteb benchmark name, run as its offline replica
     (:func:`vllm_eval.tasks.shaped.build_replica`, counts scaled by ``fraction``).
 
+    Resumes (:mod:`vllm_eval.measure.resume`): run again with the same ``output_dir`` and settings, a backend that
+    finished is read back, not run; one that was stopped runs again, reading its finished tasks back; each record's
+    ``seconds`` is the sum over its attempts. The list of backends may change between runs. ``restart``: remove the
+    earlier runs in ``output_dir`` first. ``time_limit``: seconds each backend's attempt may take; one that reaches it
+    is stopped (SIGTERM, then SIGKILL), recorded (``stopped="time-limit"``) and the suite stops there (the backends
+    after it are not started): running it again resumes.
+
+    Returns:
+        One record per backend asked for that has run (all of them, unless one was stopped at ``time_limit``).
+
     Raises:
-        UsageError: an unknown suite (benchmark) or backend.
+        UsageError: an unknown suite (benchmark) or backend, a time limit not above 0, settings that differ from the
+            run already in ``output_dir`` (the setting named), a backend's attempt that still runs.
     """
     from ..utils.modelinfo import ModelRef
+    from .resume import prepare_folder
 
     bad = [b for b in backends if b not in SUITE_BACKENDS]
     if bad:
         raise UsageError(f"--suite runs {', '.join(SUITE_BACKENDS)}; not {', '.join(bad)}")
+    if time_limit is not None and not time_limit > 0:
+        raise UsageError(f"--time-limit must be above 0 seconds, got {time_limit}")
     model = ModelRef.resolve(model).path
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if suite == "synthetic":
-        data = build_synthetic_retrieval(out / "synthetic-data", model, n_docs, n_queries)
-        task_args = ["--data", str(data)]
-    elif suite == "offline":
-        from ..tasks import offline_tasks
-
-        task_args = ["--tasks", *offline_tasks()]
-    else:
-        from ..tasks.shaped import build_replica
-
-        data = build_replica(out / "replica-data", suite, model, fraction)
-        task_args = ["--data", str(data)]
+    task_args = _task_args(suite, out)
     engine = dict(engine_kwargs or {})
-    from ..engine.procenv import user_environment
-
-    env = user_environment()  # each process makes its own settings (or, the peers, none)
-    records: list[SuiteRecord] = []
-    for backend in backends:
-        run_dir = out / backend
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "summary.json").unlink(missing_ok=True)  # a failed run must not show an older run's scores
-        layout = {k: v for k, v in (replicas or {}).items() if v != 1} if backend == "vllm" else {}
-        cmd = _command(backend, model, task_args, run_dir, dtype, {**engine, **layout})
-        print(f"[suite] {backend}: {' '.join(cmd)}", flush=True)
-        started = time.perf_counter()
-        with open(run_dir / "log.txt", "w") as log:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
-        seconds = round(time.perf_counter() - started, 2)
-        scores, engine_start, phases = _scores(run_dir)
-        log = str(run_dir / "log.txt")
-        records.append(SuiteRecord(backend, seconds, scores, proc.returncode, None, engine_start, log, phases))
-        print(f"[suite] {backend}: {seconds:.1f} s, exit {proc.returncode}, {len(scores)} task score(s)", flush=True)
-    ours = next((r for r in records if r.backend == "vllm"), None)
-    for r in records if ours is not None else ():
-        common = set(r.scores) & set(ours.scores)
-        r.max_delta = max((abs(r.scores[t] - ours.scores[t]) for t in common), default=None)
-    payload = {
+    settings = {
         "model": model,
         "suite": suite,
         "tasks": task_args,
@@ -244,20 +277,96 @@ def run_suite(
         "n_docs": n_docs if suite == "synthetic" else None,
         "n_queries": n_queries if suite == "synthetic" else None,
         "fraction": fraction if suite not in SUITES else None,
-        "records": [asdict(r) for r in records],
     }
-    (out / "suite.json").write_text(json.dumps(payload, indent=2) + "\n")
+    prepare_folder(out, settings, backends, restart=restart, every=SUITE_BACKENDS)
+    _build_data(suite, out, model, n_docs, n_queries, fraction)
+    records: list[SuiteRecord] = []
+    stop = False
+    for backend in backends:
+        layout = {k: v for k, v in (replicas or {}).items() if v != 1} if backend == "vllm" else {}
+        cmd = _command(backend, model, task_args, out / backend, dtype, {**engine, **layout})
+        try:
+            record = _run_backend(backend, out / backend, cmd, time_limit, run=not stop)
+        finally:
+            _write(out, settings, records)
+        if record is not None:
+            records.append(record)
+            stop = stop or record.stopped == "time-limit"
+    ours = next((r for r in records if r.backend == "vllm"), None)
+    for r in records if ours is not None else ():
+        common = set(r.scores) & set(ours.scores)
+        r.max_delta = max((abs(r.scores[t] - ours.scores[t]) for t in common), default=None)
+    _write(out, settings, records)
     return records
 
 
+def _run_backend(backend: str, run_dir: Path, cmd: list[str], time_limit: float | None, run: bool) -> Any:
+    """The backend's record: read back when it finished before, else after one more attempt (when ``run``; None
+    when not and it never ran)."""
+    from ..engine.procenv import user_environment
+    from .resume import finished, read_attempts, run_attempt
+
+    attempts = read_attempts(run_dir)
+    if finished(run_dir, attempts) or not run:
+        if not attempts:
+            return None
+        record = _record(backend, run_dir, attempts)
+        many = f" over {len(attempts)} attempts" if len(attempts) > 1 else ""
+        state = "finished before" if finished(run_dir, attempts) else "not started (the suite stopped)"
+        print(f"[suite] {backend}: {state}, {record.seconds:.1f} s{many}; not run again", flush=True)
+        return record
+    run_dir.mkdir(parents=True, exist_ok=True)
+    again = f" (attempt {attempts[-1].attempt + 1}, resuming)" if attempts else ""
+    print(f"[suite] {backend}{again}: {' '.join(cmd)}", flush=True)
+    env = user_environment()  # each process makes its own settings (or, the peers, none)
+    attempt = run_attempt(cmd, run_dir, env, attempts, time_limit)
+    attempts = read_attempts(run_dir)
+    record = _record(backend, run_dir, attempts)
+    stopped = f", stopped at --time-limit {time_limit:g} s" if attempt.stopped == "time-limit" else ""
+    many = f" ({record.seconds:.1f} s over {len(attempts)} attempts)" if len(attempts) > 1 else ""
+    print(
+        f"[suite] {backend}: {attempt.seconds:.1f} s{many}, exit {attempt.returncode}{stopped}, "
+        f"{len(record.scores)} task score(s)",
+        flush=True,
+    )
+    return record
+
+
+def _write(out: Path, settings: dict[str, Any], records: list[SuiteRecord]) -> None:
+    from .resume import write_json
+
+    write_json(out / "suite.json", {**settings, "records": [asdict(r) for r in records]})
+
+
+def suite_problem(
+    records: Sequence[SuiteRecord], output_dir: str | Path, time_limit: float | None = None
+) -> str | None:
+    """What keeps the suite from being complete, in one line for the user (None when every backend finished):
+    a backend stopped at the time limit (run the same command again to resume), or backends that failed."""
+    stopped = next((r for r in records if r.stopped == "time-limit"), None)
+    if stopped is not None:
+        limit = f" {time_limit:g} s" if time_limit else ""
+        return (
+            f"--suite: {stopped.backend} stopped at --time-limit{limit} (attempt {stopped.attempts}, "
+            f"{len(stopped.scores)} task(s) done); run the same command again to resume"
+        )
+    failed = [r.backend for r in records if r.returncode != 0]
+    if failed:
+        return f"--suite: {', '.join(failed)} failed; see {output_dir}/<backend>/log.txt"
+    return None
+
+
 def print_suite(records: Sequence[SuiteRecord], suite: str) -> None:
-    """The suite's table: each backend's seconds, engine start, ratio to ours, tasks, max |Δ main score|, exit."""
+    """The suite's table: each backend's seconds, engine start, ratio to ours, tasks, max |Δ main score|, exit; when
+    a backend took more than one attempt, its attempts and their seconds (the seconds are their sum)."""
     from rich.console import Console
     from rich.table import Table
 
     from ..models.backends import DEFAULT_BACKEND
 
-    table = Table(title=f"suite {suite}: process start to results written")
+    resumed = any(r.attempts > 1 for r in records)
+    title = f"suite {suite}: process start to results written"
+    table = Table(title=title + ("; seconds summed over a backend's attempts" if resumed else ""))
     for col in (
         "backend",
         "seconds",
@@ -266,10 +375,12 @@ def print_suite(records: Sequence[SuiteRecord], suite: str) -> None:
         "tasks",
         "max |Δ main score|",
         "exit",
+        *(["attempts"] if resumed else []),
     ):
         table.add_column(col, justify="left" if col == "backend" else "right")
     ours = next((r.seconds for r in records if r.backend == DEFAULT_BACKEND), None)
     for r in records:
+        each = " + ".join(f"{s:.1f}" for s in r.attempt_seconds or [])
         table.add_row(
             r.backend,
             f"{r.seconds:.1f}",
@@ -277,7 +388,8 @@ def print_suite(records: Sequence[SuiteRecord], suite: str) -> None:
             "-" if not ours else f"{r.seconds / ours:.2f}x",
             str(len(r.scores)),
             "-" if r.max_delta is None else f"{r.max_delta:.2e}",
-            str(r.returncode),
+            str(r.returncode) + (f" ({r.stopped})" if r.stopped else ""),
+            *([f"{r.attempts}: {each} s" if r.attempts > 1 else "1"] if resumed else []),
         )
     Console(width=max(100, Console().width)).print(table)
 
@@ -309,7 +421,11 @@ def _peer_model(backend: str, model: str, dtype: str | None, engine: dict[str, A
 
         dtypes = {"float": torch.float32, "float32": torch.float32, "half": torch.float16}
         dtypes.update(float16=torch.float16, bfloat16=torch.bfloat16)
-        return SentenceTransformer(model, model_kwargs={"torch_dtype": dtypes[dtype]} if dtype in dtypes else None)
+        st = SentenceTransformer(model, model_kwargs={"torch_dtype": dtypes[dtype]} if dtype in dtypes else None)
+        from mteb import SentenceTransformerEncoderWrapper
+
+        # What mteb.evaluate wraps it in on every call; done once, its metadata names the results to read back.
+        return SentenceTransformerEncoderWrapper(st)
     from ..engine.args import on_cpu
     from .bench import mteb_vllm_wrapper
 
@@ -332,14 +448,38 @@ def _timed_encode(model: Any) -> None:
     model.encode = encode
 
 
+def _peer_reused(cache: Any, task: Any, model: Any) -> bool:
+    """Whether ``task``'s result is in ``cache`` already, complete (mteb's ``only-missing`` reads it back). One that
+    mteb cannot read back into a finite score is moved aside to ``<Task>.json.damaged`` and the task runs again."""
+    from ..evaluation.results import result_damage
+
+    path = cache.get_task_result_path(task.metadata.name, model.mteb_model_meta)
+    if not path.is_file():
+        return False
+    reason = result_damage(path)
+    if reason is not None:
+        path.replace(path.with_name(path.name + ".damaged"))
+        print(f"{task.metadata.name}: {path} cannot be read back ({reason}); moved aside, the task runs again")
+        return False
+    from mteb.results import TaskResult
+
+    return not TaskResult.from_disk(path).get_missing_evaluations(task)
+
+
 def _peer_main(argv: list[str] | None = None) -> int:
     """``python -m vllm_eval.measure.suite {st,mteb-vllm} --model M (--tasks ... | --data DIR) --output-dir D``:
     a peer's run of a suite through ``mteb.evaluate``, task by task, each task's data loaded just before
-    it (as ``mteb.evaluate`` does); writes ``D/summary.json`` (task, main score, timeline)."""
+    it (as ``mteb.evaluate`` does); writes ``D/summary.json`` after every task (task, main score, ``computed`` or
+    ``reused``, timeline). A task whose result is under ``D/mteb`` already is read back, not run (a resumed suite).
+    SIGTERM exits 143 (a suite's ``--time-limit``)."""
+    import signal
+
     from ..utils.timeline import current, phase, process_start
+    from .resume import write_json
 
     entered = time.time()
     current().add("interpreter", process_start(), entered)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with phase("imports"):
         import mteb
         from mteb.cache import ResultCache
@@ -364,22 +504,29 @@ def _peer_main(argv: list[str] | None = None) -> int:
             tasks = get_tasks(args.tasks)
     with phase("engine", detail=args.backend):
         model = _peer_model(args.backend, args.model, args.dtype, json.loads(args.engine))
-    _timed_encode(model)
+    _timed_encode(model.model if args.backend == "st" else model)  # the SentenceTransformer's own calls
     out = Path(args.output_dir)
     cache = ResultCache(out / "mteb")
-    scores = []
+    scores: list[dict[str, Any]] = []
     for task in tasks:
         name = task.metadata.name
-        with phase("load", task=name):
-            task.load_data()
+        reused = _peer_reused(cache, task, model)
+        if not reused:
+            with phase("load", task=name):
+                task.load_data()
         current().task = name
         with phase("task", task=name):
-            result = mteb.evaluate(model, [task], cache=cache, overwrite_strategy="always", show_progress_bar=False)
+            result = mteb.evaluate(
+                model, [task], cache=cache, overwrite_strategy="only-missing", show_progress_bar=False
+            )
         current().task = None
-        task.unload_data()
-        scores.append({"task": name, "main_score": float(result.task_results[0].get_score())})
-    summary = {"backend": args.backend, "scores": scores, "timeline": current().as_json()}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if not reused:
+            task.unload_data()
+        score = float(result.task_results[0].get_score())
+        scores.append({"task": name, "main_score": score, "status": "reused" if reused else "computed"})
+        with phase("write", task=name):  # after every task: an attempt stopped later keeps its timeline
+            write_json(out / "summary.json", dict(backend=args.backend, scores=scores, timeline=current().as_json()))
+    write_json(out / "summary.json", dict(backend=args.backend, scores=scores, timeline=current().as_json()))
     return 0
 
 

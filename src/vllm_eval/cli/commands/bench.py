@@ -25,6 +25,8 @@ _CALL_FLAGS = (
     "fraction",
     "n_docs",
     "n_queries",
+    "restart",
+    "time_limit",
     "endpoint",
     "api_key",
     "max_concurrency",
@@ -101,6 +103,21 @@ class BenchCommand(Command):
         parser.add_argument(
             "--n-queries", type=positive_int, default=1_000, help="--suite synthetic: queries (default 1000)"
         )
+        parser.add_argument(
+            "--restart",
+            action="store_true",
+            help="--suite: remove the earlier runs in --output-dir and start over (by default a suite run again "
+            "with the same --output-dir and settings resumes: finished backends are read back, a stopped one "
+            "runs its missing tasks)",
+        )
+        parser.add_argument(
+            "--time-limit",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="--suite: stop a backend's process after this many seconds (SIGTERM, then SIGKILL 30 s later), "
+            "record its attempt and stop the suite; the same command again resumes",
+        )
         add_remote_flags(parser, "/v1/embeddings")
         parser.add_argument(
             "--remote-batch-size",
@@ -122,12 +139,12 @@ class BenchCommand(Command):
             print_best(records)
             print(f"results: {out}/bench.json and plots")
             return 0
-        from ...measure.suite import print_phases, print_suite
+        from ...measure.suite import print_phases, print_suite, suite_problem
 
         print_suite(records, args.suite)
         print_phases(records)
         print(f"results: {out}/suite.json; each backend's run and log in {out}/<backend>/")
-        failed = [r.backend for r in records if r.returncode != 0]
-        if failed:
-            raise UsageError(f"--suite: {', '.join(failed)} failed; see {out}/<backend>/log.txt")
+        problem = suite_problem(records, out, args.time_limit)
+        if problem:
+            raise UsageError(problem)
         return 0
