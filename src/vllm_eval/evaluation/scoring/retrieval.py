@@ -37,20 +37,28 @@ def _doc_rank(runs: Runs) -> np.ndarray:
     return rank
 
 
-def _ranked(runs: Runs, key: np.ndarray, doc_rank: np.ndarray) -> np.ndarray:
-    """Pair indices ordered by query, then ``key`` descending, then document id descending. Pairs already in that
-    order (a search returns them best first) are checked in one pass; only queries out of order are sorted."""
-    if len(key) == 0:
-        return np.arange(0)
-    pq, rank = runs.pair_query(), doc_rank[runs.docs]
-    same_query = pq[1:] == pq[:-1]
-    fine = (key[:-1] > key[1:]) | ((key[:-1] == key[1:]) & (rank[:-1] > rank[1:]))
-    bad = same_query & ~fine
-    order = np.arange(len(key))
-    if bad.any():
-        sel = np.flatnonzero(np.isin(pq, np.unique(pq[1:][bad])))
-        order[sel] = sel[np.lexsort((-rank[sel], -key[sel], pq[sel]))]
-    return order
+def _descending(scores: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """uint64 keys whose ascending order is trec_eval's ranking: the score as float32, descending, then the document
+    id (its rank), descending. Equal floats (0.0 and -0.0 too) get equal score bits, as C's comparison sees them."""
+    with np.errstate(over="ignore"):
+        bits = (scores.astype(np.float32) + np.float32(0)).view(np.uint32).astype(np.uint64)
+    ascending = np.where(bits >= 1 << 31, (1 << 32) - 1 - bits, bits + (1 << 31))  # the float's order as integers
+    return (((1 << 32) - 1 - ascending) << 32) | ((1 << 32) - 1 - ranks.astype(np.uint64))
+
+
+def ranked_rows(
+    runs: Runs, rel: np.ndarray, doc_rank: np.ndarray, k_max: int, by_float32: bool = True
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(queries, their relevances best first, int64 (queries, min(length, k_max))) per group of queries with as
+    many results, each row sorted on its own: by the float32 score as trec_eval ranks (``by_float32``), else by
+    the double as mteb's MRR does, equal scores by document id, descending."""
+    for length, queries in length_groups(runs.counts):
+        at = runs.offsets[queries][:, None] + np.arange(length)
+        if by_float32:
+            order = np.argsort(_descending(runs.scores[at], doc_rank[runs.docs[at]]), axis=1)  # keys are unique
+        else:
+            order = np.lexsort((-doc_rank[runs.docs[at]], -runs.scores[at]), axis=-1)
+        yield queries, np.take_along_axis(rel[at], order[:, :k_max], axis=1)
 
 
 def _relevance(runs: Runs, qrels: Mapping[str, Mapping[str, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -105,23 +113,22 @@ def _ideal(query: np.ndarray, values: np.ndarray, n: int, k_values: Sequence[int
 
 
 def trec_metrics(
-    runs: Runs, order: np.ndarray, rel: np.ndarray, judged: tuple[np.ndarray, np.ndarray], k_values: Sequence[int]
+    runs: Runs,
+    rows: Iterator[tuple[np.ndarray, np.ndarray]],
+    judged: tuple[np.ndarray, np.ndarray],
+    k_values: Sequence[int],
 ) -> dict[str, np.ndarray]:
     """pytrec_eval's ``ndcg_cut``, ``map_cut``, ``recall``, ``P`` and ``success`` at each cutoff, per query
-    (float64 (n_queries,) each, keyed ``ndcg_cut_10`` ... as pytrec_eval names them); relevant: relevance >= 1."""
-    k_max = max(k_values)
+    (float64 (n_queries,) each, keyed ``ndcg_cut_10`` ... as pytrec_eval names them) from the :func:`ranked_rows`;
+    relevant: relevance >= 1."""
     n = len(runs.query_ids)
-    counts = runs.counts
-    lengths = np.minimum(counts, k_max)
-    ranked_rel = rel[order]
-    discount = _discounts(int(lengths.max(initial=0)) or 1)
+    discount = _discounts(max(k_values))
     query, values = judged
     num_rel = np.bincount(query[values >= 1], minlength=n)
     ideal = _ideal(query, values, n, k_values)
     out = {f"{m}_{k}": np.zeros(n) for m in ("ndcg_cut", "map_cut", "recall", "P", "success") for k in k_values}
-    for length, queries in length_groups(lengths):
-        at = runs.offsets[queries][:, None] + np.arange(length)
-        r = ranked_rel[at]
+    for queries, r in rows:
+        length = r.shape[1]
         hit = r >= 1
         found = np.cumsum(hit, axis=1)
         ap = np.cumsum(np.where(hit, found / np.arange(1, length + 1), 0.0), axis=1)
@@ -140,13 +147,13 @@ def trec_metrics(
     return out
 
 
-def mrr_at(runs: Runs, order: np.ndarray, rel: np.ndarray, k_values: Sequence[int]) -> dict[str, np.ndarray]:
-    """mteb's ``mrr``: per query and cutoff, 1 / rank of the first document with relevance > 0 (0 if none)."""
-    n, k_max = len(runs.query_ids), max(k_values)
-    position = np.arange(len(order)) - np.repeat(runs.offsets[:-1], runs.counts)
-    hit = (rel[order] > 0) & (position < k_max)
+def mrr_at(n: int, rows: Iterator[tuple[np.ndarray, np.ndarray]], k_values: Sequence[int]) -> dict[str, np.ndarray]:
+    """mteb's ``mrr``: per query and cutoff, 1 / rank of the first document with relevance > 0 (0 if none), from
+    the :func:`ranked_rows` of ``n`` queries."""
     first = np.full(n, np.iinfo(np.int64).max)
-    np.minimum.at(first, runs.pair_query()[hit], position[hit])
+    for queries, r in rows:
+        hit = r > 0
+        first[queries] = np.where(hit.any(axis=1), hit.argmax(axis=1), first[queries])
     out = {}
     for k in k_values:
         with np.errstate(divide="ignore"):
@@ -218,13 +225,12 @@ def calculate_retrieval_scores(
         runs = skip_first(runs)
     k_values = list(k_values)
     rel, *judged = _relevance(runs, qrels)
-    doc_rank = _doc_rank(runs)
+    doc_rank, k_max = _doc_rank(runs), max(k_values)
+    trec = trec_metrics(runs, ranked_rows(runs, rel, doc_rank, k_max), tuple(judged), k_values)
     with np.errstate(over="ignore"):
-        as_float32 = runs.scores.astype(np.float32)
-    order = _ranked(runs, as_float32, doc_rank)  # trec_eval ranks by a float32 score
-    exact = bool(np.array_equal(as_float32.astype(np.float64), runs.scores, equal_nan=True))
-    mrr_order = order if exact else _ranked(runs, runs.scores, doc_rank)  # mteb's MRR by the double
-    trec = trec_metrics(runs, order, rel, tuple(judged), k_values)
+        exact = bool(np.array_equal(runs.scores.astype(np.float32).astype(np.float64), runs.scores, equal_nan=True))
+    # mteb's MRR ranks by the double: the same ranking unless a score does not fit a float32
+    mrr = mrr_at(len(runs.query_ids), ranked_rows(runs, rel, doc_rank, k_max, by_float32=exact), k_values)
     n = len(runs.query_ids)
     means = {
         name: {f"{label}@{k}": round(_mean(trec[f"{key}_{k}"], n), 5) for k in k_values}
@@ -233,7 +239,6 @@ def calculate_retrieval_scores(
             "precision": ("P", "P"), "hit_rate": ("HitRate", "success"),
         }.items()
     }  # fmt: skip
-    mrr = mrr_at(runs, mrr_order, rel, k_values)
     confidence = confidence_scores(runs)
     per_query = {
         f"{label}@{k}": trec[f"{key}_{k}"]

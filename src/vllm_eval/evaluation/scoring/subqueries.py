@@ -26,31 +26,33 @@ def merge_subqueries(qrels: Mapping[str, Any], results: Mapping[str, Mapping[str
     Raises:
         KeyError: a query of ``qrels`` without results (as mteb).
     """
-    import pandas as pd
-
     runs: Runs = runs_of(results)
     ids = list(qrels)
+    index: dict[str, int] = {}
     # "_".join(qid.split("_")[:-1]), mteb's prefix, is everything before the last "_" ("" without one)
-    bases, names = pd.factorize(pd.Series([q.rpartition("_")[0] for q in ids], dtype=object), sort=False)
-    last = {names[b]: q for b, q in zip(bases.tolist(), ids, strict=True)}  # mteb keeps the last subquery's qrels
+    bases = np.fromiter((index.setdefault(q.rpartition("_")[0], len(index)) for q in ids), np.int64, len(ids))
+    names = list(index)
+    last = dict(zip((names[b] for b in bases.tolist()), ids, strict=True))  # mteb keeps the last subquery's qrels
     merged_qrels = {b: qrels[q] for b, q in last.items()}
     if runs.query_ids == ids and len(names) == len(ids):  # one subquery each: nothing to merge
-        return RankedLists(list(names), runs.offsets, runs.docs, runs.scores, runs.names), merged_qrels
+        return RankedLists(names, runs.offsets, runs.docs, runs.scores, runs.names), merged_qrels
     row = {q: i for i, q in enumerate(runs.query_ids)}
     rows = np.fromiter((row[q] for q in ids), dtype=np.int64, count=len(ids))
     order = np.argsort(bases, kind="stable")  # each base's subqueries together, in qrels order
-    rows, bases = rows[order], bases[order].astype(np.int64)
+    rows, bases = rows[order], bases[order]
     counts = runs.counts[rows]
     pairs = np.repeat(runs.offsets[rows] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
     base, doc, score = np.repeat(bases, counts), runs.docs[pairs], runs.scores[pairs]
-    # one entry per (base, document), numbered in order of first appearance, holding its best score
-    codes, _ = pd.factorize(base * max(len(runs.names), 1) + doc, sort=False)
-    best = pd.Series(score).groupby(codes, sort=True).max().to_numpy()
-    # codes count up in order of first appearance: a code's first entry is where it exceeds all before it
-    first = np.flatnonzero(np.r_[True, codes[1:] > np.maximum.accumulate(codes)[:-1]]) if len(codes) else codes
-    merged_base = base[first]
+    # one entry per (base, document): its best score, at the place where the document first appears
+    key = base * max(len(runs.names), 1) + doc
+    by_key = np.argsort(key, kind="stable")
+    starts = np.flatnonzero(np.r_[True, key[by_key][1:] != key[by_key][:-1]]) if len(key) else by_key
+    best = np.maximum.reduceat(score[by_key], starts) if len(key) else score
+    first = by_key[starts]
+    keep = np.argsort(first)  # bases are concatenated in order: first appearance orders bases, then documents
+    merged_base = base[first][keep]
     offsets = np.concatenate([[0], np.cumsum(np.bincount(merged_base, minlength=len(names)))]).astype(np.int64)
-    return RankedLists(list(names), offsets, doc[first], best, runs.names), merged_qrels
+    return RankedLists(names, offsets, doc[first][keep], best[keep], runs.names), merged_qrels
 
 
 def max_over_subqueries(
