@@ -177,7 +177,7 @@ def read_array(path: Path, shape: tuple[int | None, ...], bound: int | None = No
     shape comes from), values in ``[0, bound)``.
 
     Returns:
-        int64 array of ``shape``.
+        an array of ``shape``, of the file's integer dtype (int32 as written: 97 million candidates stay 388 MB).
 
     Raises:
         DataUnavailableError: no such file.
@@ -198,7 +198,6 @@ def read_array(path: Path, shape: tuple[int | None, ...], bound: int | None = No
     if array.ndim != len(shape) or any(want is not None and want != got for want, got in zip(shape, array.shape)):
         want = "(" + ", ".join("n" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
         raise UsageError(f"{path}: an array of shape {array.shape}, not {want}{f' ({source})' if source else ''}")
-    array = array.astype(np.int64, copy=False)
     if bound is not None and array.size and (array.min() < 0 or array.max() >= bound):
         at = np.flatnonzero((array.reshape(-1) < 0) | (array.reshape(-1) >= bound))[0]
         raise UsageError(f"{path}: value {array.reshape(-1)[at]} at position {at} is not in [0, {bound})")
@@ -222,15 +221,16 @@ def read_split_counts(folder: Path) -> dict[str, int | None]:
 
 
 def _texts(path: Path, rows: int, what: str) -> tuple[list[str], Any]:
-    """The ids (list) and the arrow table (``id``, ``text``) of a corpus or queries file of ``rows`` lines."""
-    import pyarrow as pa
+    """The ids (list) and the arrow table (``id``, ``text``) of a corpus or queries file of ``rows`` lines (``what``
+    says where that count comes from).
 
-    ids: list[str] = []
-    texts = []
-    for first, chunk in read_lines(path):
-        got = columns(path, first, chunk, {"id": (str,), "text": (str,)})
-        ids += got["id"]
-        texts.append(pa.array(got["text"], pa.string()))  # arrow keeps the text compact; the strs go with the chunk
+    Raises:
+        UsageError: a damaged line (line and field named), another number of lines, or an id repeated.
+    """
+    table = _arrow_lines(path)
+    if table is None:  # damaged, or not a file arrow can vouch for: the line-by-line reader finds out which line
+        table = _python_lines(path)
+    ids = table.column("id").to_pylist()
     if len(ids) != rows:
         raise UsageError(f"{path}: {len(ids)} lines, not the {rows} of {what}")
     if len(set(ids)) != len(ids):
@@ -239,7 +239,58 @@ def _texts(path: Path, rows: int, what: str) -> tuple[list[str], Any]:
             if name in seen:
                 raise UsageError(f"{path}:{i + 1}: field 'id' {name!r:.40} repeats line {seen[name] + 1}")
             seen[name] = i
-    return ids, pa.table({"id": pa.array(ids, pa.string()), "text": pa.chunked_array(texts, pa.string())})
+    return ids, table
+
+
+def _arrow_lines(path: Path) -> Any:
+    """The ``id`` and ``text`` columns of the JSON lines file ``path`` parsed by arrow (in C++, on every core), or
+    None where arrow's reading is not the file's: a parse error, a line without one of the fields or with a null,
+    bytes that are not UTF-8 (arrow does not check), or another number of rows than of lines (arrow skips blank
+    lines and reads an object split over two)."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    schema = pa.schema([("id", pa.string()), ("text", pa.string())])
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    try:
+        table = pj.read_json(path, parse_options=options)
+        table.validate(full=True)
+        lines, last = 0, b"\n"
+        with open(path, "rb") as f:
+            while block := f.read(1 << 26):
+                lines, last = lines + block.count(b"\n"), block[-1:]
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+    lines += last != b"\n"
+    if table.num_rows != lines or any(column.null_count for column in table.columns):
+        return None
+    return table
+
+
+def _python_lines(path: Path) -> Any:
+    """:func:`_arrow_lines` read line by line in Python, each line checked."""
+    import pyarrow as pa
+
+    ids: list[str] = []
+    texts = []
+    for first, chunk in read_lines(path):
+        got = columns(path, first, chunk, {"id": (str,), "text": (str,)})
+        ids += got["id"]
+        texts.append(pa.array(got["text"], pa.string()))  # arrow keeps the text compact; the strs go with the chunk
+    return pa.table({"id": pa.array(ids, pa.string()), "text": pa.chunked_array(texts, pa.string())})
+
+
+def _dataset(table: Any, path: Path) -> Any:
+    """``table`` as a ``datasets.Dataset``, fingerprinted by ``path``'s name, size and time rather than by hashing
+    its contents (4 s and twice the table's memory for Touche2020's 640 MB of text)."""
+    import hashlib
+
+    from datasets import Dataset
+    from datasets.table import InMemoryTable
+
+    stat = path.stat()
+    key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    return Dataset(InMemoryTable(table), fingerprint=hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
 @contextlib.contextmanager
@@ -271,8 +322,6 @@ def _read_retrieval(folder: Path) -> dict[str, Any]:
         DataUnavailableError: a file of the split missing.
         UsageError: a damaged file (file, line or array, and field named), or links to rows that are not there.
     """
-    from datasets import Dataset
-    from datasets.table import InMemoryTable
     from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
 
     counts = read_split_counts(folder)
@@ -285,38 +334,52 @@ def _read_retrieval(folder: Path) -> dict[str, Any]:
         if len(bad):
             row = qrels[bad[0], column]
             raise UsageError(f"{folder / 'qrels.npy'}: row {bad[0]} links row {row} of {part}, which has {bound} rows")
-    pairs = np.sort(qrels[:, 0] * len(doc_ids) + qrels[:, 1])
-    if (pairs[1:] == pairs[:-1]).any():
-        raise UsageError(f"{folder / 'qrels.npy'}: a (query, document) pair judged twice")
-    relevant: dict[str, dict[str, int]] = {}
-    for q, d, score in qrels.tolist():
-        relevant.setdefault(query_ids[q], {})[doc_ids[d]] = score
+    relevant = _relevant(folder / "qrels.npy", qrels, query_ids, doc_ids)
     if counts["top_ranked"] is None and (folder / "top_ranked.npy").exists():
         raise UsageError(f"{where}: field 'top_ranked' is null, yet the split has a top_ranked.npy")
     top = None if counts["top_ranked"] is None else _top_ranked(folder, counts["top_ranked"], query_ids, doc_ids)
     return RetrievalSplitData(
-        corpus=Dataset(InMemoryTable(corpus)),
-        queries=Dataset(InMemoryTable(queries)),
+        corpus=_dataset(corpus, folder / "corpus.jsonl"),
+        queries=_dataset(queries, folder / "queries.jsonl"),
         relevant_docs=relevant,
         top_ranked=top,
     )
 
 
+def _relevant(path: Path, qrels: np.ndarray, query_ids: list[str], doc_ids: list[str]) -> dict[str, dict[str, int]]:
+    """``{query id: {document id: relevance}}`` from the rows of ``qrels`` (query row, corpus row, relevance), grouped
+    by query with numpy; the id strings are the corpus's and the queries' own."""
+    order = np.argsort(qrels[:, 0], kind="stable")
+    query, doc = qrels[order, 0].astype(np.int64), qrels[order, 1].astype(np.int64)
+    pairs = np.sort(query * len(doc_ids) + doc)
+    if (pairs[1:] == pairs[:-1]).any():
+        twice = pairs[1:][pairs[1:] == pairs[:-1]][0]
+        raise UsageError(f"{path}: query row {twice // len(doc_ids)} judges corpus row {twice % len(doc_ids)} twice")
+    cuts = (np.flatnonzero(np.diff(query)) + 1).tolist()
+    starts, ends = [0, *cuts], [*cuts, len(query)]
+    names = np.array(doc_ids, dtype=object)[doc].tolist()
+    scores = qrels[order, 2].tolist()
+    queries = [query_ids[q] for q in query[starts].tolist()] if len(query) else []
+    return {q: dict(zip(names[a:b], scores[a:b], strict=True)) for q, a, b in zip(queries, starts, ends, strict=True)}
+
+
 def _top_ranked(folder: Path, total: int, query_ids: list[str], doc_ids: list[str]) -> dict[str, list[str]]:
-    per_query = read_array(folder / "top_ranked_counts.npy", (len(query_ids),), source="one count per query")
+    """``{query id: [document id, ...]}`` from ``top_ranked.npy`` and ``top_ranked_counts.npy`` (``total``
+    candidates), each list holding the corpus's own id objects; a query with no candidates is left out."""
+    where = folder / SPLIT
+    path = folder / "top_ranked_counts.npy"
+    per_query = read_array(path, (len(query_ids),), bound=total + 1, source="one count per query")
     if per_query.sum() != total:
-        where = folder / SPLIT
-        raise UsageError(f"{folder / 'top_ranked_counts.npy'}: counts sum to {per_query.sum()}, not {total} ({where})")
-    flat = read_array(folder / "top_ranked.npy", (total,), bound=len(doc_ids), source=f"the count in {folder / SPLIT}")
+        raise UsageError(f"{path}: counts sum to {per_query.sum()}, not {total} ({where})")
+    flat = read_array(folder / "top_ranked.npy", (total,), bound=len(doc_ids), source=f"the count in {where}")
     shared = np.array(doc_ids, dtype=object)
-    ends = np.cumsum(per_query).tolist()
+    ends = np.cumsum(per_query)
     out: dict[str, list[str]] = {}
     for q0 in range(0, len(query_ids), CHUNK):  # a chunk of queries' id objects at a time, then sliced per query
         q1 = min(q0 + CHUNK, len(query_ids))
-        start = ends[q0 - 1] if q0 else 0
-        block = shared[flat[start : ends[q1 - 1]]].tolist()
-        for q in range(q0, q1):
-            a, b = (ends[q - 1] if q else 0) - start, ends[q] - start
-            if b > a:
-                out[query_ids[q]] = block[a:b]
+        start = int(ends[q0 - 1]) if q0 else 0
+        block = shared[flat[start : int(ends[q1 - 1])]].tolist()
+        b = (ends[q0:q1] - start).tolist()
+        a = [0, *b[:-1]]
+        out.update((q, block[i:j]) for q, i, j in zip(query_ids[q0:q1], a, b, strict=True) if j > i)
     return out
