@@ -6,6 +6,7 @@ memory whole.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -160,12 +161,13 @@ def distinct(
     seg = np.repeat(np.arange(len(sizes)), sizes)
     out = rng.integers(0, n, size=len(seg))
     starts = _starts(sizes)
+    fixed_sizes = np.zeros(len(sizes), dtype=np.int64) if fixed is None else np.asarray(fixed_sizes, dtype=np.int64)
+    fixed_starts = _starts(fixed_sizes)
     if fixed is not None:
-        fixed_sizes = np.asarray(fixed_sizes, dtype=np.int64)
         out[np.repeat(starts, fixed_sizes) + _within(fixed_sizes)] = fixed
     dense = np.flatnonzero(sizes * 4 > n)
     for s in dense.tolist():
-        head = fixed[_starts(fixed_sizes)[s] : _starts(fixed_sizes)[s] + fixed_sizes[s]] if fixed is not None else []
+        head = fixed[fixed_starts[s] : fixed_starts[s] + fixed_sizes[s]] if fixed is not None else []
         perm = rng.permutation(n)
         rest = perm[~np.isin(perm, head)][: sizes[s] - len(head)]
         out[starts[s] + len(head) : starts[s] + sizes[s]] = rest
@@ -186,6 +188,10 @@ def distinct(
 def _line(name: str, text: str) -> str:
     # Words are ASCII letters (single_token_words), ids letters, digits and "_": nothing JSON must escape.
     return f'{{"id":"{name}","text":"{text}"}}'
+
+
+def _json_line(name: str, text: str) -> str:
+    return json.dumps({"id": name, "text": text}, separators=(",", ":"))
 
 
 def write_retrieval(folder: Path, rng: np.random.Generator, words: Words, s: dict[str, Any], fraction: float) -> None:
@@ -216,6 +222,7 @@ def write_retrieval(folder: Path, rng: np.random.Generator, words: Words, s: dic
     query_words = np.empty(int(per.sum()), dtype=np.int32)
     folder.mkdir(parents=True, exist_ok=True)
     vocab = words.vocab.tolist()
+    line = _line if all(w.isascii() and w.isalnum() for w in vocab) else _json_line
     by_doc = np.argsort(span_doc, kind="stable")
     doc_ends = np.searchsorted(span_doc[by_doc], np.arange(0, n_docs + CHUNK, CHUNK))
 
@@ -230,7 +237,7 @@ def write_retrieval(folder: Path, rng: np.random.Generator, words: Words, s: dic
             source = np.repeat(_starts(counts)[span_doc[mine] - d0], reps)
             taken = index[source + (np.repeat(span_start[mine], reps) + offset) % length]
             query_words[np.repeat(span_at[mine], reps) + offset] = taken
-            yield (_line(f"d{d0 + i}", t) for i, t in enumerate(_join(vocab, index, counts)))
+            yield (line(f"d{d0 + i}", t) for i, t in enumerate(_join(vocab, index, counts)))
 
     def queries():
         lengths = np.bincount(query_of[used], weights=per, minlength=n_queries).astype(np.int64)
@@ -238,7 +245,7 @@ def write_retrieval(folder: Path, rng: np.random.Generator, words: Words, s: dic
         for q0 in range(0, n_queries, CHUNK):
             counts = lengths[q0 : q0 + CHUNK]
             index = query_words[starts[q0] : starts[q0] + int(counts.sum())]
-            yield (_line(f"q{q0 + i}_0", t) for i, t in enumerate(_join(vocab, index, counts)))
+            yield (line(f"q{q0 + i}_0", t) for i, t in enumerate(_join(vocab, index, counts)))
 
     write_lines(folder / "corpus.jsonl", corpus())
     write_lines(folder / "queries.jsonl", queries())
