@@ -93,3 +93,12 @@ def test_distinct_draws_keep_the_fixed_values_first():
         assert len(set(segment.tolist())) == size and segment.min() >= 0 and segment.max() < 50
         assert segment[:k].tolist() == fixed[taken : taken + k].tolist()
         taken += k
+
+
+def test_tasks_asked_for_must_be_the_benchmarks_and_have_a_replica(tmp_path):
+    from vllm_eval.tasks.shaped import build_replica
+
+    with pytest.raises(UsageError, match=r"MTEB\(eng, v2\): no task 'STSBenchmrk'"):
+        build_replica(tmp_path, "MTEB(eng, v2)", "words", fraction=0.002, tasks=["STSBenchmark", "STSBenchmrk"])
+    with pytest.raises(UsageError, match=r"none of its tasks asked for has a replica"):
+        build_replica(tmp_path, "MTEB(eng, v2)", "words", fraction=0.002, tasks=["SummEvalSummarization.v2"])

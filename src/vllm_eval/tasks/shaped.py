@@ -170,12 +170,24 @@ def build_replica(
     unknown = sorted(set(only or ()) - {t.metadata.name for t in every})
     if unknown:
         raise UsageError(f"{benchmark}: no task {unknown[0]!r:.80}")
+    pieces, left_out = _pieces(every, only)
+    if not pieces:
+        raise UsageError(f"{benchmark}: none of its tasks{' asked for' if only else ''} has a replica ({TYPES})")
     words = _words(tokenizer_path)
     out.mkdir(parents=True, exist_ok=True)
     # Until the new manifest is written, no call may take this folder for a finished replica (of the old one).
     (out / MANIFEST).unlink(missing_ok=True)
     for stale in out.glob(f".{MANIFEST}.tmp-*"):
         stale.unlink()
+    _run([(out, words, benchmark, index, fraction, seed) for _, index, _ in pieces], workers)
+    kept = [t.metadata.name for t in every if t.metadata.name in {name for _, _, name in pieces}]
+    write_json(out / MANIFEST, {**meta, "tasks": kept, "left_out": left_out})
+    return out
+
+
+def _pieces(every: list[Any], only: list[str] | None) -> tuple[list[tuple[int, int, str]], dict[str, str]]:
+    """The tasks of ``every`` to build, as (cost, index, name), the largest first (so no worker is left with one at
+    the end), and those left out with the reason."""
     pieces, left_out = [], {}
     for index, task in enumerate(every):
         name, path = task.metadata.name, stats_path(task)
@@ -185,19 +197,24 @@ def build_replica(
             left_out[name] = f"{task.metadata.type}: no replica" if path.is_file() else "no descriptive statistics"
             continue
         pieces.append((_cost(path), index, name))
-    pieces.sort(key=lambda p: -p[0])  # the largest first, so no worker is left with one at the end
-    jobs = [(out, words, benchmark, index, fraction, seed) for _, index, _ in pieces]
-    workers = min(workers or os.cpu_count() or 1, len(jobs)) or 1
+    return sorted(pieces, key=lambda p: -p[0]), left_out
+
+
+def _run(jobs: list[tuple[Any, ...]], workers: int | None) -> None:
+    """:func:`_build_task` for each of ``jobs``: in this process for one worker, else in a pool of processes."""
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
         for job in jobs:
             _build_task(*job)
-    else:
-        with ProcessPoolExecutor(workers) as pool:
-            for done in [pool.submit(_build_task, *job) for job in jobs]:
+        return
+    with ProcessPoolExecutor(workers) as pool:
+        futures = [pool.submit(_build_task, *job) for job in jobs]
+        try:
+            for done in futures:
                 done.result()
-    kept = [t.metadata.name for t in every if t.metadata.name in {name for _, _, name in pieces}]
-    write_json(out / MANIFEST, {**meta, "tasks": kept, "left_out": left_out})
-    return out
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # a failed build stops: the tasks not started are not built
+            raise
 
 
 def _words(tokenizer_path: str) -> Words:
