@@ -216,3 +216,15 @@ def mutated_json(draw: Any, doc: Any) -> bytes:
             parent[path[-1]] = draw(st.sampled_from([math.nan, math.inf, -math.inf, 1.7e308, -1.7e308]))
     data = json.dumps(doc, indent=draw(st.sampled_from([None, 2]))).encode()
     return draw(mutated(data)) if draw(st.booleans()) else data
+
+
+def made_up_words() -> Any:
+    """A benchmark replica's words without a tokenizer (:class:`vllm_eval.tasks.shaped.Words`): 100 made-up ones."""
+    import numpy as np
+
+    from vllm_eval.tasks.shaped import Words
+
+    words = Words.__new__(Words)
+    words.vocab = np.asarray([f"w{a}{b}" for a in "abcdefghij" for b in "klmnopqrst"])
+    words.mean_chars = 3.0
+    return words

@@ -273,6 +273,24 @@ def test_a_lone_surrogate_escape_is_named_not_a_pyarrow_traceback(tmp_path):
         own_mteb_task(path)
 
 
+def test_read_json_walks_its_strings_only_for_a_surrogate_escape(tmp_path, monkeypatch):
+    """The walk over every string (seconds for a big file) is skipped when no ``\\ud800``-``\\udfff`` escape is
+    in the text; an escape in either case, or a pair, is still walked, and a lone one refused."""
+    from vllm_eval.utils import files
+
+    walked = []
+    real = files.lone_surrogate
+    monkeypatch.setattr(files, "lone_surrogate", lambda value: walked.append(1) or real(value))
+    path = tmp_path / "a.json"
+    path.write_text('{"a": ["caf\\u00e9", "\\u2028"]}')
+    assert files.read_json(path) == {"a": ["caf\u00e9", "\u2028"]} and walked == []
+    path.write_text('{"a": "\\ud83d\\ude00"}')
+    assert files.read_json(path) == {"a": "\U0001f600"} and walked == [1]
+    path.write_text('{"a": ["b", "\\uDFFF"]}')
+    with pytest.raises(UsageError, match=r"a\.json: field 'a'\[1\] holds a lone surrogate escape"):
+        files.read_json(path)
+
+
 def test_spreadsheet_exports_are_read(tmp_path):
     """A byte-order mark, ';' separators with decimal commas, CRLF line ends, quoted fields, padding columns and
     trailing empty lines, as spreadsheet programs write them."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from _fuzz import FUZZ, mutated, mutated_json, outcome, scratch
+from _fuzz import FUZZ, made_up_words, mutated, mutated_json, mutated_rows, outcome, scratch
 from vllm_eval.evaluation.results import TaskScore
 from vllm_eval.measure import report
 from vllm_eval.measure.compare import Config, ConfigResult, compare_results, read_run_dir
@@ -152,44 +153,82 @@ def test_damaged_comparisons_and_suites_are_named(tmp_path):
         report.write_report([suite], tmp_path / "r.html")
 
 
-REPLICA_TASKS = ("STSBenchmark", "SprintDuplicateQuestions", "ArguAna", "ImdbClassification")
+REPLICA_TASKS = ("STSBenchmark", "SprintDuplicateQuestions", "ArguAna", "AskUbuntuDupQuestions", "ImdbClassification")
 
 
 @pytest.fixture(scope="module")
 def replica_source(tmp_path_factory):
-    """A small replica of four MTEB(eng, v2) tasks, written by the replica's own code with made-up words (no
-    tokenizer needed)."""
+    """A small replica of five MTEB(eng, v2) tasks (one with candidates per query), written by the replica's own
+    code with made-up words."""
     import numpy as np
 
     from vllm_eval.tasks import shaped
 
-    words = shaped.Words.__new__(shaped.Words)
-    words.vocab = np.asarray([f"w{a}{b}" for a in "abcdefghij" for b in "klmnopqrst"])
-    words.mean_chars = 3.0
+    words = made_up_words()
     tasks = {t.metadata.name: t for t in shaped._benchmark_tasks("MTEB(eng, v2)")}
     out = tmp_path_factory.mktemp("replica")
     for i, name in enumerate(REPLICA_TASKS):
-        task = tasks[name]
+        task, rng = tasks[name], np.random.default_rng(i)
         stats = json.loads(shaped.stats_path(task).read_text())
         (out / name).mkdir()
         for subset in task.hf_subsets:
             for split, train in shaped._splits(task):
                 split_stats = shaped._split_stats(stats, split, subset)
-                data = shaped._split_data(np.random.default_rng(i), words, task, split_stats, 0.0005, train)
-                (out / name / f"{subset}.{split}.json").write_text(json.dumps(data))
+                shaped.write_split(out / name, rng, words, task, split_stats, 0.0005, train, f"{subset}.{split}")
     manifest = {"benchmark": "MTEB(eng, v2)", "fraction": 0.0005, "seed": 0, "tokenizer": "words", "left_out": {}}
     (out / "replica.json").write_text(json.dumps({**manifest, "tasks": list(REPLICA_TASKS)}))
     return out
 
 
 def _check_replica_split(split: Any) -> None:
-    if not hasattr(split, "column_names"):  # retrieval
-        assert len(split["corpus"]) and len(split["queries"])
+    if not hasattr(split, "column_names"):  # retrieval: every link names a document and a query of the split
+        docs, queries = set(split["corpus"]["id"]), set(split["queries"]["id"])
+        assert docs and queries
+        assert len(docs) == len(split["corpus"]) and len(queries) == len(split["queries"])
+        for text in [*split["corpus"]["text"], *split["queries"]["text"]]:
+            text.encode("utf-8")
+        for qid, judged in split["relevant_docs"].items():
+            assert qid in queries and set(judged) <= docs
+            assert all(type(score) is int for score in judged.values())
+        for qid, candidates in (split["top_ranked"] or {}).items():
+            assert qid in queries and set(candidates) <= docs
         return
     assert len(split) > 0
     for column in split.column_names:
         for value in split[column]:
             assert not isinstance(value, float) or math.isfinite(value)
+            if isinstance(value, str):
+                value.encode("utf-8")
+
+
+@st.composite
+def damaged_replica_file(draw: Any, path: Path) -> bytes:
+    """The bytes of ``path`` (a file of a replica) damaged as its kind can be: JSON lines rows with a field dropped,
+    of another type, NaN or a lone surrogate, then maybe bytes mutated; an array's value out of the corpus, of
+    another shape or type, or its bytes mutated; JSON as :func:`mutated_json` damages it."""
+    import io
+
+    import numpy as np
+
+    data = path.read_bytes()
+    if path.suffix == ".jsonl":
+        if draw(st.booleans()):
+            rows = draw(mutated_rows([json.loads(line) for line in data.splitlines()]))
+            data = "".join(json.dumps(row) + "\n" for row in rows).encode()
+        return draw(mutated(data)) if draw(st.booleans()) else data
+    if path.suffix != ".npy":
+        return draw(mutated_json(json.loads(data)))
+    array = np.load(path)
+    op = draw(st.sampled_from(["value", "shape", "float", "bytes"]))
+    if op == "value" and array.size:
+        array.reshape(-1)[draw(st.integers(0, array.size - 1))] = draw(st.sampled_from([-1, 2**31 - 1, 50, 10]))
+    elif op == "shape":
+        array = array.reshape(-1)[: draw(st.integers(0, max(array.size - 1, 0)))]
+    elif op == "float":
+        array = array.astype(float)
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return draw(mutated(buffer.getvalue())) if op == "bytes" else buffer.getvalue()
 
 
 @settings(FUZZ, max_examples=40)
@@ -199,12 +238,12 @@ def test_replicas_load_or_name_the_file(replica_source, data):
 
     from vllm_eval.tasks.shaped import replica_tasks
 
-    files = sorted(str(p.relative_to(replica_source)) for p in replica_source.rglob("*.json"))
+    files = sorted(str(p.relative_to(replica_source)) for p in replica_source.rglob("*") if p.is_file())
     with scratch() as folder:
         replica = folder / "replica"
         shutil.copytree(replica_source, replica)
         damaged = replica / data.draw(st.sampled_from(files))
-        damaged.write_bytes(data.draw(mutated_json(json.loads(damaged.read_text()))))
+        damaged.write_bytes(data.draw(damaged_replica_file(replica_source / damaged.relative_to(replica))))
         tasks = outcome(lambda: replica_tasks(replica), damaged.name)
         for task in tasks or []:
             if outcome(task.load_data, damaged.name) is None and task.data_loaded:
@@ -228,14 +267,97 @@ def test_damaged_replicas_are_named(replica_source, tmp_path):
     with pytest.raises(UsageError, match=r"replica\.json: no field 'tasks'"):
         replica_tasks(replica)
     (replica / "replica.json").write_text(json.dumps(manifest))
-    split = replica / "STSBenchmark" / "default.test.json"
+    split = replica / "STSBenchmark" / "default.test.jsonl"
     split.write_text(split.read_text()[:100])
     [task] = [t for t in replica_tasks(replica) if t.metadata.name == "STSBenchmark"]
-    with pytest.raises(UsageError, match=r"default\.test\.json:1: not valid JSON"):
+    with pytest.raises(UsageError, match=r"default\.test\.jsonl:1: not valid JSON"):
         task.load_data()
     split.unlink()
-    with pytest.raises(UsageError, match=r"STSBenchmark/default\.test\.json: no such file \(a replica split of"):
+    with pytest.raises(UsageError, match=r"STSBenchmark/default\.test\.jsonl: no such file \(a replica split of"):
         replica_tasks(replica)
+
+
+def _replica_load_error(source: Path, tmp: Path, name: str, file: str, damage: Any) -> str:
+    """The message of loading task ``name`` of a copy of ``source`` whose ``file`` went through ``damage``."""
+    import shutil
+
+    from vllm_eval.tasks.shaped import replica_tasks
+
+    replica = tmp / "replica"
+    shutil.rmtree(replica, ignore_errors=True)
+    shutil.copytree(source, replica)
+    damage(replica / name / file)
+    [task] = [t for t in replica_tasks(replica) if t.metadata.name == name]
+    with pytest.raises(UsageError) as caught:
+        task.load_data()
+    assert len(str(caught.value).splitlines()) == 1
+    return str(caught.value)
+
+
+def _edit_line(path: Path, line: int, edit: Any) -> None:
+    lines = path.read_text().splitlines()
+    lines[line - 1] = edit(lines[line - 1])
+    path.write_text("".join(x + "\n" for x in lines))
+
+
+def _set_array(path: Path, change: Any) -> None:
+    import numpy as np
+
+    array = np.load(path)
+    np.save(path, change(array))
+
+
+def test_damaged_replica_lines_and_arrays_are_named(replica_source, tmp_path):
+    """Each kind of damage to a replica's split: the file, and the line or array and the field, named."""
+    import numpy as np
+
+    def error(name: str, file: str, damage: Any) -> str:
+        return _replica_load_error(replica_source, tmp_path, name, file, damage)
+
+    row = lambda change: lambda p: _edit_line(p, 3, lambda s: json.dumps(change(json.loads(s))))  # noqa: E731
+    message = error("STSBenchmark", "default.test.jsonl", row(lambda r: {**r, "score": "high"}))
+    assert re.search(r"default\.test\.jsonl:3: field 'score' must be number, got str 'high'$", message)
+    message = error("STSBenchmark", "default.test.jsonl", row(lambda r: {**r, "score": math.nan}))
+    assert re.search(r"default\.test\.jsonl:3: field 'score' is nan, not a finite number", message)
+    message = error(
+        "ImdbClassification", "default.test.jsonl", row(lambda r: {k: v for k, v in r.items() if k != "text"})
+    )
+    assert re.search(r"default\.test\.jsonl:3: no field 'text'", message)
+    message = error("ImdbClassification", "default.test.jsonl", row(lambda r: {**r, "label": "neg"}))
+    assert re.search(r"default\.test\.jsonl: field 'label' mixes names and numbers", message)
+    message = error("ArguAna", "default.test/corpus.jsonl", row(lambda r: {**r, "text": "a\ud800"}))
+    assert re.search(r"corpus\.jsonl:3: field 'text' holds a lone surrogate escape", message)
+    message = error("ArguAna", "default.test/corpus.jsonl", row(lambda r: {**r, "id": "d0"}))
+    assert re.search(r"corpus\.jsonl:3: field 'id' 'd0' repeats line 1", message)
+    message = error("ArguAna", "default.test/corpus.jsonl", lambda p: _edit_line(p, 2, lambda s: s + " " + s))
+    assert re.search(r"corpus\.jsonl:2: not valid JSON: extra data", message)
+    message = error("ArguAna", "default.test/corpus.jsonl", lambda p: _edit_line(p, 2, lambda s: ""))
+    assert re.search(r"corpus\.jsonl:2: a blank line, not JSON", message)
+    message = error("ArguAna", "default.test/queries.jsonl", lambda p: _edit_line(p, 2, lambda s: "[1, 2]"))
+    assert re.search(r"queries\.jsonl:2: a row must be a JSON object, got list", message)
+    cut = lambda p: p.write_text("".join(x + "\n" for x in p.read_text().splitlines()[:-1]))  # noqa: E731
+    message = error("ArguAna", "default.test/corpus.jsonl", cut)
+    assert re.search(r"corpus\.jsonl: 49 lines, not the 50 of field 'corpus' of .*split\.json$", message)
+    message = error("ArguAna", "default.test/qrels.npy", lambda p: _set_array(p, lambda a: a + [0, 60, 0]))
+    assert re.search(r"qrels\.npy: row \d+ links row \d+ of corpus\.jsonl, which has 50 rows$", message)
+    message = error("ArguAna", "default.test/qrels.npy", lambda p: _set_array(p, lambda a: a.astype(float)))
+    assert re.search(r"qrels\.npy: an array of float64, not of integers$", message)
+    message = error("ArguAna", "default.test/qrels.npy", lambda p: p.write_bytes(b"\x93NUMPY garbage"))
+    assert re.search(r"qrels\.npy: not a NumPy array file \(", message)
+    message = error("AskUbuntuDupQuestions", "default.test/top_ranked.npy", lambda p: _set_array(p, lambda a: a[:-1]))
+    assert re.search(
+        r"top_ranked\.npy: an array of shape \(\d+,\), not \(\d+,\) \(the count in .*split\.json\)", message
+    )
+    message = error("AskUbuntuDupQuestions", "default.test/top_ranked.npy", lambda p: _set_array(p, lambda a: -a))
+    assert re.search(r"top_ranked\.npy: value -\d+ at position \d+ is not in \[0, 50\)$", message)
+    change = lambda a: np.concatenate([a[:1] + 1, a[1:]])  # noqa: E731
+    message = error("AskUbuntuDupQuestions", "default.test/top_ranked_counts.npy", lambda p: _set_array(p, change))
+    assert re.search(r"top_ranked_counts\.npy: counts sum to \d+, not \d+ \(.*split\.json\)$", message)
+    split = lambda change: lambda p: p.write_text(json.dumps(change(json.loads(p.read_text()))))  # noqa: E731
+    message = error("AskUbuntuDupQuestions", "default.test/split.json", split(lambda s: {**s, "top_ranked": None}))
+    assert re.search(r"split\.json: field 'top_ranked' is null, yet the split has a top_ranked\.npy$", message)
+    message = error("AskUbuntuDupQuestions", "default.test/split.json", split(lambda s: {**s, "queries": -1}))
+    assert re.search(r"split\.json: field 'queries' is -1, not a count$", message)
 
 
 def _cache_bytes() -> tuple[bytes, dict[bytes, Any]]:

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from .errors import DataUnavailableError, UsageError
+
+#: A ``\u`` escape of a UTF-16 surrogate (D800-DFFF): the only way JSON text can hold a lone surrogate. It also
+#: matches escaped pairs (emoji) and ``\\ud800`` (an escaped backslash), so a match means "walk", not "refuse".
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def read_bytes(path: str | Path) -> bytes:
@@ -96,7 +101,8 @@ def read_json(path: str | Path) -> Any:
     if not text.strip():
         raise UsageError(f"{path}: an empty file, not JSON")
     value = parse_json(path, text)
-    bad = lone_surrogate(value)
+    # Walking every string of a big file costs seconds; without a surrogate escape in the text there is nothing to find.
+    bad = lone_surrogate(value) if SURROGATE_ESCAPE.search(text) else None
     if bad is not None:
         raise UsageError(f"{path}: {bad} holds a lone surrogate escape (\\ud800-\\udfff): not Unicode text")
     return value
