@@ -10,14 +10,19 @@ scoring that reads it is on (:func:`columnar`, per thread); elsewhere it returns
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 _state = threading.local()
+
+#: Entries per matrix of one length group (queries x ranks): bounds the memory of each piece of work.
+CHUNK_ENTRIES = 1 << 22
 
 
 class RankedLists(Mapping):
@@ -106,11 +111,42 @@ def as_results(ranked: Any) -> Any:
     return ranked
 
 
-def from_sorted_pairs(
-    query_ids: list[str], pair_query: np.ndarray, pair_doc: np.ndarray, scores: np.ndarray, doc_ids: list[str]
-) -> RankedLists:
-    """:class:`RankedLists` of pairs already grouped by query (``pair_query`` non-decreasing indices into
-    ``query_ids``; a query without pairs maps to ``{}``)."""
-    counts = np.bincount(pair_query, minlength=len(query_ids))
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return RankedLists(query_ids, offsets, pair_doc, scores, doc_ids)
+def length_groups(lengths: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(length, query indices) per distinct length > 0, in chunks of at most :data:`CHUNK_ENTRIES` entries: the
+    queries of one chunk make one (queries, length) matrix, whose rows numpy sorts or sums each on its own."""
+    order = np.argsort(lengths, kind="stable")
+    values, starts = np.unique(lengths[order], return_index=True)
+    bounds = [*starts.tolist(), len(order)]
+    for length, lo, hi in zip(values.tolist(), bounds, bounds[1:], strict=False):
+        if length == 0:
+            continue
+        step = max(CHUNK_ENTRIES // length, 1)
+        for at in range(lo, hi, step):
+            yield length, order[at : min(at + step, hi)]
+
+
+def in_groups(work: Callable[[int, np.ndarray], Any], lengths: np.ndarray) -> list[Any]:
+    """``work(length, queries)`` for every :func:`length_groups` chunk, on threads (numpy releases the GIL while it
+    sorts, gathers and sums), results in the chunks' order."""
+    groups = list(length_groups(lengths))
+    if len(groups) < 2:
+        return [work(length, queries) for length, queries in groups]
+    with ThreadPoolExecutor(max_workers=min(8, len(os.sched_getaffinity(0)), len(groups))) as pool:
+        return list(pool.map(lambda g: work(*g), groups))
+
+
+def best_first(offsets: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's pairs (``[offsets[i], offsets[i + 1])``) by score, descending, equal scores in their order, at
+    most ``k``: (pair indices int64, in that order; the number kept per query int64)."""
+    counts = np.diff(offsets)
+    kept = np.minimum(counts, k)
+    starts = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
+    out = np.empty(int(starts[-1]), dtype=np.int64)
+
+    def rows(length: int, queries: np.ndarray) -> None:
+        at = offsets[queries][:, None] + np.arange(length)
+        order = np.argsort(-scores[at], axis=1, kind="stable")[:, :k]
+        out[starts[queries][:, None] + np.arange(order.shape[1])] = np.take_along_axis(at, order, axis=1)
+
+    in_groups(rows, counts)
+    return out, kept

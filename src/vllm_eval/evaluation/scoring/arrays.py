@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from ...models.ranked import RankedLists
+from ...models.ranked import RankedLists, in_groups, length_groups
 
-#: Entries per matrix of one length group (queries x ranks); bounds the memory of the per-rank sums.
-CHUNK_ENTRIES = 1 << 22
+__all__ = ["Runs", "in_groups", "length_groups", "runs_of"]
 
 
 @dataclass
@@ -49,17 +48,3 @@ def runs_of(results: Mapping[str, Mapping[str, float]]) -> Runs:
         scores.extend(ranked.values())
     offsets = np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))]).astype(np.int64)
     return Runs(query_ids, offsets, np.asarray(docs, dtype=np.int64), np.asarray(scores, dtype=np.float64), list(index))
-
-
-def length_groups(lengths: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    """(length, query indices) per distinct length > 0, in chunks of at most :data:`CHUNK_ENTRIES` entries: the
-    queries of one chunk make one (queries, length) matrix."""
-    order = np.argsort(lengths, kind="stable")
-    values, starts = np.unique(lengths[order], return_index=True)
-    bounds = [*starts.tolist(), len(order)]
-    for length, lo, hi in zip(values.tolist(), bounds, bounds[1:], strict=False):
-        if length == 0:
-            continue
-        step = max(CHUNK_ENTRIES // length, 1)
-        for at in range(lo, hi, step):
-            yield length, order[at : min(at + step, hi)]

@@ -23,7 +23,7 @@ import numpy as np
 
 from ...models.ranked import RankedLists
 from .abstention import confidence_scores, naucs
-from .arrays import Runs, length_groups, runs_of
+from .arrays import Runs, in_groups, length_groups, runs_of
 
 
 def _doc_rank(runs: Runs) -> np.ndarray:
@@ -44,21 +44,6 @@ def _descending(scores: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         bits = (scores.astype(np.float32) + np.float32(0)).view(np.uint32).astype(np.uint64)
     ascending = np.where(bits >= 1 << 31, (1 << 32) - 1 - bits, bits + (1 << 31))  # the float's order as integers
     return (((1 << 32) - 1 - ascending) << 32) | ((1 << 32) - 1 - ranks.astype(np.uint64))
-
-
-def ranked_rows(
-    runs: Runs, rel: np.ndarray, doc_rank: np.ndarray, k_max: int, by_float32: bool = True
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(queries, their relevances best first, int64 (queries, min(length, k_max))) per group of queries with as
-    many results, each row sorted on its own: by the float32 score as trec_eval ranks (``by_float32``), else by
-    the double as mteb's MRR does, equal scores by document id, descending."""
-    for length, queries in length_groups(runs.counts):
-        at = runs.offsets[queries][:, None] + np.arange(length)
-        if by_float32:
-            order = np.argsort(_descending(runs.scores[at], doc_rank[runs.docs[at]]), axis=1)  # keys are unique
-        else:
-            order = np.lexsort((-doc_rank[runs.docs[at]], -runs.scores[at]), axis=-1)
-        yield queries, np.take_along_axis(rel[at], order[:, :k_max], axis=1)
 
 
 def _relevance(runs: Runs, qrels: Mapping[str, Mapping[str, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -112,53 +97,69 @@ def _ideal(query: np.ndarray, values: np.ndarray, n: int, k_values: Sequence[int
     return out
 
 
-def trec_metrics(
-    runs: Runs,
-    rows: Iterator[tuple[np.ndarray, np.ndarray]],
-    judged: tuple[np.ndarray, np.ndarray],
-    k_values: Sequence[int],
-) -> dict[str, np.ndarray]:
-    """pytrec_eval's ``ndcg_cut``, ``map_cut``, ``recall``, ``P`` and ``success`` at each cutoff, per query
-    (float64 (n_queries,) each, keyed ``ndcg_cut_10`` ... as pytrec_eval names them) from the :func:`ranked_rows`;
-    relevant: relevance >= 1."""
-    n = len(runs.query_ids)
-    discount = _discounts(max(k_values))
+def per_query(
+    runs: Runs, rel: np.ndarray, judged: tuple[np.ndarray, ...], k_values: Sequence[int]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """pytrec_eval's ``ndcg_cut``, ``map_cut``, ``recall``, ``P`` and ``success`` at each cutoff (keyed ``ndcg_cut_10``
+    ... as pytrec_eval names them; relevant: relevance >= 1) and mteb's ``MRR@k`` (relevance > 0), per query,
+    float64 (n_queries,) each. Each query's results are ranked in its own row: by the float32 score as
+    trec_eval ranks, by the double for the MRR (the same ranking when every score fits a float32), equal scores by
+    document id, descending; groups of rows are worked on threads."""
+    n, k_max = len(runs.query_ids), max(k_values)
+    discount, doc_rank = _discounts(k_max), _doc_rank(runs)
     query, values = judged
     num_rel = np.bincount(query[values >= 1], minlength=n)
     ideal = _ideal(query, values, n, k_values)
+    with np.errstate(over="ignore"):
+        exact = bool(np.array_equal(runs.scores.astype(np.float32).astype(np.float64), runs.scores, equal_nan=True))
     out = {f"{m}_{k}": np.zeros(n) for m in ("ndcg_cut", "map_cut", "recall", "P", "success") for k in k_values}
-    for queries, r in rows:
-        length = r.shape[1]
-        hit = r >= 1
-        found = np.cumsum(hit, axis=1)
-        ap = np.cumsum(np.where(hit, found / np.arange(1, length + 1), 0.0), axis=1)
-        dcg = np.cumsum(np.where(r > 0, r, 0) / discount[:length], axis=1)
-        nrel = num_rel[queries]
-        for k in k_values:
-            c = min(k, length) - 1
-            got = found[:, c]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                out[f"P_{k}"][queries] = got / k
-                out[f"recall_{k}"][queries] = np.where(nrel > 0, got / nrel, 0.0)
-                out[f"map_cut_{k}"][queries] = np.where(nrel > 0, ap[:, c] / nrel, ap[:, c])
-                best = ideal[k][queries]
-                out[f"ndcg_cut_{k}"][queries] = np.where(best > 0, dcg[:, c] / best, dcg[:, c])
-            out[f"success_{k}"][queries] = (got > 0).astype(np.float64)
-    return out
-
-
-def mrr_at(n: int, rows: Iterator[tuple[np.ndarray, np.ndarray]], k_values: Sequence[int]) -> dict[str, np.ndarray]:
-    """mteb's ``mrr``: per query and cutoff, 1 / rank of the first document with relevance > 0 (0 if none), from
-    the :func:`ranked_rows` of ``n`` queries."""
     first = np.full(n, np.iinfo(np.int64).max)
-    for queries, r in rows:
+
+    def rows(length: int, queries: np.ndarray) -> None:
+        at = runs.offsets[queries][:, None] + np.arange(length)
+        ranks, scores, judged_rel = doc_rank[runs.docs[at]], runs.scores[at], rel[at]
+        order = np.argsort(_descending(scores, ranks), axis=1)[:, :k_max]  # the keys are unique
+        r = np.take_along_axis(judged_rel, order, axis=1)
+        _trec_rows(out, queries, r, discount, num_rel[queries], ideal, k_values)
+        if not exact:
+            r = np.take_along_axis(judged_rel, np.lexsort((-ranks, -scores), axis=-1)[:, :k_max], axis=1)
         hit = r > 0
         first[queries] = np.where(hit.any(axis=1), hit.argmax(axis=1), first[queries])
-    out = {}
+
+    in_groups(rows, runs.counts)
+    mrr = {}
     for k in k_values:
         with np.errstate(divide="ignore"):
-            out[f"MRR@{k}"] = np.where(first < k, 1.0 / (first + 1), 0.0)
-    return out
+            mrr[f"MRR@{k}"] = np.where(first < k, 1.0 / (first + 1), 0.0)
+    return out, mrr
+
+
+def _trec_rows(
+    out: dict[str, np.ndarray],
+    queries: np.ndarray,
+    r: np.ndarray,
+    discount: np.ndarray,
+    nrel: np.ndarray,
+    ideal: dict[int, np.ndarray],
+    k_values: Sequence[int],
+) -> None:
+    """trec_eval's measures of ``queries`` from their relevances, best first (``r``, one row each), into ``out``:
+    the running sums rank by rank, as trec_eval adds them."""
+    length = r.shape[1]
+    hit = r >= 1
+    found = np.cumsum(hit, axis=1)
+    ap = np.cumsum(np.where(hit, found / np.arange(1, length + 1), 0.0), axis=1)
+    dcg = np.cumsum(np.where(r > 0, r, 0) / discount[:length], axis=1)
+    for k in k_values:
+        c = min(k, length) - 1
+        got = found[:, c]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[f"P_{k}"][queries] = got / k
+            out[f"recall_{k}"][queries] = np.where(nrel > 0, got / nrel, 0.0)
+            out[f"map_cut_{k}"][queries] = np.where(nrel > 0, ap[:, c] / nrel, ap[:, c])
+            best = ideal[k][queries]
+            out[f"ndcg_cut_{k}"][queries] = np.where(best > 0, dcg[:, c] / best, dcg[:, c])
+        out[f"success_{k}"][queries] = (got > 0).astype(np.float64)
 
 
 def _mean(values: np.ndarray, n: int) -> float:
@@ -225,12 +226,7 @@ def calculate_retrieval_scores(
         runs = skip_first(runs)
     k_values = list(k_values)
     rel, *judged = _relevance(runs, qrels)
-    doc_rank, k_max = _doc_rank(runs), max(k_values)
-    trec = trec_metrics(runs, ranked_rows(runs, rel, doc_rank, k_max), tuple(judged), k_values)
-    with np.errstate(over="ignore"):
-        exact = bool(np.array_equal(runs.scores.astype(np.float32).astype(np.float64), runs.scores, equal_nan=True))
-    # mteb's MRR ranks by the double: the same ranking unless a score does not fit a float32
-    mrr = mrr_at(len(runs.query_ids), ranked_rows(runs, rel, doc_rank, k_max, by_float32=exact), k_values)
+    trec, mrr = per_query(runs, rel, tuple(judged), k_values)
     n = len(runs.query_ids)
     means = {
         name: {f"{label}@{k}": round(_mean(trec[f"{key}_{k}"], n), 5) for k in k_values}
@@ -240,7 +236,7 @@ def calculate_retrieval_scores(
         }.items()
     }  # fmt: skip
     confidence = confidence_scores(runs)
-    per_query = {
+    by_metric = {
         f"{label}@{k}": trec[f"{key}_{k}"]
         for label, key in (("NDCG", "ndcg_cut"), ("MAP", "map_cut"), ("Recall", "recall"), ("P", "P"))
         for k in k_values
@@ -251,7 +247,7 @@ def calculate_retrieval_scores(
         map=means["map"],
         recall=means["recall"],
         precision=means["precision"],
-        naucs=naucs(confidence, per_query),
+        naucs=naucs(confidence, by_metric),
         mrr={name: _mean(values, len(values)) for name, values in mrr.items()},
         naucs_mrr=naucs(confidence, mrr),
         hit_rate=means["hit_rate"],

@@ -20,13 +20,14 @@ rounding of the matrix product on another device; documents with equal scores ma
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 from typing import Any
 
 import numpy as np
 
-from ..ranked import RankedLists, as_results, from_sorted_pairs
+from ..ranked import RankedLists, as_results, best_first
 from ..streaming import Batches
 
 logger = logging.getLogger(__name__)
@@ -227,16 +228,16 @@ def rank_candidates(
     """
     doc_index = {d: i for i, d in enumerate(doc_ids)}
     lists = [top_ranked.get(qid) or [] for qid in query_ids]
-    counts = np.fromiter((len(c) for c in lists), dtype=np.int64, count=len(lists))
+    counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
     pair_query = np.repeat(np.arange(len(query_ids)), counts)
-    pair_doc = np.fromiter((doc_index[d] for c in lists for d in c), dtype=np.int64, count=int(counts.sum()))
+    flat = itertools.chain.from_iterable(lists)
+    pair_doc = np.fromiter(map(doc_index.__getitem__, flat), dtype=np.int64, count=int(counts.sum()))
     scores = candidate_scores(model.similarity, model.similarity_pairwise, queries, docs, pair_query, pair_doc)
     if np.isnan(scores).any():
         raise ValueError(f"NaN values detected in the similarity scores: {int(np.isnan(scores).sum())}")
-    order = np.lexsort((-scores, pair_query))  # by query, then best first; stable
-    starts = np.repeat(np.cumsum(counts) - counts, counts)
-    keep = order[np.arange(len(order)) - starts < np.repeat(np.minimum(counts, k), counts)]
-    return as_results(from_sorted_pairs(query_ids, pair_query[keep], pair_doc[keep], scores[keep], doc_ids))
+    keep, kept = best_first(np.concatenate([[0], np.cumsum(counts)]), scores, k)
+    offsets = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
+    return as_results(RankedLists(query_ids, offsets, pair_doc[keep], scores[keep], doc_ids))
 
 
 def search_candidates(
