@@ -3,7 +3,7 @@
 # sentence-transformers (and mteb's vLLM wrapper), each backend a fresh process, with each run's timeline.
 # After staging vLLM (see scripts/gpu_bench.sh; tokenizers in .devtok/), on the device:
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_time_to_result.sh $OUT PART
-# PART: models | compile | warm | data | replica | synthetic | run | runs. warm: one short run of ours to fill the compile cache. compile: byte-compile the staged packages (pip installed them
+# PART: models | compile | warm | data | replica | synthetic | run | runs | score. warm: one short run of ours to fill the compile cache. compile: byte-compile the staged packages (pip installed them
 # with --no-compile; a user's pip compiles at install). replica: `bench --suite "MTEB(eng, v2)" --fraction
 # $FRACTION` (default 0.05); synthetic: `bench --suite synthetic` ($N_DOCS documents, default 200000).
 # $RPG replicas per GPU for ours (default 4), $BACKENDS (default "vllm st"), $LIMIT seconds per suite (default
@@ -17,7 +17,7 @@ export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 models=${MODELS_DIR:-/root/models}
 suite() {  # suite NAME ARGS...: one `bench --suite`, its tables to $OUT/NAME.txt, its JSON files to $OUT/NAME/
   local work=/root/work/$1; local name=$1${TAG:-}; shift
-  rm -rf "$work/vllm" "$work/st" "$work/mteb-vllm"
+  [ -n "${RESUME:-}" ] || rm -rf "$work/vllm" "$work/st" "$work/mteb-vllm" "$work/suite.json"  # RESUME=1: goes on
   mkdir -p "$out/$name"
   local layout=(--replicas-per-gpu "${RPG:-4}"); [ "${BACKENDS:-vllm st}" = st ] && layout=()
   timeout -k 10 "${LIMIT:-540}" python3 -m vllm_eval.cli bench "$@" --model "$models/bert-base" --dtype "${DTYPE:-float16}" \
@@ -72,5 +72,12 @@ PY
       tar czf "$out/runs${TAG:-}.tgz" -C "$out" "runs${TAG:-}"
     done
     cat "$out/runs${TAG:-}"/run-*.txt | grep "^run "; rm -rf "${out:?}/runs${TAG:-}" ;;
+  score)  # scoring alone (scripts/scoring_bench.py) on the replica `data` wrote: $PATHS (default fast), $DIM (768),
+          # $WORKERS (16) tasks at once; per-task seconds in $OUT/score-<fraction>-<dim><tag>.json
+    name=score-${FRACTION:-0.05}-${DIM:-768}${TAG:-}
+    timeout -k 10 "${LIMIT:-540}" python3 scripts/scoring_bench.py --fraction "${FRACTION:-0.05}" --dim "${DIM:-768}" \
+      --replica /root/work/replica/replica-data --tokenizer "$models/bert-base" --paths ${PATHS:-fast} \
+      --workers "${WORKERS:-16}" --json "$out/$name.json" > "$out/$name.log" 2>&1
+    echo "exit $?" >> "$out/$name.log"; grep -E "^wall|s over|exit|rror" "$out/$name.log" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 
 
@@ -107,6 +108,11 @@ def main() -> None:
         from concurrent.futures import ProcessPoolExecutor
         from functools import partial
 
+        threads = str(
+            max(1, len(os.sched_getaffinity(0)) // args.workers)
+        )  # as a run's task processes: no oversubscription
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[name] = threads  # read by the spawned workers' numpy and torch when they start
         sizes = {m.name: _size(where, m.name) for m in metas}
         metas.sort(key=lambda m: -sizes[m.name])
         with ProcessPoolExecutor(args.workers, mp_context=mp.get_context("spawn")) as pool:
