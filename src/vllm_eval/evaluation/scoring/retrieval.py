@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,13 @@ def _descending(scores: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     return (((1 << 32) - 1 - ascending) << 32) | ((1 << 32) - 1 - ranks.astype(np.uint64))
 
 
+class _Index(dict):
+    """Document id -> row, -1 for a document that was not ranked (looked up in C, a Python call only on a miss)."""
+
+    def __missing__(self, key: str) -> int:
+        return -1
+
+
 def _relevance(runs: Runs, qrels: Mapping[str, Mapping[str, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each pair's relevance in ``qrels`` (0 where not judged), and every judgement of the results' queries as
     (query index, relevance) int64 arrays, by query.
@@ -54,11 +62,12 @@ def _relevance(runs: Runs, qrels: Mapping[str, Mapping[str, int]]) -> tuple[np.n
         KeyError: a query of the results without qrels (as mteb's MRR does).
     """
     judged = [qrels[qid] for qid in runs.query_ids]
-    counts = np.fromiter((len(r) for r in judged), dtype=np.int64, count=len(judged))
-    values = np.fromiter((v for r in judged for v in r.values()), dtype=np.int64, count=int(counts.sum()))
+    counts = np.fromiter(map(len, judged), dtype=np.int64, count=len(judged))
+    total = int(counts.sum())
+    values = np.fromiter(chain.from_iterable(map(dict.values, judged)), dtype=np.int64, count=total)
     query = np.repeat(np.arange(len(judged)), counts)
-    local = {runs.names[j]: j for j in np.unique(runs.docs).tolist()}
-    doc = np.fromiter((local.get(d, -1) for r in judged for d in r), dtype=np.int64, count=len(values))
+    local = _Index((runs.names[j], j) for j in np.unique(runs.docs).tolist())
+    doc = np.fromiter(map(local.__getitem__, chain.from_iterable(judged)), dtype=np.int64, count=total)
     rel = np.zeros(len(runs.docs), dtype=np.int64)
     found = doc >= 0
     if found.any():
