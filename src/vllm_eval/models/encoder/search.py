@@ -291,6 +291,16 @@ def _encoded(
     return np.asarray(model.encode(loader, prompt_type=prompt_type, **where, **encode_kwargs), dtype=np.float32)
 
 
+def _after_first(warming: threading.Thread | None, chunks: Any) -> Any:
+    """``chunks``, the first handed on only once ``warming`` has ended: it is encoded meanwhile, but the first scoring
+    call must not run beside the warm-up's (mteb's similarity is compiled by torch on first use, and two threads
+    compiling it at once failed: "using FX to symbolically trace a dynamo-optimized function")."""
+    for i, chunk in enumerate(chunks):
+        if i == 0 and warming is not None:
+            warming.join()
+        yield chunk
+
+
 class CorpusSearch:
     """mteb's ``SearchProtocol`` for an encoder backend (see the module doc): mixed into a class that has
     mteb's ``encode`` and ``similarity`` and ``mteb_model_meta``."""
@@ -334,9 +344,12 @@ class CorpusSearch:
         encoded = functools.partial(_encoded, self, encode_kwargs=encode_kwargs, num_proc=num_proc, where=where)
         query_embeddings = encoded(queries, "query")
         warming = warm_scoring(self.similarity, query_embeddings, top_k)
-        chunks = (
-            encoded(corpus.select(range(lo, min(lo + ENCODE_CHUNK, len(corpus)))), "document")
-            for lo in range(0, len(corpus), ENCODE_CHUNK)
+        chunks = _after_first(
+            warming,
+            (
+                encoded(corpus.select(range(lo, min(lo + ENCODE_CHUNK, len(corpus)))), "document")
+                for lo in range(0, len(corpus), ENCODE_CHUNK)
+            ),
         )
         try:
             scores, index = best_documents(self.similarity, query_embeddings, chunks, top_k)
