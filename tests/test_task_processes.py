@@ -147,10 +147,12 @@ def test_scores_through_processes_equal_in_process_ones(st_encoder, tmp_path):
     assert [r.inputs for r in together] == [r.inputs for r in alone]
 
 
-def test_a_task_with_candidates_is_ranked_in_its_process(st_encoder, replica):
+def test_a_task_with_candidates_is_ranked_in_its_process(st_encoder, replica, monkeypatch):
     """The candidates (2 million pairs for MindSmall at 2 % of its size) and the ranked lists stay in the task's
     process: the command's model is asked to encode the queries and the corpus, not to search; the scores are
-    those of the search run here."""
+    those of the search run here. The embeddings cross in shared memory (every array here: the size from which
+    they do is set to 0), and no block is left behind."""
+    from vllm_eval.evaluation import task_processes
     from vllm_eval.models.encoder.search import CorpusSearch
     from vllm_eval.tasks.shaped import replica_tasks
 
@@ -169,12 +171,17 @@ def test_a_task_with_candidates_is_ranked_in_its_process(st_encoder, replica):
     here = evaluate(model, task(), show_progress_bar=False)
     assert len(searched) == 1 and len(encodes) == 2
     searched.clear(), encodes.clear()
+    blocks = set(os.listdir("/dev/shm"))
+    monkeypatch.setattr(task_processes, "SHARED_BYTES", 0)
+    shared = []
+    monkeypatch.setattr(task_processes, "shipped", lambda v, ship=task_processes.shipped: shared.append(1) or ship(v))
     processes = TaskProcesses(1)
     try:
         there = evaluate(model, task(), show_progress_bar=False, processes=processes)
     finally:
         processes.close()
     assert searched == [] and len(encodes) == 2  # queries, then the corpus; ranked in the process
+    assert len(shared) == 2 and set(os.listdir("/dev/shm")) <= blocks
     assert [r.main_score for r in there] == [r.main_score for r in here]
     assert _left_running() == []
 
