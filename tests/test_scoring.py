@@ -203,3 +203,15 @@ def test_queries_without_positives_are_dropped_as_mteb_drops_them():
     for qrels in ({"q1": {"a": 1}, "q2": {}, "q4": {"b": 0}}, {q: {"a": 1} for q in ("q1", "q2", "q3", "q4")}):
         (their_qrels, their_queries), (my_qrels, my_queries) = mtebs(qrels, queries), ours(qrels, queries)
         assert my_qrels == their_qrels and my_queries.to_dict() == their_queries.to_dict()
+
+
+def test_queries_judged_on_nothing_reach_mtebs_own_function_while_ours_is_installed():
+    """The fallback for queries with empty qrels calls mteb's function even while fast_scoring has put ours in its
+    place (it did not: it looked mteb's up at call time and found ours)."""
+    from mteb._evaluators.retrieval_metrics import calculate_retrieval_scores as mtebs
+
+    results, qrels = {"q1": {"a": 0.5}, "q2": {"b": 0.5}}, {"q1": {}, "q2": {"b": 1}}
+    with pytest.raises(Exception) as theirs:
+        mtebs(results, qrels, [1])
+    with fast_scoring(), pytest.raises(type(theirs.value)):
+        calculate_retrieval_scores(ranked(results), qrels, [1])

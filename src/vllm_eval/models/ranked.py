@@ -125,13 +125,18 @@ def length_groups(lengths: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
             yield length, order[at : min(at + step, hi)]
 
 
+def worker_threads() -> int:
+    """Threads for numpy work that releases the GIL: this process's cores, at most 8."""
+    return max(1, min(8, len(os.sched_getaffinity(0))))
+
+
 def in_groups(work: Callable[[int, np.ndarray], Any], lengths: np.ndarray) -> list[Any]:
     """``work(length, queries)`` for every :func:`length_groups` chunk, on threads (numpy releases the GIL while it
     sorts, gathers and sums), results in the chunks' order."""
     groups = list(length_groups(lengths))
     if len(groups) < 2:
         return [work(length, queries) for length, queries in groups]
-    with ThreadPoolExecutor(max_workers=min(8, len(os.sched_getaffinity(0)), len(groups))) as pool:
+    with ThreadPoolExecutor(max_workers=min(worker_threads(), len(groups))) as pool:
         return list(pool.map(lambda g: work(*g), groups))
 
 

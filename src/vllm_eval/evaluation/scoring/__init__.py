@@ -98,6 +98,7 @@ def _patches() -> list[tuple[Any, str, Any]]:
         return save(self, predictions, *args, **kwargs)
 
     return [
+        # the module's own name too: an evaluator subclass of mteb's may call it without RetrievalEvaluator.evaluate
         (retrieval_evaluator, "calculate_retrieval_scores", retrieval.calculate_retrieval_scores),
         (retrieval_evaluator.RetrievalEvaluator, "evaluate", _retrieval_evaluate),
         (retrieval_metrics, "calculate_retrieval_scores", retrieval.calculate_retrieval_scores),

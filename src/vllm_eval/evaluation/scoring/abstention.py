@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import length_groups
+from ...models.ranked import length_groups, worker_threads
 
 #: mteb's abstention rates: 0.0, 0.1, ..., 0.9.
 RATES = np.linspace(0, 1, 11)[:-1]
@@ -83,15 +83,9 @@ def naucs(confidence: dict[str, np.ndarray], metrics: dict[str, np.ndarray]) -> 
 
     if not metrics:
         return {}
-    with ThreadPoolExecutor(max_workers=_threads()) as pool:
+    with ThreadPoolExecutor(max_workers=worker_threads()) as pool:
         by_name = dict(zip(confidence, pool.map(_Sorted, confidence.values()), strict=True))
         oracles = list(pool.map(lambda v: _Sorted(v, oracle=True).curve(), metrics.values()))
         pairs = [(m, name, o) for (m, values), o in zip(metrics.items(), oracles, strict=True) for name in FUNCTIONS]
         values = list(pool.map(lambda p: nauc(by_name[p[1]], metrics[p[0]], p[2]), pairs))
     return {f"nAUC_{m}_{name}": v for (m, name, _), v in zip(pairs, values, strict=True)}
-
-
-def _threads() -> int:
-    import os
-
-    return max(1, min(8, len(os.sched_getaffinity(0))))

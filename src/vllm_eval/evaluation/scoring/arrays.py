@@ -8,9 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...models.ranked import RankedLists, in_groups, length_groups
-
-__all__ = ["Runs", "in_groups", "length_groups", "runs_of"]
+from ...models.ranked import RankedLists
 
 
 @dataclass

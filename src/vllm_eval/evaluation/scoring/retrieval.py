@@ -21,10 +21,15 @@ from itertools import chain
 from typing import Any
 
 import numpy as np
+from mteb._evaluators import retrieval_metrics
 
-from ...models.ranked import RankedLists
+from ...models.ranked import RankedLists, in_groups, length_groups
 from .abstention import confidence_scores, naucs
-from .arrays import Runs, in_groups, length_groups, runs_of
+from .arrays import Runs, runs_of
+
+# mteb's own function, taken when this module is first imported: before fast_scoring replaces it (it imports this
+# module to do so), so the fallback below reaches mteb's code while ours is installed
+_MTEBS = retrieval_metrics.calculate_retrieval_scores
 
 
 def _doc_rank(runs: Runs) -> np.ndarray:
@@ -222,14 +227,13 @@ def calculate_retrieval_scores(
         IndexError: a query of ``results`` with empty qrels, which mteb's function is given (it fails, or scores
             pairing its lists as it does).
     """
-    from mteb._evaluators.retrieval_metrics import calculate_retrieval_scores as mtebs
     from mteb.types import RetrievalEvaluationResult
 
-    if mtebs is not calculate_retrieval_scores and any(not qrels.get(q, True) for q in results):
+    if any(not qrels.get(q, True) for q in results):
         # pytrec_eval skips a query judged on nothing while mteb's MRR and confidence lists keep it: mteb's own
         # function fails or pairs the lists as it does; such queries never reach it from a task (mteb drops them)
         plain = results.to_dict() if isinstance(results, RankedLists) else results
-        return mtebs(plain, qrels, k_values, skip_first_result)
+        return _MTEBS(plain, qrels, k_values, skip_first_result)
     runs = runs_of(results)
     if skip_first_result:
         runs = skip_first(runs)
