@@ -73,11 +73,14 @@ PY
     done
     cat "$out/runs${TAG:-}"/run-*.txt | grep "^run "; rm -rf "${out:?}/runs${TAG:-}" ;;
   score)  # scoring alone (scripts/scoring_bench.py) on the replica `data` wrote: $PATHS (default fast), $DIM (768),
-          # $WORKERS (16) tasks at once; per-task seconds in $OUT/score-<fraction>-<dim><tag>.json
-    name=score-${FRACTION:-0.05}-${DIM:-768}${TAG:-}
+          # $WORKERS (16) tasks at once, $TASKS (default all), $PROFILE=1 (a cProfile per task, archived);
+          # per-task seconds in $OUT/score-<fraction>-<dim><tag>.json
+    name=score-${FRACTION:-0.05}-${DIM:-768}${TAG:-}; prof=()
+    [ -n "${PROFILE:-}" ] && mkdir -p "$out/$name-prof" && prof=(--profile "$out/$name-prof/prof")
     timeout -k 10 "${LIMIT:-540}" python3 scripts/scoring_bench.py --fraction "${FRACTION:-0.05}" --dim "${DIM:-768}" \
       --replica /root/work/replica/replica-data --tokenizer "$models/bert-base" --paths ${PATHS:-fast} \
-      --workers "${WORKERS:-16}" --json "$out/$name.json" > "$out/$name.log" 2>&1
-    echo "exit $?" >> "$out/$name.log"; grep -E "^wall|s over|exit|rror" "$out/$name.log" ;;
+      --workers "${WORKERS:-16}" ${TASKS:+--tasks $TASKS} "${prof[@]}" --json "$out/$name.json" > "$out/$name.log" 2>&1
+    echo "exit $?" >> "$out/$name.log"; grep -E "^wall|s over|exit|rror" "$out/$name.log"
+    [ -n "${PROFILE:-}" ] && tar czf "$out/$name-prof.tgz" -C "$out" "$name-prof" && rm -rf "${out:?}/$name-prof" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac

@@ -16,9 +16,10 @@ from vllm_eval.evaluation.concurrency import in_run_order, own_evaluator, run_ta
 from vllm_eval.utils.errors import UsageError
 
 
-def _task(name: str, size: int = 0):
-    stats = {"test": {"num_samples": size}} if size else None
-    return SimpleNamespace(metadata=SimpleNamespace(name=name, descriptive_stats=stats, eval_splits=["test"]))
+def _task(name: str, size: int = 0, kind: str = "Retrieval", stats: dict | None = None, subsets=None):
+    stats = stats or ({"test": {"num_samples": size}} if size else None)
+    meta = SimpleNamespace(name=name, descriptive_stats=stats, eval_splits=["test"], type=kind)
+    return SimpleNamespace(metadata=meta, hf_subsets=subsets)
 
 
 def _display(name: str, position: int):
@@ -29,6 +30,13 @@ def test_tasks_run_at_once_largest_first_and_rows_keep_their_index():
     tasks = [_task("small", 10), _task("none"), _task("large", 1000), _task("mid", 100)]
     assert [t.metadata.name for t in in_run_order(tasks, 2)] == ["large", "mid", "small", "none"]
     assert in_run_order(tasks, 1) == tasks
+    # Scoring first: a classification task's logistic regression on 50,000 training samples outweighs the
+    # retrieval of 100,000 samples; a subset's own count counts, not the task's every language.
+    per = {"hf_subset_descriptive_stats": {"en": {"num_samples": 500}, "de": {"num_samples": 10**6}}}
+    lr = _task("lr", kind="Classification", stats={"test": {"num_samples": 10}, "train": {"num_samples": 50000}})
+    one_language = _task("en-only", stats={"test": {"num_samples": 10**6, **per}}, subsets=["en"])
+    order = in_run_order([_task("retrieval", 100000), lr, one_language], 2)
+    assert [t.metadata.name for t in order] == ["lr", "retrieval", "en-only"]
     started, rows, threads = [], {}, set()
 
     def run(task):

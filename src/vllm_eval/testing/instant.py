@@ -9,15 +9,19 @@ scores mean nothing; two scoring paths given the same vectors must report the sa
 from __future__ import annotations
 
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 
 from ..models.encoder.search import CorpusSearch
+from ..models.ranked import worker_threads
 
 #: Rows of each lookup table.
 _TABLE = 4096
+#: Rows filled per thread task.
+_CHUNK = 8192
 
 
 class InstantEncoder(AbsEncoder):
@@ -45,11 +49,21 @@ class InstantEncoder(AbsEncoder):
         )  # fmt: skip
 
     def vectors(self, texts: list[str]) -> np.ndarray:
-        """float32 (len(texts), dim): each text's hashed vector."""
+        """float32 (len(texts), dim): each text's hashed vector. Rows are filled in chunks on threads (NumPy
+        releases the GIL): MindSmallReranking's 2.4 million queries are 7 GB at 768 dimensions, and an encoder
+        that is to cost nothing must not spend half a minute writing them on one core."""
         codes = np.fromiter((zlib.crc32(t.encode()) for t in texts), dtype=np.int64, count=len(texts))
-        out = self._tables[0][codes % _TABLE] + self._tables[1][(codes >> 12) % _TABLE]
-        if self._normalise:
-            out /= np.linalg.norm(out, axis=1, keepdims=True)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+
+        def fill(lo: int) -> None:
+            part, c = out[lo : lo + _CHUNK], codes[lo : lo + _CHUNK]
+            np.take(self._tables[0], c % _TABLE, axis=0, out=part)
+            part += self._tables[1][(c >> 12) % _TABLE]
+            if self._normalise:
+                part /= np.linalg.norm(part, axis=1, keepdims=True)
+
+        with ThreadPoolExecutor(max_workers=worker_threads()) as pool:
+            list(pool.map(fill, range(0, len(texts), _CHUNK)))
         return out
 
     def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, **kwargs: Any) -> np.ndarray:
