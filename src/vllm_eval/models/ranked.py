@@ -79,7 +79,7 @@ class RankedLists(Mapping):
     def drop_identical_ids(self) -> None:
         """Remove, in place, each query's document whose id is the query's (mteb's ``ignore_identical_ids``,
         which pops them from each query's dict)."""
-        index = {self.doc_ids[j]: j for j in np.unique(self.docs).tolist()}  # the documents ranked, not the corpus
+        index = {self.doc_ids[j]: j for j in used_rows(self.docs, len(self.doc_ids)).tolist()}  # ranked, not all
         own = np.array([index.get(q, -1) for q in self.query_ids], dtype=np.int64)
         counts = np.diff(self.offsets)
         keep = self.docs != np.repeat(own, counts)
@@ -123,6 +123,12 @@ def length_groups(lengths: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         step = max(CHUNK_ENTRIES // length, 1)
         for at in range(lo, hi, step):
             yield length, order[at : min(at + step, hi)]
+
+
+def used_rows(rows: np.ndarray, n: int) -> np.ndarray:
+    """The distinct values of ``rows`` (int indices in ``[0, n)``), ascending, as ``np.unique`` returns them: by
+    a count per row, linear where ``np.unique`` sorts or hashes (97 million ranked pairs of MindSmallReranking)."""
+    return np.flatnonzero(np.bincount(rows, minlength=n)) if len(rows) else np.zeros(0, dtype=np.int64)
 
 
 def worker_threads() -> int:

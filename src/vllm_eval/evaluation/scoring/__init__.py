@@ -75,8 +75,19 @@ class _Labels:
         return getattr(self._split, name)
 
 
+def _no_compile() -> bool:
+    """mteb's ``_use_torch_compile``, always False: on a GPU of compute capability 7.0, 8.0 or 9.0 mteb compiles
+    its similarity with torch.compile in every process that scores (tens of seconds of a full-size
+    MindSmallReranking's profile on an H200 were inductor's), and beside an engine that holds most of the GPU the
+    compiler's own allocations failed (``BackendCompilerFailed ... CUBLAS_STATUS_ALLOC_FAILED``). The same
+    normalise-and-multiply runs eagerly: scores may differ from compiled ones in the last float bit, as mteb's
+    own do between a GPU and the CPU."""
+    return False
+
+
 def _patches() -> list[tuple[Any, str, Any]]:
     """(owner, attribute, replacement) of every mteb function replaced under :func:`fast_scoring`."""
+    from mteb import similarity_functions
     from mteb._evaluators import retrieval_evaluator, retrieval_metrics
     from mteb.abstasks import retrieval as retrieval_task
     from mteb.abstasks.abstask import AbsTask
@@ -107,6 +118,7 @@ def _patches() -> list[tuple[Any, str, Any]]:
         (retrieval_task, "_filter_queries_without_positives", _filter_queries_without_positives),
         (AbsTaskClassification, "_run_experiment", _run_experiment),
         (AbsTask, "_save_task_predictions", _save_task_predictions),
+        (similarity_functions, "_use_torch_compile", _no_compile),
     ]
 
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from typing import Any
 
 import numpy as np
 from mteb._evaluators import retrieval_metrics
 
-from ...models.ranked import RankedLists, in_groups, length_groups
+from ...models.ranked import RankedLists, in_groups, length_groups, used_rows, worker_threads
 from .abstention import confidence_scores, naucs
 from .arrays import Runs, runs_of
 
@@ -35,7 +36,7 @@ _MTEBS = retrieval_metrics.calculate_retrieval_scores
 def _doc_rank(runs: Runs) -> np.ndarray:
     """Per entry of ``runs.names``: its place among the ids that occur, in Python's string order (trec_eval
     and mteb break equal scores by document id, descending)."""
-    used = np.unique(runs.docs)
+    used = used_rows(runs.docs, len(runs.names))
     names = runs.names
     order = sorted(range(len(used)), key=lambda i: names[used[i]])
     rank = np.zeros(len(names), dtype=np.int64)
@@ -59,6 +60,17 @@ class _Index(dict):
         return -1
 
 
+def _searched(key: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(key, values)`` in chunks on threads (NumPy releases the GIL): 97 million lookups for
+    MindSmallReranking."""
+    chunk = max(len(values) // worker_threads() + 1, 1 << 20)
+    if len(values) <= chunk:
+        return np.searchsorted(key, values)
+    with ThreadPoolExecutor(max_workers=worker_threads()) as pool:
+        parts = pool.map(lambda lo: np.searchsorted(key, values[lo : lo + chunk]), range(0, len(values), chunk))
+        return np.concatenate(list(parts))
+
+
 def _relevance(runs: Runs, qrels: Mapping[str, Mapping[str, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each pair's relevance in ``qrels`` (0 where not judged), and every judgement of the results' queries as
     (query index, relevance) int64 arrays, by query.
@@ -71,7 +83,7 @@ def _relevance(runs: Runs, qrels: Mapping[str, Mapping[str, int]]) -> tuple[np.n
     total = int(counts.sum())
     values = np.fromiter(chain.from_iterable(map(dict.values, judged)), dtype=np.int64, count=total)
     query = np.repeat(np.arange(len(judged)), counts)
-    local = _Index((runs.names[j], j) for j in np.unique(runs.docs).tolist())
+    local = _Index((runs.names[j], j) for j in used_rows(runs.docs, len(runs.names)).tolist())
     doc = np.fromiter(map(local.__getitem__, chain.from_iterable(judged)), dtype=np.int64, count=total)
     rel = np.zeros(len(runs.docs), dtype=np.int64)
     found = doc >= 0
@@ -81,7 +93,7 @@ def _relevance(runs: Runs, qrels: Mapping[str, Mapping[str, int]]) -> tuple[np.n
         order = np.argsort(key)
         key, value = key[order], values[found][order]
         pair_key = runs.pair_query() * n_names + runs.docs
-        at = np.minimum(np.searchsorted(key, pair_key), len(key) - 1)
+        at = np.minimum(_searched(key, pair_key), len(key) - 1)
         hit = key[at] == pair_key
         rel[hit] = value[at[hit]]
     return rel, query, values
