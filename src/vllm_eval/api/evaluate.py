@@ -39,8 +39,11 @@ BACKEND_OPTIONS = (
     "dimensions",
     "chunk_size",
     "store_dtype",
+    "max_active_dims",
     "encoding_format",
 )
+#: ``bge_m3_mode``: the kind that evaluates each output of a BGE-M3 model.
+BGE_M3_KINDS = {"dense": "encoder", "sparse": "sparse_encoder", "colbert": "token_embedder"}
 #: Settings the parity reference must share with the backend it checks.
 _PARITY_SHARED = (
     "preset",
@@ -100,6 +103,7 @@ def evaluate(
     data_type: str | None = None,
     backend: str = "vllm",
     pooling_task: str | None = None,
+    bge_m3_mode: str | None = None,
     output_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
     no_cache: bool = False,
@@ -129,7 +133,12 @@ def evaluate(
         data: your own data as an mteb task: a ``.jsonl``/``.csv``/``.parquet`` file, a BEIR directory, or a
             benchmark replica (``bench --suite``); ``data_type`` the mteb task type when the fields do not say.
         backend: ``vllm`` (default), ``st`` (sentence-transformers, the reference), ``hf``, ``remote``.
-        pooling_task: ``embed`` or ``token_embed``; default ``token_embed`` for a ColBERT architecture.
+        pooling_task: ``embed`` or ``token_embed``; default ``token_embed`` for a ColBERT architecture, and a sparse
+            encoder (:mod:`vllm_eval.models.sparse_encoder`) for a SPLADE model (sentence-transformers'
+            ``SpladePooling``).
+        bge_m3_mode: a BGE-M3 model's output to evaluate: ``dense`` (CLS vector), ``sparse`` (lexical weights,
+            dot product) or ``colbert`` (multi-vector, MaxSim); the vLLM backend runs it as ``BgeM3EmbeddingModel``
+            with that output's pooling task.
         output_dir: mteb's result JSON per task, ``summary.json`` and ``vllm-eval.log`` go here (created now).
         cache_dir, no_cache: the output cache's folder (default ``$VLLMEVAL_CACHE_DIR``, else
             ``~/.cache/vllm-eval``), or none at all.
@@ -159,7 +168,7 @@ def evaluate(
         EngineError, EndpointError: a failure of the engine or a server while running.
     """
     check_scoring(scoring)
-    kind, session = _prepare(model, backend, pooling_task, options, output_dir, verbose, started)
+    kind, session = _prepare(model, backend, (pooling_task, bge_m3_mode), options, output_dir, verbose, started)
     _check(kind, backend, session, log_samples, check_parity, concurrent_tasks)
     with phase("model"):
         resolved = resolve_model(
@@ -186,7 +195,7 @@ def evaluate(
 def _prepare(
     model: Any,
     backend: str,
-    pooling_task: str | None,
+    task_and_mode: tuple[str | None, str | None],
     options: dict[str, Any],
     output_dir: Any,
     verbose: bool,
@@ -199,7 +208,8 @@ def _prepare(
         # First: the hub libraries read offline mode once, when imported; the kind may be read from a model's files.
         ensure_offline_if_unreachable()
         backend_options, engine = split_options(options, BACKEND_OPTIONS)
-        kind = _kind(model, backend, pooling_task, backend_options)
+        kind = _kind(model, backend, *task_and_mode, backend_options)
+        engine = _bge_m3_engine(kind, backend, task_and_mode[1], engine)
         session = prepare(
             kind,
             [backend],
@@ -321,23 +331,47 @@ def select(
     return selected
 
 
-def _kind(model: Any, backend: str, pooling_task: str | None, options: dict[str, Any]) -> str:
-    """encoder or token_embedder: ``pooling_task``, else read from the model's architecture (a ColBERT one is
-    token_embed). ``store_dtype`` is refused for single vectors here, before the backend spec."""
-    if pooling_task is None:
-        pooling_task = detect_pooling_task(
-            None if model is None else os.fspath(model), backend, options.get("revision")
-        )
-    if pooling_task not in POOLING_KINDS:
-        raise UsageError(f"--pooling-task must be one of {', '.join(POOLING_KINDS)}, not {pooling_task!r}")
-    kind = POOLING_KINDS[pooling_task]
+def _kind(model: Any, backend: str, pooling_task: str | None, bge_m3_mode: str | None, options: dict[str, Any]) -> str:
+    """encoder, token_embedder or sparse_encoder: ``bge_m3_mode``, else ``pooling_task``, else read from the
+    model's files (a ColBERT architecture is token_embed, a SPLADE model sparse). ``store_dtype`` and
+    ``max_active_dims`` are refused for the kinds that have none, here, before the backend spec."""
+    if bge_m3_mode is not None:
+        if bge_m3_mode not in BGE_M3_KINDS:
+            raise UsageError(f"--bge-m3-mode must be one of {', '.join(BGE_M3_KINDS)}, not {bge_m3_mode!r}")
+        if pooling_task is not None:
+            raise UsageError("give --bge-m3-mode or --pooling-task, not both (the mode sets the pooling task)")
+        kind = BGE_M3_KINDS[bge_m3_mode]
+    else:
+        if pooling_task is None:
+            pooling_task = detect_pooling_task(
+                None if model is None else os.fspath(model), backend, options.get("revision")
+            )
+        if pooling_task not in POOLING_KINDS and pooling_task != "sparse":
+            raise UsageError(f"--pooling-task must be one of {', '.join(POOLING_KINDS)}, not {pooling_task!r}")
+        kind = POOLING_KINDS.get(pooling_task, "sparse_encoder")
     if options.get("store_dtype") and kind != "token_embedder":
         raise UsageError("--store-dtype is for --pooling-task token_embed")
+    if options.get("max_active_dims") and kind != "sparse_encoder":
+        raise UsageError("--max-active-dims is for sparse models (SPLADE, --bge-m3-mode sparse)")
     return kind
 
 
+def _bge_m3_engine(kind: str, backend: str, mode: str | None, engine: dict[str, Any]) -> dict[str, Any]:
+    """The engine options of a BGE-M3 mode's vLLM engine (dense, ColBERT), under the user's own (which win); a
+    sparse encoder sets its own."""
+    from ..engine.args import merge_engine_kwargs
+    from .spec import capability
+
+    if mode is None or kind == "sparse_encoder" or capability(kind, backend) != "engine":
+        return engine
+    from ..models.sparse_encoder.vllm import bge_m3_engine_options
+
+    return merge_engine_kwargs(bge_m3_engine_options(mode), engine)
+
+
 def detect_pooling_task(model: str | None, backend: str, revision: str | None) -> str:
-    """``token_embed`` for a local model whose ``config.json`` names a ColBERT architecture, else ``embed``."""
+    """``token_embed`` for a local model whose ``config.json`` names a ColBERT architecture, ``sparse`` for a SPLADE
+    model (sentence-transformers' ``SpladePooling``), else ``embed``."""
     from ..models.backends import backend_names
     from ..models.token_embedder.base import TOKEN_EMBED_ARCHITECTURES
     from ..utils.modelinfo import ModelRef
@@ -350,7 +384,12 @@ def detect_pooling_task(model: str | None, backend: str, revision: str | None) -
         config = ModelRef.resolve(model, revision).config or {}
     except VllmEvalError:  # a missing model is reported by the call itself, by name
         return "embed"
-    return "token_embed" if set(config.get("architectures") or ()) & TOKEN_EMBED_ARCHITECTURES else "embed"
+    if set(config.get("architectures") or ()) & TOKEN_EMBED_ARCHITECTURES:
+        return "token_embed"
+    from ..models.sparse_encoder.vllm import sparse_flavour
+
+    # A SPLADE model (not BGE-M3, whose three outputs --bge-m3-mode chooses between): its own kind, not a vLLM task.
+    return "sparse" if sparse_flavour(ModelRef.resolve(model, revision)) == "splade" else "embed"
 
 
 def _check(
@@ -366,9 +405,9 @@ def _check(
     if (workers or 1) > 1:
         raise UsageError("--check-parity records each task's inputs one task at a time: drop --concurrent-tasks")
     reference = get_kind(kind).reference_backend
-    if kind == "token_embedder":
+    if kind in ("token_embedder", "sparse_encoder"):
         raise UsageError(
-            f"--check-parity compares single vectors; compare a token_embed model with --backend {reference}"
+            f"--check-parity compares single vectors; compare a {kind} model's run with --backend {reference}"
         )
     if backend == reference:
         raise UsageError(f"--check-parity compares with --backend {reference}; run it with another backend")

@@ -60,6 +60,11 @@ ENGINE_FLAGS: list[tuple[str, Any, str]] = [
     ("seed", integer, "engine seed"),
     ("hf_overrides", json_object, "JSON object applied to the HF config"),
     ("pooler_config", json_object, "JSON object of vLLM PoolerConfig fields"),
+    (
+        "io_processor_plugin",
+        str,
+        "pooling models: a vLLM IO-processor plugin by its entry-point name (group vllm.io_processor_plugins)",
+    ),
 ]
 ENGINE_BOOLS = [
     ("enforce_eager", "disable CUDA graphs / torch.compile (default on the CPU build)"),

@@ -43,8 +43,11 @@ LISTED_ENGINE_ARGS = frozenset(
         "enforce_eager",
         "enable_prefix_caching",
         "trust_remote_code",
+        "io_processor_plugin",
     }
 )
+#: The entry-point group vLLM loads IO-processor plugins from (``vllm.plugins.IO_PROCESSOR_PLUGINS_GROUP``).
+IO_PROCESSOR_GROUP = "vllm.io_processor_plugins"
 
 
 @lru_cache(maxsize=1)
@@ -120,6 +123,41 @@ def check_engine_values(kwargs: dict[str, Any]) -> None:
     overrides = kwargs.get("hf_overrides")
     if overrides is not None and not isinstance(overrides, dict):
         raise bad("hf_overrides", overrides, "a JSON object")
+    if kwargs.get("io_processor_plugin") is not None:
+        check_io_processor_plugin(kwargs["io_processor_plugin"])
+
+
+def check_io_processor_plugin(name: Any) -> None:
+    """Refuse, before an engine starts, an IO-processor plugin vLLM would not load: no entry point of that name in
+    :data:`IO_PROCESSOR_GROUP`, one ``VLLM_PLUGINS`` leaves out, or one whose entry point fails to load, to give
+    its processor's qualified name, or to resolve it (vLLM fails on each only once the engine is built, or, for a
+    plugin that raises, logs a warning and then refuses it as "not installed").
+
+    Raises:
+        OptionError: naming the plugin and what is wrong with it.
+    """
+    import importlib
+    import os
+    from importlib.metadata import entry_points
+
+    flag = "--io-processor-plugin"
+    if not isinstance(name, str) or not name:
+        raise OptionError(f"{flag} must be a plugin name, got {name!r}")
+    found = {ep.name: ep for ep in entry_points(group=IO_PROCESSOR_GROUP)}
+    if name not in found:
+        names = ", ".join(sorted(found)) or "none"
+        raise OptionError(f"{flag} {name!r}: no such plugin installed (entry points {IO_PROCESSOR_GROUP}: {names})")
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if allowed is not None and name not in allowed.split(","):
+        raise OptionError(f"{flag} {name!r}: left out by VLLM_PLUGINS={allowed!r}")
+    try:
+        qualname = found[name].load()()
+        module, _, attr = str(qualname).rpartition(".")
+        processor = getattr(importlib.import_module(module), attr)
+    except Exception as exc:  # noqa: BLE001 - whatever a user's plugin raises is named in one line
+        raise OptionError(f"{flag} {name!r} is broken: {type(exc).__name__}: {exc}") from None
+    if not isinstance(processor, type):
+        raise OptionError(f"{flag} {name!r} is broken: {qualname!r} is not a class")
 
 
 def normalize_engine_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

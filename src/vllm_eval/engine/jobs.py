@@ -249,3 +249,75 @@ def classify_job(llm: Any, payload: tuple[list[list[int]], bool, str]) -> np.nda
         return np.asarray([o.outputs.probs for o in outputs], dtype=np.float32)
     outputs = check_outputs(llm.encode(prompts, pooling_params=params, pooling_task="token_classify", use_tqdm=False))
     return np.stack([np.asarray(o.outputs.data[-1], dtype=np.float32) for o in outputs])
+
+
+def pack_sparse_row(ids: Any, weights: Any, max_active_dims: int | None = None) -> np.ndarray:
+    """One sparse vector from token ids and their weights: weights <= 0 dropped, a repeated id kept at its
+    largest weight (FlagEmbedding's ``_process_token_weights``), the ``max_active_dims`` largest kept
+    (sentence-transformers' top-k; ties: the lower id), ids ascending.
+
+    Returns:
+        int32 (2, nnz): the ids, then the float32 weights' bits (8 bytes per non-zero, cached as they are).
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    weights = np.asarray(weights, dtype=np.float32)
+    keep = weights > 0
+    ids, weights = ids[keep], weights[keep]
+    if len(ids):
+        order = np.lexsort((-weights, ids))  # by id, each id's largest weight first
+        ids, weights = ids[order], weights[order]
+        first = np.concatenate([[True], ids[1:] != ids[:-1]])
+        ids, weights = ids[first], weights[first]
+    if max_active_dims is not None and len(ids) > max_active_dims:
+        top = np.sort(np.argsort(-weights, kind="stable")[:max_active_dims])
+        ids, weights = ids[top], weights[top]
+    return np.stack([ids.astype(np.int32), weights.view(np.int32)])
+
+
+def splade_job(llm: Any, payload: tuple[list[list[int]], int | None]) -> list[np.ndarray]:
+    """SPLADE vectors (vLLM's ``BertSpladeSparseEmbeddingModel``, ``embed``: one vocabulary-sized vector per text)
+    of token-id sequences, kept sparse here (:func:`pack_sparse_row`), so a replica sends back non-zeros only.
+
+    Raises:
+        RequestFailed: vLLM failed on a sequence (its index in the chunk and vLLM's reason).
+    """
+    from vllm.inputs import TokensPrompt
+
+    ids, max_active_dims = payload
+    outputs = llm.encode([TokensPrompt(prompt_token_ids=x) for x in ids], pooling_task="embed", use_tqdm=False)
+    rows = []
+    for out in check_outputs(outputs):
+        dense = np.asarray(out.outputs.data, dtype=np.float32)
+        nz = np.flatnonzero(dense)
+        rows.append(pack_sparse_row(nz, dense[nz], max_active_dims))
+    return rows
+
+
+def lexical_weights_job(llm: Any, payload: tuple[list[list[int]], int | None, list[int]]) -> list[np.ndarray]:
+    """BGE-M3's lexical weights (``token_classify``: one ReLU weight per token, vLLM's ``BOSEOSFilter`` having
+    dropped the first token when it is BOS and the last when it is EOS) of token-id sequences, summed up per token
+    id as FlagEmbedding does: the largest weight of each id, the ids of ``special`` (its CLS, EOS, PAD, UNK)
+    dropped (:func:`pack_sparse_row`).
+
+    Raises:
+        RequestFailed: vLLM failed on a sequence (its index in the chunk and vLLM's reason).
+        ValueError: an output whose length does not match its tokens (another vLLM filtering).
+    """
+    from vllm.inputs import TokensPrompt
+
+    ids, max_active_dims, special = payload
+    hf = llm.model_config.hf_config
+    bos, eos = getattr(hf, "bos_token_id", None), getattr(hf, "eos_token_id", None)
+    prompts = [TokensPrompt(prompt_token_ids=x) for x in ids]
+    outputs = check_outputs(llm.encode(prompts, pooling_task="token_classify", use_tqdm=False))
+    rows = []
+    for seq, out in zip(ids, outputs, strict=True):
+        weights = np.asarray(out.outputs.data, dtype=np.float32).reshape(-1)
+        lo = 1 if seq and seq[0] == bos else 0
+        hi = len(seq) - 1 if len(seq) > lo and seq[-1] == eos else len(seq)
+        tokens = np.asarray(seq[lo:hi], dtype=np.int64)
+        if len(tokens) != len(weights):
+            raise ValueError(f"{len(weights)} lexical weights for {len(tokens)} tokens")
+        kept = ~np.isin(tokens, np.asarray(special, dtype=np.int64))
+        rows.append(pack_sparse_row(tokens[kept], weights[kept], max_active_dims))
+    return rows

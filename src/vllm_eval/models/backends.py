@@ -49,6 +49,9 @@ BACKENDS: dict[tuple[str, str], str] = {
     ("token_embedder", "vllm"): "vllm_eval.models.token_embedder.vllm:VllmTokenEmbedder",
     ("token_embedder", "hf"): "vllm_eval.models.token_embedder.hf:TransformersTokenEmbedder",
     ("token_embedder", "remote"): "vllm_eval.models.token_embedder.remote:RemoteTokenEmbedder",
+    ("sparse_encoder", "vllm"): "vllm_eval.models.sparse_encoder.vllm:VllmSparseEncoder",
+    ("sparse_encoder", "st"): "vllm_eval.models.sparse_encoder.st:SentenceTransformerSparseEncoder",
+    ("sparse_encoder", "hf"): "vllm_eval.models.sparse_encoder.hf:TransformersBgeM3",
 }
 
 

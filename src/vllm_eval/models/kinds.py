@@ -87,6 +87,14 @@ KINDS: dict[str, Kind] = {
             "multi-vector models (one vector per token, MaxSim; ColBERT)",
             True,
         ),
+        Kind(
+            "sparse_encoder",
+            "run",
+            "st:float32",
+            (),
+            ("LeeKnownItemRetrieval",),
+            "learned sparse retrievers (one weight per vocabulary id, dot product; SPLADE, BGE-M3 lexical)",
+        ),
     )
 }
 

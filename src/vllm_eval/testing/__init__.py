@@ -13,6 +13,9 @@ meaningless for quality. Build them once into a directory and reuse it.
   label, or ``Qwen2ForRewardModel`` (per-token scores, the last token's is the reward).
 * :func:`build_minilm_colbert` — ``HF_ColBERT`` (MiniLM plus a seeded projection): per-token vectors
   for late-interaction (MaxSim) retrieval.
+* :func:`build_tiny_splade`, :func:`build_tiny_bge_m3` — a SPLADE (BERT masked-LM, MiniLM's vocabulary,
+  sentence-transformers ``SparseEncoder`` folder) and a BGE-M3 (XLM-R with ``sparse_linear.pt`` and
+  ``colbert_linear.pt``), for sparse retrieval.
 * :func:`build_tiny_clip` — a randomly initialised ``CLIPModel`` (text and image towers, PIL processor), for
   image embedding tests.
 * :func:`build_tiny_siglip` — a randomly initialised ``SiglipModel`` (texts padded to 64 positions, no
@@ -41,6 +44,7 @@ from .harness import (
     url_of,
 )
 from .shapes import CHATML_TEMPLATE, tiny_tokenizer
+from .sparse_models import build_tiny_bge_m3, build_tiny_splade
 from .text_models import (
     NER_LABELS,
     build_minilm_classifier,
@@ -75,6 +79,8 @@ __all__ = [
     "build_tiny_clip",
     "build_tiny_colmodernvbert",
     "build_tiny_siglip",
+    "build_tiny_bge_m3",
+    "build_tiny_splade",
     "build_tiny_idefics3",
     "build_tiny_llava",
     "build_tiny_qwen2_vl",

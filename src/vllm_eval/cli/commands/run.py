@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...api.evaluate import BACKEND_OPTIONS, POOLING_KINDS
+from ...api.evaluate import BACKEND_OPTIONS, BGE_M3_KINDS, POOLING_KINDS
 from ...evaluation.scoring import SCORINGS
 from ..base import Command, Context
 from ..options import (
@@ -65,7 +65,7 @@ class RunCommand(Command):
             default=None,
             help="--data: the mteb task type (default: read from the fields)",
         )
-        add_backend(parser, tuple(POOLING_KINDS.values()))
+        add_backend(parser, (*POOLING_KINDS.values(), "sparse_encoder"))
         parser.add_argument(
             "--pooling-task",
             choices=list(POOLING_KINDS),
@@ -73,6 +73,7 @@ class RunCommand(Command):
             help="vLLM pooling task: embed (one vector per text) or token_embed (one per token, MaxSim, "
             "retrieval and reranking tasks); default: token_embed for a ColBERT architecture, else embed",
         )
+        _add_sparse_flags(parser)
         parser.add_argument(
             "--store-dtype",
             choices=["float32", "float16"],
@@ -152,4 +153,22 @@ def _add_scoring_flags(parser: argparse.ArgumentParser) -> None:
         choices=SCORINGS,
         default="fast",
         help="fast: mteb's metrics computed on arrays, the same numbers (default); mteb: mteb's own scoring code",
+    )
+
+
+def _add_sparse_flags(parser: argparse.ArgumentParser) -> None:
+    """Sparse models: which BGE-M3 output, and the top-k of each sparse vector."""
+    parser.add_argument(
+        "--bge-m3-mode",
+        choices=list(BGE_M3_KINDS),
+        default=None,
+        help="a BGE-M3 model's output: dense (CLS vector), sparse (lexical weights, dot product) or colbert "
+        "(multi-vector, MaxSim); vLLM runs it as BgeM3EmbeddingModel with that output's pooling task",
+    )
+    parser.add_argument(
+        "--max-active-dims",
+        type=positive_int,
+        default=None,
+        help="sparse models (SPLADE, --bge-m3-mode sparse): keep each vector's N largest weights "
+        "(sentence-transformers' max_active_dims; default: every non-zero)",
     )

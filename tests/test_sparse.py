@@ -1,0 +1,191 @@
+"""Sparse retrieval models (SPLADE, BGE-M3's outputs) through vLLM, and vLLM's IO-processor plugins."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vllm_eval.utils.errors import OptionError, UsageError
+
+
+def test_rows_keep_each_id_once_at_its_largest_weight_and_top_k():
+    from vllm_eval.models.sparse_encoder.base import pack_row, rows_to_csr, unpack_row
+
+    ids, weights = unpack_row(pack_row([7, 3, 7, 5, 9, 3], [0.5, 0.2, 0.9, -1.0, 0.0, 0.4]))
+    assert ids.tolist() == [3, 7] and weights.tolist() == pytest.approx([0.4, 0.9])
+    ids, weights = unpack_row(pack_row([1, 2, 3, 4], [0.3, 0.1, 0.3, 0.2], max_active_dims=2))
+    assert ids.tolist() == [1, 3]  # the two largest, ties by the lower id, ids ascending
+    matrix = rows_to_csr([pack_row([2], [1.5]), pack_row([], [])], 4)
+    assert matrix.toarray().tolist() == [[0, 0, 1.5, 0], [0, 0, 0, 0]]
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        rows_to_csr([pack_row([9], [1.0])], 4)
+
+
+def test_sparse_search_scores_equal_a_dense_computation():
+    import scipy.sparse as sp
+
+    from vllm_eval.models.sparse_encoder import search
+    from vllm_eval.models.sparse_encoder.base import sparse_dot
+
+    rng = np.random.default_rng(0)
+    q = sp.random(7, 500, density=0.04, random_state=1, dtype=np.float32, format="csr")
+    d = sp.random(300, 500, density=0.06, random_state=2, dtype=np.float32, format="csr")
+    dense = q.toarray().astype(np.float64) @ d.toarray().astype(np.float64).T
+    search.BLOCK_ENTRIES, saved = 600, search.BLOCK_ENTRIES  # several query blocks and corpus chunks
+    try:
+        chunks = [d[:120], d[120:250], d[250:]]
+        scores, index = search.top_k_sparse(q, chunks, 10)
+    finally:
+        search.BLOCK_ENTRIES = saved
+    for i in range(7):
+        expect = np.argsort(-dense[i], kind="stable")[:10]
+        np.testing.assert_allclose(scores[i], dense[i][expect], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(dense[i][index[i]], dense[i][expect], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sparse_dot(q, d).numpy(), dense, rtol=1e-5, atol=1e-6)
+    pq, pd = rng.integers(0, 7, 50), rng.integers(0, 300, 50)
+    np.testing.assert_allclose(search.pair_scores(q, d, pq, pd), dense[pq, pd], rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def io_plugins(tmp_path_factory):
+    """The test plugins of ``tests/sparse_io_plugin.py`` registered as entry points of a dist-info on sys.path."""
+    root = tmp_path_factory.mktemp("plugins")
+    info = root / "vllm_eval_test_plugins-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-eval-test-plugins\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text(
+        "[vllm.io_processor_plugins]\nvllm_eval_sparse_rows = sparse_io_plugin:register\n"
+        "vllm_eval_broken = sparse_io_plugin:broken\n"
+    )
+    added = [str(root), str(Path(__file__).parent)]
+    sys.path[:0] = added
+    yield
+    for p in added:
+        sys.path.remove(p)
+
+
+@pytest.fixture(scope="module")
+def sparse_models(tmp_path_factory):
+    from vllm_eval.testing import build_tiny_bge_m3, build_tiny_splade
+
+    root = tmp_path_factory.mktemp("sparse")
+    return {"splade": str(build_tiny_splade(root / "splade")), "m3": str(build_tiny_bge_m3(root / "m3"))}
+
+
+@pytest.fixture(scope="module")
+def beir(tmp_path_factory):
+    """A BEIR folder of 40 Lee documents and 10 queries (six words from the middle of a document)."""
+    from vllm_eval.tasks.data import lee_documents
+
+    out = tmp_path_factory.mktemp("beir")
+    (out / "qrels").mkdir()
+    docs = lee_documents()[:40]
+    (out / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": f"d{i}", "text": d}) + "\n" for i, d in enumerate(docs))
+    )
+    (out / "queries.jsonl").write_text(
+        "".join(
+            json.dumps({"_id": f"q{i}", "text": " ".join(d.split()[30:36])}) + "\n" for i, d in enumerate(docs[:10])
+        )
+    )
+    (out / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(10))
+    )
+    return out
+
+
+TEXTS = ["hello world, this is a test", "Ünïcödé text", "", "word " * 200, "Sport and politics in the world today."]
+
+
+@pytest.mark.slow
+def test_splade_vllm_equals_sparse_encoder_and_retrieval_scores_match(sparse_models, io_plugins, beir):
+    from vllm_eval.evaluation.results import evaluate
+    from vllm_eval.models.sparse_encoder.st import SentenceTransformerSparseEncoder
+    from vllm_eval.models.sparse_encoder.vllm import VllmSparseEncoder
+    from vllm_eval.tasks.owntasks import own_mteb_tasks
+
+    model = sparse_models["splade"]
+    with (
+        VllmSparseEncoder(model, show_progress_bar=False, io_processor_plugin="vllm_eval_sparse_rows") as v,
+        SentenceTransformerSparseEncoder(model, show_progress_bar=False) as s,
+    ):
+        a, b = v.encode_sparse(TEXTS), s.encode_sparse(TEXTS)
+        delta = float(abs(a - b).max())
+        print(f"\nSPLADE vLLM vs SparseEncoder: {a.nnz} non-zeros (reference {b.nnz}), max |delta| {delta:.2e}")
+        assert a.shape == (len(TEXTS), 30522) and a.nnz == b.nnz > 100 and delta <= 1e-5
+        assert (a.indices == b.indices).all() and (a.indptr == b.indptr).all()
+        v.max_active_dims = s.max_active_dims = 16
+        a16, b16 = v.encode_sparse(TEXTS[:2]), s.encode_sparse(TEXTS[:2])
+        assert np.diff(a16.indptr).max() == 16 and float(abs(a16 - b16).max()) <= 1e-5
+        v.max_active_dims = s.max_active_dims = None
+
+        # The IO-processor plugin the engine loaded: its rows are the backend's.
+        sys.modules.pop("sparse_io_plugin", None)
+        import sparse_io_plugin  # noqa: F401 - the module vLLM imported, by entry point
+
+        out = v.llm.encode({"data": TEXTS[:2]}, pooling_task="plugin", use_tqdm=False)[0].outputs
+        assert [len(r["token_ids"]) for r in out] == np.diff(a.indptr)[:2].tolist()
+        np.testing.assert_allclose(out[0]["weights"], a[0].data, atol=1e-6)
+
+        tasks = own_mteb_tasks(str(beir), None)
+        got = {n: evaluate(x, tasks, show_progress_bar=False)[0].main_score for n, x in (("vllm", v), ("st", s))}
+    print(f"BEIR (40 documents) nDCG@10: {got}")
+    assert got["vllm"] == pytest.approx(got["st"], abs=1e-6) and got["vllm"] > 0.1
+
+
+@pytest.mark.slow
+def test_bge_m3_modes_match_the_transformers_reference(sparse_models):
+    from vllm_eval.models.encoder.vllm import VllmEncoder
+    from vllm_eval.models.sparse_encoder.hf import BgeM3Reference, TransformersBgeM3
+    from vllm_eval.models.sparse_encoder.vllm import VllmSparseEncoder, bge_m3_engine_options
+    from vllm_eval.models.token_embedder.vllm import VllmTokenEmbedder
+    from vllm_eval.utils.modelinfo import ModelRef
+
+    model = sparse_models["m3"]
+    ref = BgeM3Reference(ModelRef.resolve(model, None))
+    with (
+        VllmSparseEncoder(model, show_progress_bar=False) as v,
+        TransformersBgeM3(model, show_progress_bar=False) as h,
+    ):
+        a, b = v.encode_sparse(TEXTS), h.encode_sparse(TEXTS)
+        ids = v.tokenizer(TEXTS)[0]
+    sparse_delta = float(abs(a - b).max())
+    assert a.nnz == b.nnz > 10 and (a.indices == b.indices).all() and sparse_delta <= 1e-5
+    assert not set(a.indices.tolist()) & {0, 1, 2, 3}  # <s>, <pad>, </s>, <unk>: dropped as FlagEmbedding does
+    outputs = [ref.outputs(x) for x in ids]
+    with VllmEncoder(model, show_progress_bar=False, **bge_m3_engine_options("dense")) as d:
+        dense = d.encode_texts(TEXTS)
+    dense_delta = float(np.abs(dense - np.stack([o[0] for o in outputs])).max())
+    with VllmTokenEmbedder(model, show_progress_bar=False, **bge_m3_engine_options("colbert")) as c:
+        colbert = c.encode_texts(TEXTS)
+    assert [x.shape for x in colbert] == [o[2].shape for o in outputs]
+    colbert_delta = max(float(np.abs(x - o[2]).max()) for x, o in zip(colbert, outputs))
+    print(f"\nBGE-M3 vLLM vs transformers max |delta|: sparse {sparse_delta:.2e}, dense {dense_delta:.2e}, "
+          f"colbert {colbert_delta:.2e}")  # fmt: skip
+    assert dense_delta <= 1e-5 and colbert_delta <= 1e-5
+
+
+def test_flags_and_plugins_are_checked_before_anything_loads(cli_in_process, sparse_models, io_plugins):
+    from vllm_eval.engine.args import check_io_processor_plugin
+
+    code, err = cli_in_process("run", "--model", sparse_models["m3"], "--bge-m3-mode", "lexical")
+    assert code == 2 and "--bge-m3-mode" in err and "lexical" in err
+    code, err = cli_in_process("run", "--bge-m3-mode", "sparse", "--pooling-task", "embed")
+    assert code == 2 and "not both" in err
+    code, err = cli_in_process("run", "--tasks", "LeeDocSimilarity", "--max-active-dims", "8")
+    assert code == 2 and "--max-active-dims is for sparse models" in err
+    code, err = cli_in_process("run", "--model", sparse_models["splade"], "--io-processor-plugin", "nope")
+    assert code == 2 and "'nope': no such plugin installed" in err and "vllm_eval_sparse_rows" in err
+    assert len(err.strip().splitlines()) == 1
+    with pytest.raises(OptionError, match="'vllm_eval_broken' is broken: RuntimeError: this plugin fails on purpose"):
+        check_io_processor_plugin("vllm_eval_broken")
+    check_io_processor_plugin("vllm_eval_sparse_rows")
+    with pytest.raises(UsageError, match="not a sparse model"):
+        from vllm_eval.models.sparse_encoder.vllm import VllmSparseEncoder
+        from vllm_eval.utils.modelinfo import packaged_model_path
+
+        VllmSparseEncoder(packaged_model_path())
