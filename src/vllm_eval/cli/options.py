@@ -60,6 +60,9 @@ ENGINE_FLAGS: list[tuple[str, Any, str]] = [
     ("seed", integer, "engine seed"),
     ("hf_overrides", json_object, "JSON object applied to the HF config"),
     ("pooler_config", json_object, "JSON object of vLLM PoolerConfig fields"),
+    ("quantization", str, "weight quantization, e.g. fp8 (weights quantized as they load)"),
+    ("kv_cache_dtype", str, "KV cache dtype, e.g. fp8 (decoder models)"),
+    ("load_format", str, "how weights load: auto, safetensors, fastsafetensors, runai_streamer ..."),
     (
         "io_processor_plugin",
         str,
@@ -242,8 +245,11 @@ def add_scale_flags(parser: argparse.ArgumentParser, many: bool = False) -> None
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     """vLLM's engine options by their ``EngineArgs`` names (:data:`ENGINE_FLAGS`, :data:`ENGINE_BOOLS`)."""
     eng = parser.add_argument_group("vLLM engine options (EngineArgs names)")
+    own = [name for name, _, _ in ENGINE_FLAGS if "--" + name.replace("_", "-") in parser._option_string_actions]
+    parser.set_defaults(_engine_flags_of_command=own)  # a command's own flag of that name is not an engine option
     for name, typ, help_ in ENGINE_FLAGS:
-        eng.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
+        if name not in own:
+            eng.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
     for name, help_ in ENGINE_BOOLS:
         eng.add_argument(
             "--" + name.replace("_", "-"), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_
@@ -252,6 +258,7 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The named engine options the user set (an ``EngineArgs`` dict)."""
-    engine = {name: getattr(args, name, None) for name, _, _ in ENGINE_FLAGS}
+    own = set(getattr(args, "_engine_flags_of_command", ()))
+    engine = {name: getattr(args, name, None) for name, _, _ in ENGINE_FLAGS if name not in own}
     engine.update({name: getattr(args, name, None) for name, _ in ENGINE_BOOLS})
     return {k: v for k, v in engine.items() if v is not None}

@@ -295,6 +295,17 @@ RANDOM_SHAPES: dict[str, dict] = {
         "vocab_size": 151936,
         "pooling": "lasttoken",
     },
+    "qwen3-8b": {  # Qwen3-Embedding-8B's: 7.57 billion parameters
+        "arch": "qwen3",
+        "hidden_size": 4096,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 12288,
+        "vocab_size": 151936,
+        "pooling": "lasttoken",
+    },
 }
 
 
@@ -303,9 +314,10 @@ def build_random_embedding_model(
 ) -> Path:
     """Save a randomly initialised embedding model of a real shape, as a sentence-transformers folder.
 
-    ``shape`` is a key of :data:`RANDOM_SHAPES` (BERT-base, MiniLM-L6, Qwen3-0.6B, Qwen3-4B); the tokenizer is
-    copied from ``tokenizer_dir``. sentence-transformers modules (pooling as the real model's:
-    mean for BERT, last token for Qwen3-Embedding; then Normalize) are written so both
+    ``shape`` is a key of :data:`RANDOM_SHAPES` (BERT-base, MiniLM-L6, Qwen3-0.6B, Qwen3-4B, Qwen3-8B); the
+    tokenizer is copied from ``tokenizer_dir``. The weights are drawn on the GPU when torch sees one (an 8B
+    shape is 30 GB in float32 while drawn: minutes on a CPU). sentence-transformers modules (pooling as the
+    real model's: mean for BERT, last token for Qwen3-Embedding; then Normalize) are written so both
     sentence-transformers and vLLM pool the same way. For benchmarks: the outputs mean nothing.
 
     Returns:
@@ -322,9 +334,11 @@ def build_random_embedding_model(
     arch, pooling = spec.pop("arch"), spec.pop("pooling")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     torch.manual_seed(seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if arch == "bert":
         config = BertConfig(vocab_size=max(len(tokenizer), 30522), max_position_embeddings=512, **spec)
-        model = BertModel(config, add_pooling_layer=False)
+        with device:
+            model = BertModel(config, add_pooling_layer=False)
         max_len = 512
     else:
         config = Qwen3Config(
@@ -334,7 +348,8 @@ def build_random_embedding_model(
             pad_token_id=tokenizer.pad_token_id,
             **spec,
         )
-        model = Qwen3Model(config)
+        with device:
+            model = Qwen3Model(config)
         max_len = 8192
     model = model.to(getattr(torch, dtype))
     model.save_pretrained(out, safe_serialization=True)

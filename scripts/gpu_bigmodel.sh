@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Big models on the lent GPU: a random-weight model of Qwen3-Embedding-8B's shape (7.57 B parameters, bf16, drawn
+# on the GPU) with the packaged MiniLM WordPiece tokenizer (realistic token counts; .devtok/bert), measured by
+# `vllm-eval bench` on fixed 512-token and mixed 16-2000-token texts. After staging vLLM (scripts/gpu_bench.sh):
+#   source .devstage/bin/on-device.sh && bash scripts/gpu_bigmodel.sh $OUT PART
+# PART: model8b | bench8b. bench8b: $BACKENDS (default vllm), $QUANT (e.g. fp8: --quantization), $TAG a suffix,
+# $N_TEXTS (default 2000), $LIMIT seconds (default 300). Writes $OUT/bench8b$TAG.{txt,json}.
+set -uo pipefail
+out=${1:?output dir}; part=${2:?part}
+export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+models=${MODELS_DIR:-/root/models}
+case $part in
+  model8b)
+    start=$(date +%s.%N)
+    python3 -c "from vllm_eval.testing import build_random_embedding_model as b; \
+b('$models/qwen3-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>&1 | grep -v "it/s" | tail -3
+    echo "built in $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s; $(du -sh $models/qwen3-8b)" | tee "$out/model8b.txt" ;;
+  bench8b)
+    name=bench8b${TAG:-}; work=/root/work/$name; rm -rf "$work"
+    timeout -k 10 "${LIMIT:-300}" python3 -m vllm_eval.cli bench --model "$models/qwen3-8b" --dtypes bfloat16 \
+      --backends ${BACKENDS:-vllm} --lengths fixed:512 mixed:16-2000 --n-texts "${N_TEXTS:-2000}" --batch-sizes "${N_TEXTS:-2000}" \
+      --max-model-len 8192 ${QUANT:+--quantization $QUANT} --output-dir "$work" > "$out/$name.log" 2>&1
+    echo "exit $?" >> "$out/$name.log"
+    tr '\r' '\n' < "$out/$name.log" | grep -v "it/s\]" | grep -E "│|┃|━|exit|rror|ready" > "$out/$name.txt"
+    cp "$work/bench.json" "$out/$name.json" 2>/dev/null; cat "$out/$name.txt" ;;
+  *) echo "unknown part $part" >&2; exit 2 ;;
+esac
