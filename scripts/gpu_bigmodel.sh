@@ -21,7 +21,7 @@ b('$models/qwen3-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>&1 | grep
       --backends ${BACKENDS:-vllm} --lengths fixed:512 mixed:16-2000 --n-texts "${N_TEXTS:-2000}" --batch-sizes "${N_TEXTS:-2000}" \
       --max-model-len 8192 ${QUANT:+--quantization $QUANT} --output-dir "$work" > "$out/$name.log" 2>&1
     echo "exit $?" >> "$out/$name.log"
-    tr '\r' '\n' < "$out/$name.log" | grep -v "it/s\]" | grep -E "│|┃|━|exit|rror|ready" > "$out/$name.txt"
+    tr '\r' '\n' < "$out/$name.log" | grep -v "it/s\]" | grep -E "│|┃|━|tok/s|exit|rror|ready" > "$out/$name.txt"
     cp "$work/bench.json" "$out/$name.json" 2>/dev/null; cat "$out/$name.txt" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac
