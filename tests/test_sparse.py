@@ -269,6 +269,38 @@ def test_bge_m3_all_mode_vllm_equals_the_transformers_reference(sparse_models, m
     assert got["vllm"][2] == pytest.approx(got["hf"][2], abs=1e-6) and got["vllm"][2] > 0.1
 
 
+@pytest.mark.slow
+def test_bench_and_compare_cover_sparse_encoders(cli_in_process, sparse_models, m3_engines, beir, tmp_path):
+    from vllm_eval.measure.compare import agreement
+
+    # SPLADE (BGE-M3's tiny tokenizer has too few whole words for the bench's texts): its default backends are vllm
+    # (an engine of its own, ~2 s here) and sentence-transformers' SparseEncoder.
+    fast = ("--lengths", "fixed:16", "--batch-sizes", "8", "--n-texts", "16")
+    code, err = cli_in_process("bench", "--model", sparse_models["splade"], *fast, "--output-dir", str(tmp_path / "b"))
+    assert code == 0, err
+    records = json.loads((tmp_path / "b" / "bench.json").read_text())["records"]
+    assert [r["backend"] for r in records] == ["vllm", "st"]
+    assert all(r["texts_per_s"] > 0 and r["tokens_per_s"] > 0 and r["n_tokens"] == 16 * 16 for r in records)
+    code, err = cli_in_process("bench", "--model", sparse_models["splade"], "--backends", "vllm", "mteb-vllm", *fast)
+    assert code == 2 and "sparse model (splade) measures --backends vllm st, not mteb-vllm" in err
+    compare = ("compare", "--kind", "sparse_encoder", "--model", sparse_models["m3"], "--data", str(beir))
+    code, err = cli_in_process(*compare, "--backends", "vllm", "st", "--no-cache", "--output-dir", str(tmp_path))
+    assert code == 2 and "sentence-transformers reference" in err and len(err.strip().splitlines()) == 1
+    out = tmp_path / "compare"
+    code, err = cli_in_process(*compare, "--sample", "20", "--no-cache", "--no-progress", "--output-dir", str(out))
+    assert code == 0, err
+    result = json.loads((out / "compare.json").read_text())
+    agree = result["agreement"]["vllm default"]
+    print(f"\ncompare --kind sparse_encoder (BGE-M3, vllm vs hf): {result['rows']}, {agree}")
+    assert result["reference"].startswith("hf") and result["passed"] and len(result["rows"]) == 2
+    assert agree["n"] == 20 and agree["max_abs_diff"] <= 1e-5
+    import scipy.sparse as sp
+
+    a = sp.csr_matrix(np.array([[0.0, 1.0, 0.5], [2.0, 0.0, 0.0]], dtype=np.float32))
+    b = sp.csr_matrix(np.array([[0.0, 1.0, 0.0], [2.0, 0.0, 0.25]], dtype=np.float32))
+    assert agreement(a, b) == {"max_abs_diff": 0.5, "median_abs_diff": 0.375, "n": 2}  # an id on one side only
+
+
 def test_flags_and_plugins_are_checked_before_anything_loads(cli_in_process, sparse_models, io_plugins):
     from vllm_eval.engine.args import check_io_processor_plugin
 
