@@ -50,6 +50,27 @@ def test_sparse_search_scores_equal_a_dense_computation():
     np.testing.assert_allclose(search.pair_scores(q, d, pq, pd), dense[pq, pd], rtol=1e-5, atol=1e-6)
 
 
+def test_bge_m3_all_mode_scoring_pieces():
+    from vllm_eval.models.sparse_encoder import hybrid
+
+    rng = np.random.default_rng(0)
+    q, d = rng.normal(size=(6, 8)).astype(np.float32), rng.normal(size=(50, 8)).astype(np.float32)
+    scores, index = hybrid.dense_candidates(q, [d[:20], d[20:33], d[33:]], 7)
+    exact = q.astype(np.float64) @ d.astype(np.float64).T
+    for i in range(6):
+        assert index[i].tolist() == np.argsort(-exact[i], kind="stable")[:7].tolist()
+    np.testing.assert_allclose(scores, np.take_along_axis(exact, index, axis=1), rtol=1e-5, atol=1e-6)
+    qv, dv = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.6, 0.8], [1.0, 0.0]])
+    assert hybrid.colbert_score(qv, dv) == pytest.approx((1.0 + 0.8) / 2)  # max per query vector, mean over them
+    assert hybrid.colbert_score(qv, dv[:0]) == 0.0
+    one = np.ones(2, dtype=np.float32)
+    assert hybrid.weighted((0.4, 0.2, 0.4), one, 2 * one, 3 * one).tolist() == pytest.approx([2.0, 2.0])
+    assert hybrid.check_weights([1, 2, 3]) == (1.0, 2.0, 3.0) and hybrid.check_weights(None) is None
+    for bad in ([1, 1], [1, -1, 1], [0, 0, 0], ["a", 1, 1], [float("nan"), 1, 1]):
+        with pytest.raises(UsageError, match="three numbers"):
+            hybrid.check_weights(bad)
+
+
 @pytest.fixture(scope="module")
 def io_plugins(tmp_path_factory):
     """The test plugins of ``tests/sparse_io_plugin.py`` registered as entry points of a dist-info on sys.path."""
@@ -137,36 +158,147 @@ def test_splade_vllm_equals_sparse_encoder_and_retrieval_scores_match(sparse_mod
     assert got["vllm"] == pytest.approx(got["st"], abs=1e-6) and got["vllm"] > 0.1
 
 
-@pytest.mark.slow
-def test_bge_m3_modes_match_the_transformers_reference(sparse_models):
+@pytest.fixture(scope="module")
+def m3_engines(sparse_models):
+    """The tiny BGE-M3's three vLLM backends (sparse, dense, ColBERT engines), started once for this module's BGE-M3
+    tests: "all" mode's search shares these engines (same options) instead of starting its own."""
     from vllm_eval.models.encoder.vllm import VllmEncoder
-    from vllm_eval.models.sparse_encoder.hf import BgeM3Reference, TransformersBgeM3
     from vllm_eval.models.sparse_encoder.vllm import VllmSparseEncoder, bge_m3_engine_options
     from vllm_eval.models.token_embedder.vllm import VllmTokenEmbedder
+
+    model = sparse_models["m3"]
+    with (
+        VllmSparseEncoder(model, show_progress_bar=False) as sparse,
+        VllmEncoder(model, show_progress_bar=False, **bge_m3_engine_options("dense")) as dense,
+        VllmTokenEmbedder(model, show_progress_bar=False, **bge_m3_engine_options("colbert")) as colbert,
+    ):
+        yield {"sparse": sparse, "dense": dense, "colbert": colbert}
+
+
+@pytest.mark.slow
+def test_bge_m3_modes_match_the_transformers_reference(sparse_models, m3_engines):
+    from vllm_eval.models.sparse_encoder.hf import BgeM3Reference, TransformersBgeM3
     from vllm_eval.utils.modelinfo import ModelRef
 
     model = sparse_models["m3"]
     ref = BgeM3Reference(ModelRef.resolve(model, None))
-    with (
-        VllmSparseEncoder(model, show_progress_bar=False) as v,
-        TransformersBgeM3(model, show_progress_bar=False) as h,
-    ):
+    v = m3_engines["sparse"]
+    with TransformersBgeM3(model, show_progress_bar=False) as h:
         a, b = v.encode_sparse(TEXTS), h.encode_sparse(TEXTS)
-        ids = v.tokenizer(TEXTS)[0]
+    ids = v.tokenizer(TEXTS)[0]
     sparse_delta = float(abs(a - b).max())
     assert a.nnz == b.nnz > 10 and (a.indices == b.indices).all() and sparse_delta <= 1e-5
     assert not set(a.indices.tolist()) & {0, 1, 2, 3}  # <s>, <pad>, </s>, <unk>: dropped as FlagEmbedding does
     outputs = [ref.outputs(x) for x in ids]
-    with VllmEncoder(model, show_progress_bar=False, **bge_m3_engine_options("dense")) as d:
-        dense = d.encode_texts(TEXTS)
+    dense = m3_engines["dense"].encode_texts(TEXTS)
     dense_delta = float(np.abs(dense - np.stack([o[0] for o in outputs])).max())
-    with VllmTokenEmbedder(model, show_progress_bar=False, **bge_m3_engine_options("colbert")) as c:
-        colbert = c.encode_texts(TEXTS)
+    colbert = m3_engines["colbert"].encode_texts(TEXTS)
     assert [x.shape for x in colbert] == [o[2].shape for o in outputs]
     colbert_delta = max(float(np.abs(x - o[2]).max()) for x, o in zip(colbert, outputs))
     print(f"\nBGE-M3 vLLM vs transformers max |delta|: sparse {sparse_delta:.2e}, dense {dense_delta:.2e}, "
           f"colbert {colbert_delta:.2e}")  # fmt: skip
     assert dense_delta <= 1e-5 and colbert_delta <= 1e-5
+
+
+def _beir_split(beir):
+    """The BEIR folder's corpus and queries as the ``datasets`` mteb hands a search."""
+    from datasets import Dataset
+
+    rows = [json.loads(x) for x in (beir / "corpus.jsonl").read_text().splitlines()]
+    corpus = Dataset.from_dict({"id": [r["_id"] for r in rows], "text": [r["text"] for r in rows]})
+    rows = [json.loads(x) for x in (beir / "queries.jsonl").read_text().splitlines()]
+    return corpus, Dataset.from_dict({"id": [r["_id"] for r in rows], "text": [r["text"] for r in rows]})
+
+
+def _flag_embedding_score(ref, query_ids, doc_ids, weights):
+    """FlagEmbedding's ``compute_score`` (``colbert+sparse+dense``) of one pair, written out from the reference's
+    three outputs: dense dot, lexical weights' dot (each id at its largest weight, specials out), mean MaxSim."""
+    (qd, qw, qc), (dd, dw, dc) = ref.outputs(query_ids), ref.outputs(doc_ids)
+
+    def lexical(ids, w):
+        out = {}
+        for i, x in zip(ids, w):
+            if i not in ref.special and x > 0:
+                out[i] = max(out.get(i, 0.0), float(x))
+        return out
+
+    lq, ld = lexical(query_ids, qw), lexical(doc_ids, dw)
+    sparse = sum(x * ld[i] for i, x in lq.items() if i in ld)
+    colbert = float((qc @ dc.T).max(axis=1).sum() / len(qc))
+    return (weights[0] * float(qd @ dd) + weights[1] * sparse + weights[2] * colbert) / sum(weights)
+
+
+@pytest.mark.slow
+def test_bge_m3_all_mode_vllm_equals_the_transformers_reference(sparse_models, m3_engines, beir):
+    from vllm_eval.evaluation.results import evaluate
+    from vllm_eval.models.sparse_encoder.hf import TransformersBgeM3
+    from vllm_eval.models.sparse_encoder.vllm import VllmSparseEncoder
+    from vllm_eval.tasks.owntasks import own_mteb_tasks
+
+    model, weights = sparse_models["m3"], (0.4, 0.2, 0.4)
+    task = own_mteb_tasks(str(beir), None)
+    corpus, queries = _beir_split(beir)
+    where = {"task_metadata": task[0].metadata, "hf_split": "test", "hf_subset": "default", "encode_kwargs": {}}
+    got = {}
+    with (
+        VllmSparseEncoder(model, show_progress_bar=False, bge_m3_weights=weights) as v,  # shares the sparse engine
+        TransformersBgeM3(model, show_progress_bar=False, bge_m3_weights=weights) as h,
+    ):
+        for name, backend in (("vllm", v), ("hf", h)):
+            backend.index(corpus, **where)
+            full = backend.search(queries, top_k=10, **where)
+            backend.index(corpus, **where)  # a reranking task's candidates: 5 per query, in a rotated order
+            given = {q: [f"d{(i + j * 7) % 40}" for j in range(5)] for i, q in enumerate(queries["id"])}
+            rerank = backend.search(queries, top_k=3, top_ranked=given, **where)
+            got[name] = (full, rerank, evaluate(backend, task, show_progress_bar=False)[0].main_score)
+        texts = dict(zip(list(queries["id"]) + list(corpus["id"]), list(queries["text"]) + list(corpus["text"])))
+        ids = {x: v.tokenizer([t.strip()])[0][0] for x, t in texts.items()}
+        full = got["hf"][0]
+        score = {(q, d): _flag_embedding_score(h.m3, ids[q], ids[d], weights) for q in full for d in full[q]}
+    delta = 0.0
+    for a, b in zip(got["vllm"][:2], got["hf"][:2]):
+        assert a.keys() == b.keys() and all(list(a[q]) == list(b[q]) for q in a)  # the same documents, in order
+        delta = max(delta, max(abs(a[q][d] - b[q][d]) for q in a for d in a[q]))
+    rerank = got["hf"][1]
+    assert all(len(full[q]) == 10 for q in full) and all(len(rerank[q]) == 3 for q in rerank)
+    assert all(set(rerank[q]) <= set(given[q]) for q in rerank)
+    written_out = max(abs(full[q][d] - x) for (q, d), x in score.items())
+    print(f"\nBGE-M3 all {weights}: vLLM vs transformers max |delta| {delta:.2e} (written-out compute_score: "
+          f"{written_out:.2e}); nDCG@10 vllm {got['vllm'][2]:.5f}, hf {got['hf'][2]:.5f}")  # fmt: skip
+    assert delta <= 1e-5 and written_out <= 1e-5
+    assert got["vllm"][2] == pytest.approx(got["hf"][2], abs=1e-6) and got["vllm"][2] > 0.1
+
+
+@pytest.mark.slow
+def test_bench_and_compare_cover_sparse_encoders(cli_in_process, sparse_models, m3_engines, beir, tmp_path):
+    from vllm_eval.measure.compare import agreement
+
+    # SPLADE (BGE-M3's tiny tokenizer has too few whole words for the bench's texts): its default backends are vllm
+    # (an engine of its own, ~2 s here) and sentence-transformers' SparseEncoder.
+    fast = ("--lengths", "fixed:16", "--batch-sizes", "8", "--n-texts", "16")
+    code, err = cli_in_process("bench", "--model", sparse_models["splade"], *fast, "--output-dir", str(tmp_path / "b"))
+    assert code == 0, err
+    records = json.loads((tmp_path / "b" / "bench.json").read_text())["records"]
+    assert [r["backend"] for r in records] == ["vllm", "st"]
+    assert all(r["texts_per_s"] > 0 and r["tokens_per_s"] > 0 and r["n_tokens"] == 16 * 16 for r in records)
+    code, err = cli_in_process("bench", "--model", sparse_models["splade"], "--backends", "vllm", "mteb-vllm", *fast)
+    assert code == 2 and "sparse model (splade) measures --backends vllm st, not mteb-vllm" in err
+    compare = ("compare", "--kind", "sparse_encoder", "--model", sparse_models["m3"], "--data", str(beir))
+    code, err = cli_in_process(*compare, "--backends", "vllm", "st", "--no-cache", "--output-dir", str(tmp_path))
+    assert code == 2 and "sentence-transformers reference" in err and len(err.strip().splitlines()) == 1
+    out = tmp_path / "compare"
+    code, err = cli_in_process(*compare, "--sample", "20", "--no-cache", "--no-progress", "--output-dir", str(out))
+    assert code == 0, err
+    result = json.loads((out / "compare.json").read_text())
+    agree = result["agreement"]["vllm default"]
+    print(f"\ncompare --kind sparse_encoder (BGE-M3, vllm vs hf): {result['rows']}, {agree}")
+    assert result["reference"].startswith("hf") and result["passed"] and len(result["rows"]) == 2
+    assert agree["n"] == 20 and agree["max_abs_diff"] <= 1e-5
+    import scipy.sparse as sp
+
+    a = sp.csr_matrix(np.array([[0.0, 1.0, 0.5], [2.0, 0.0, 0.0]], dtype=np.float32))
+    b = sp.csr_matrix(np.array([[0.0, 1.0, 0.0], [2.0, 0.0, 0.25]], dtype=np.float32))
+    assert agreement(a, b) == {"max_abs_diff": 0.5, "median_abs_diff": 0.375, "n": 2}  # an id on one side only
 
 
 def test_flags_and_plugins_are_checked_before_anything_loads(cli_in_process, sparse_models, io_plugins):
@@ -178,6 +310,15 @@ def test_flags_and_plugins_are_checked_before_anything_loads(cli_in_process, spa
     assert code == 2 and "not both" in err
     code, err = cli_in_process("run", "--tasks", "LeeDocSimilarity", "--max-active-dims", "8")
     assert code == 2 and "--max-active-dims is for sparse models" in err
+    m3 = ("run", "--model", sparse_models["m3"])
+    code, err = cli_in_process(*m3, "--bge-m3-mode", "all", "--tasks", "LeeDocSimilarity")
+    assert code == 2 and "LeeDocSimilarity is STS" in err and "--bge-m3-mode dense" in err
+    code, err = cli_in_process(*m3, "--bge-m3-mode", "sparse", "--bge-m3-weights", "1", "1", "1")
+    assert code == 2 and "--bge-m3-mode all" in err
+    code, err = cli_in_process(*m3, "--bge-m3-mode", "all", "--bge-m3-weights", "1", "-1", "1")
+    assert code == 2 and "three numbers >= 0" in err
+    code, err = cli_in_process(*m3, "--bge-m3-mode", "all", "--backend", "st")
+    assert code == 2 and "--bge-m3-weights needs --backend vllm or hf" in err
     code, err = cli_in_process("run", "--model", sparse_models["splade"], "--io-processor-plugin", "nope")
     assert code == 2 and "'nope': no such plugin installed" in err and "vllm_eval_sparse_rows" in err
     assert len(err.strip().splitlines()) == 1

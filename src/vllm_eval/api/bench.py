@@ -64,7 +64,7 @@ def bench(
     Args:
         model: a model directory or hub id (offline: a cached one); default: the packaged all-MiniLM-L6-v2.
         backends: encoder backends and ``mteb-vllm`` (mteb's own vLLM wrapper); default: those that run here
-            (:func:`vllm_eval.measure.bench.default_backends`); a served one measures the ``endpoint`` servers.
+            (:func:`vllm_eval.measure.bench.default_backends`; a sparse model's: :func:`sparse_backends`).
         dtypes: model dtypes, each measured (default: float32 on CPU, float16 and float32 on GPU); or one
             ``dtype=`` among the engine options, not both.
         lengths: ``fixed:N`` or ``mixed:A-B`` token lengths of the generated texts.
@@ -100,7 +100,7 @@ def bench(
     """
     from ..measure.bench import PEER, default_backends
 
-    backends = list(backends or default_backends())
+    backends = sparse_backends(model, backends, suite) or list(backends or default_backends())
     layout = {"data_parallel_size": _values(data_parallel_size), "replicas_per_gpu": _values(replicas_per_gpu)}
     options = {
         "remote_batch_size": remote_batch_size,
@@ -213,6 +213,28 @@ def _check(
         from ..measure.suite import check_suite
 
         check_suite(suite, fraction)
+
+
+def sparse_backends(model: Any, backends: Sequence[str] | None, suite: str | None) -> list[str] | None:
+    """The backends that measure a sparse model (SPLADE, BGE-M3): ``backends`` checked, default ``vllm`` and its
+    reference (``st`` for SPLADE, ``hf`` for BGE-M3; :data:`vllm_eval.measure.bench.SPARSE_BACKENDS`); None for
+    another model.
+
+    Raises:
+        UsageError: a backend with no sparse output, or ``suite`` (a suite times dense encoders).
+    """
+    from ..measure.bench import SPARSE_BACKENDS, check_sparse_backends, sparse_flavour_of
+    from ..utils.hub import ensure_offline_if_unreachable
+
+    ensure_offline_if_unreachable()  # before a model's files are read: the hub libraries read it once, on import
+    flavour = sparse_flavour_of(None if model is None else os.fspath(model))
+    if flavour is None:
+        return None
+    if suite:
+        raise UsageError(f"--suite times dense encoders; a sparse model ({flavour}) is measured without --suite")
+    chosen = list(backends or SPARSE_BACKENDS[flavour])
+    check_sparse_backends(flavour, chosen)
+    return chosen
 
 
 def _remote(options: dict[str, Any]) -> dict[str, Any]:

@@ -105,7 +105,7 @@ def compare(
     """
     from ..measure import compare as cmp
 
-    session, backends = _session(kind, backends, options, output_dir, verbose, started)
+    session, backends = _session(kind, (model, backends), options, output_dir, verbose, started)
     fp32 = cmp.TOLERANCE_FP32 if tolerance is None else tolerance
     sixteen = cmp.TOLERANCE_16BIT if tolerance_16bit is None else tolerance_16bit
     if runs:
@@ -131,20 +131,27 @@ def compare(
 
 def _session(
     kind: str,
-    backends: list[str] | None,
+    model_backends: tuple[Any, list[str] | None],
     options: dict[str, Any],
     output_dir: str | os.PathLike,
     verbose: bool,
     started: float | None,
 ) -> tuple[Session, list[str]]:
     """The shared checks (:func:`~vllm_eval.api.session.prepare`) for ``compare``'s backends (default: vLLM and the
-    kind's reference) and options; and those backends."""
+    kind's reference; for a BGE-M3 sparse encoder, ``hf``: its lexical weights have no sentence-transformers
+    reference) and options; and those backends."""
     from ..models.backends import DEFAULT_BACKEND
     from ..models.kinds import get_kind
 
     given = {k: v for k, v in options.items() if v is not None}
     served = {k: given.pop(k) for k in SERVED_OPTIONS if k in given}
-    backends = list(backends or [DEFAULT_BACKEND, get_kind(kind).reference_backend])
+    model, backends = model_backends
+    reference = get_kind(kind).reference_backend
+    if kind == "sparse_encoder" and not backends:
+        from ..measure.bench import SPARSE_BACKENDS, sparse_flavour_of
+
+        reference = SPARSE_BACKENDS.get(sparse_flavour_of(model and os.fspath(model)) or "splade")[1]
+    backends = list(backends or [DEFAULT_BACKEND, reference])
     with phase("imports"):  # the option checks import the backend classes (and vLLM for unlisted options)
         session = prepare(
             kind,
@@ -211,7 +218,7 @@ def compare_tasks(kind: str, names: list[str] | str | None, data: str | os.PathL
     described = get_kind(kind)
     if kind == "reranker":
         return rerank_tasks(names, data, what="--kind reranker")
-    if kind in ("encoder", "token_embedder"):
+    if kind in ("encoder", "token_embedder", "sparse_encoder"):
         if data:
             from ..tasks.owntasks import own_mteb_tasks
 

@@ -40,10 +40,12 @@ BACKEND_OPTIONS = (
     "chunk_size",
     "store_dtype",
     "max_active_dims",
+    "bge_m3_weights",
     "encoding_format",
 )
-#: ``bge_m3_mode``: the kind that evaluates each output of a BGE-M3 model.
-BGE_M3_KINDS = {"dense": "encoder", "sparse": "sparse_encoder", "colbert": "token_embedder"}
+#: ``bge_m3_mode``: the kind that evaluates each output of a BGE-M3 model; ``all`` (the weighted sum of the three
+#: scores) is the sparse encoder's search with ``bge_m3_weights`` (:mod:`vllm_eval.models.sparse_encoder.hybrid`).
+BGE_M3_KINDS = {"dense": "encoder", "sparse": "sparse_encoder", "colbert": "token_embedder", "all": "sparse_encoder"}
 #: Settings the parity reference must share with the backend it checks.
 _PARITY_SHARED = (
     "preset",
@@ -138,7 +140,8 @@ def evaluate(
             ``SpladePooling``).
         bge_m3_mode: a BGE-M3 model's output to evaluate: ``dense`` (CLS vector), ``sparse`` (lexical weights,
             dot product) or ``colbert`` (multi-vector, MaxSim); the vLLM backend runs it as ``BgeM3EmbeddingModel``
-            with that output's pooling task.
+            with that output's pooling task; ``all``: retrieval by the weighted sum of the three scores, weights
+            ``bge_m3_weights`` (default ``(1, 1, 1)``; :mod:`vllm_eval.models.sparse_encoder.hybrid`).
         output_dir: mteb's result JSON per task, ``summary.json`` and ``vllm-eval.log`` go here (created now).
         cache_dir, no_cache: the output cache's folder (default ``$VLLMEVAL_CACHE_DIR``, else
             ``~/.cache/vllm-eval``), or none at all.
@@ -177,6 +180,7 @@ def evaluate(
     with phase("tasks"):
         selected = select(kind, tasks, benchmark, task_types, languages, data, data_type)
         check_image_tasks(resolved, selected)
+        _check_mode_tasks(bge_m3_mode, selected)
     return _run(
         session,
         resolved,
@@ -207,6 +211,7 @@ def _prepare(
     with phase("imports"):  # mostly the backend's and mteb's imports, then the option checks
         # First: the hub libraries read offline mode once, when imported; the kind may be read from a model's files.
         ensure_offline_if_unreachable()
+        _bge_m3_weights(task_and_mode[1], options)
         backend_options, engine = split_options(options, BACKEND_OPTIONS)
         kind = _kind(model, backend, *task_and_mode, backend_options)
         engine = _bge_m3_engine(kind, backend, task_and_mode[1], engine)
@@ -354,6 +359,30 @@ def _kind(model: Any, backend: str, pooling_task: str | None, bge_m3_mode: str |
     if options.get("max_active_dims") and kind != "sparse_encoder":
         raise UsageError("--max-active-dims is for sparse models (SPLADE, --bge-m3-mode sparse)")
     return kind
+
+
+def _bge_m3_weights(mode: str | None, options: dict[str, Any]) -> None:
+    """``options["bge_m3_weights"]`` checked, and FlagEmbedding's default ``(1, 1, 1)`` for ``all`` mode when not
+    given (``compute_score``'s ``weights_for_different_modes=None``).
+
+    Raises:
+        UsageError: weights without ``all`` mode, or weights that are not three numbers >= 0 with a positive sum.
+    """
+    from ..models.sparse_encoder.hybrid import DEFAULT_WEIGHTS, check_weights
+
+    weights = check_weights(options.get("bge_m3_weights"))
+    if weights is not None and mode != "all":
+        raise UsageError("--bge-m3-weights weighs the three scores of --bge-m3-mode all; give that mode too")
+    if mode == "all":
+        options["bge_m3_weights"] = weights or DEFAULT_WEIGHTS
+
+
+def _check_mode_tasks(mode: str | None, tasks: list[Any]) -> None:
+    """``all`` mode's task types (retrieval, reranking), checked before anything loads."""
+    if mode == "all":
+        from ..models.sparse_encoder.hybrid import check_hybrid_task_types
+
+        check_hybrid_task_types(tasks)
 
 
 def _bge_m3_engine(kind: str, backend: str, mode: str | None, engine: dict[str, Any]) -> dict[str, Any]:

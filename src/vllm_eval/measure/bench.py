@@ -14,6 +14,12 @@ of three backends:
 ``replicas`` (``data_parallel_size`` / ``replicas_per_gpu``) applies to ``vllm``, so one engine
 and N replicas are measured the same way.
 
+A sparse model (SPLADE, BGE-M3: :func:`sparse_flavour_of`) is measured as the ``sparse_encoder`` kind: ``vllm``
+(:class:`~vllm_eval.models.sparse_encoder.vllm.VllmSparseEncoder`, rows kept sparse) against its reference,
+``st`` (sentence-transformers' ``SparseEncoder.encode``, sparse tensors) for SPLADE or ``hf`` (transformers and
+BGE-M3's head) for BGE-M3's lexical weights (:data:`SPARSE_BACKENDS`); the other backends have no sparse output
+and are refused in one line.
+
 Texts of controlled token length are built from the model's own vocabulary (whole-word entries,
 one token each), so no data is downloaded: ``fixed:N`` gives N tokens per text including special
 tokens, ``mixed:A-B`` lengths uniform in [A, B]. For each backend, dtype, length mode and batch
@@ -37,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..tasks.shaped import single_token_words
-from ..utils.errors import UsageError
+from ..utils.errors import UsageError, VllmEvalError
 from ..utils.progress import input_bar
 
 BACKENDS = ("vllm", "st", "mteb-vllm", "remote")
@@ -52,6 +58,38 @@ def default_backends() -> list[str]:
 
     names = backend_names("encoder")
     return [b for b in BACKENDS if b == PEER or (b in names and not is_remote("encoder", b))]
+
+
+#: The backends that measure a sparse model, by flavour: ours, then the reference of its sparse output.
+SPARSE_BACKENDS = {"splade": ("vllm", "st"), "bge-m3": ("vllm", "hf")}
+
+
+def sparse_flavour_of(model: str | None) -> str | None:
+    """``splade`` or ``bge-m3`` for a sparse model (:func:`~vllm_eval.models.sparse_encoder.vllm.sparse_flavour`),
+    else None (a dense model, or one that cannot be resolved: its own error comes later)."""
+    if model is None:
+        return None
+    from ..models.sparse_encoder.vllm import sparse_flavour
+    from ..utils.modelinfo import ModelRef
+
+    try:
+        return sparse_flavour(ModelRef.resolve(model))
+    except VllmEvalError:
+        return None
+
+
+def check_sparse_backends(flavour: str, backends: Sequence[str]) -> None:
+    """Refuse the backends that cannot measure a ``flavour`` sparse model.
+
+    Raises:
+        UsageError: naming them and the ones that can.
+    """
+    bad = [b for b in backends if b not in SPARSE_BACKENDS[flavour]]
+    if bad:
+        raise UsageError(
+            f"bench of a sparse model ({flavour}) measures --backends {' '.join(SPARSE_BACKENDS[flavour])}, not "
+            f"{' '.join(bad)} (no sparse output there)"
+        )
 
 
 @dataclass
@@ -148,21 +186,20 @@ class _Backend:
         st_batch_size: int = 128,
         replicas: dict[str, int] | None = None,
         remote: dict[str, Any] | None = None,
+        flavour: str | None = None,
     ):
         from ..models.backends import is_remote, load_backend
 
         self.name = self.label = name
+        if flavour is not None:
+            self._sparse(name, model, dtype, engine_kwargs, st_batch_size, replicas)
+            return
         if name == PEER:
             self.obj, self.encode = _mteb_vllm(model, dtype, engine_kwargs)
             return
         if name == "vllm":
             r = {k: v for k, v in (replicas or {}).items() if v != 1}
-            if r:  # e.g. vllm-dp2, vllm-dp1x4 (4 replicas on one GPU)
-                self.label = (
-                    f"vllm-dp{r.get('data_parallel_size', 1)}"
-                    + (f"x{r['replicas_per_gpu']}" if r.get("replicas_per_gpu", 1) != 1 else "")
-                    + ("-ray" if r.get("ray_address") else "")
-                )
+            self.label = _replica_label(r)
             self.obj = load_backend(
                 "encoder", "vllm", model, dtype=dtype, show_progress_bar=False, **r, **engine_kwargs
             )
@@ -195,6 +232,27 @@ class _Backend:
             self.obj = load_backend("encoder", name, model, show_progress_bar=False)
             self.encode = self.obj.encode_texts
 
+    def _sparse(self, name: str, model: str, dtype: str, engine_kwargs: dict[str, Any], st_batch_size: int,
+                replicas: dict[str, int] | None) -> None:  # fmt: skip
+        """A sparse model's backend (the ``sparse_encoder`` kind); ``encode(texts)`` gives its sparse vectors."""
+        from ..models.backends import load_backend
+
+        quiet = {"dtype": dtype, "show_progress_bar": False}
+        if name == "vllm":
+            r = {k: v for k, v in (replicas or {}).items() if v != 1}
+            self.label = _replica_label(r)
+            self.obj = load_backend("sparse_encoder", "vllm", model, **quiet, **r, **engine_kwargs)
+            self.encode = self.obj.encode_sparse  # distinct texts, rows kept sparse (CSR)
+        elif name == "st":
+            self.obj = load_backend("sparse_encoder", "st", model, **quiet, batch_size=st_batch_size)
+            # SparseEncoder.encode as its users call it (sparse tensors), as SentenceTransformer.encode for dense ones.
+            self.encode = lambda texts: self.obj.st.encode(
+                texts, batch_size=self.obj.batch_size, show_progress_bar=False, convert_to_sparse_tensor=True
+            )
+        else:
+            self.obj = load_backend("sparse_encoder", name, model, **quiet)
+            self.encode = self.obj.encode_sparse
+
     def close(self) -> None:
         if self.name == PEER:
             llm = getattr(self.obj, "llm", None)
@@ -204,6 +262,17 @@ class _Backend:
         else:
             self.obj.close()
         gc.collect()
+
+
+def _replica_label(r: dict[str, Any]) -> str:
+    """``vllm``, or with replicas e.g. ``vllm-dp2``, ``vllm-dp1x4`` (4 replicas on one GPU), ``-ray`` on Ray."""
+    if not r:
+        return "vllm"
+    return (
+        f"vllm-dp{r.get('data_parallel_size', 1)}"
+        + (f"x{r['replicas_per_gpu']}" if r.get("replicas_per_gpu", 1) != 1 else "")
+        + ("-ray" if r.get("ray_address") else "")
+    )
 
 
 def mteb_vllm_wrapper(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> Any:
@@ -277,6 +346,9 @@ def run_bench(
     from ..utils.modelinfo import ModelRef
 
     model = ModelRef.resolve(model).path
+    flavour = sparse_flavour_of(model)
+    if flavour is not None:
+        check_sparse_backends(flavour, backends)
     tokenizer = AutoTokenizer.from_pretrained(model)
     texts_by_len = {spec: make_texts(tokenizer, n_texts, spec, seed) for spec in lengths}
     layouts = [replicas] if isinstance(replicas, dict) or replicas is None else list(replicas) or [None]
@@ -293,6 +365,7 @@ def run_bench(
                 st_batch_size=st_batch_size,
                 replicas=layout,
                 remote=remote,
+                flavour=flavour,
             )
             start_s = round(time.perf_counter() - started, 2)
             pool = getattr(b.obj, "pool", None)

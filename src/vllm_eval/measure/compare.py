@@ -7,9 +7,10 @@ float32 for generators and classifiers) is the yardstick. Per task, each configu
 difference to the reference and pass/fail against a tolerance (default 1e-4 for float32, 1e-3 for
 16-bit and quantized configurations); per configuration, per-input agreement on a sample of the
 very inputs the tasks sent: the minimum and median cosine of embeddings (encoder), the maximum and
-median |Δ| of scores (reranker), of log-likelihoods in nats (generator, multiple choice scored by
-log-likelihood) or of class probabilities (classifier). Existing run directories can be compared
-too (scores only). The command exits 1 when a tolerance fails, so it can gate CI.
+median |Δ| of sparse vectors' weights (sparse encoder: each input's largest |Δ| over the vocabulary, an id
+missing on one side counting as 0), of scores (reranker), of log-likelihoods in nats (generator,
+multiple choice scored by log-likelihood) or of class probabilities (classifier). Existing run directories
+can be compared too (scores only). The command exits 1 when a tolerance fails, so it can gate CI.
 """
 
 from __future__ import annotations
@@ -240,12 +241,15 @@ _RUNNERS = {
     "classifier": _own_runner("classification", "run_classification", "accuracy"),
     "token_classifier": _own_runner("ner", "run_token_classification", "f1"),
     "token_embedder": _run_encoder,
+    "sparse_encoder": _run_encoder,
 }
 
 
 def _sample_outputs(kind: str, backend: Any, inputs: list[Any]) -> np.ndarray | None:
     if kind in ("encoder", "token_embedder"):
         return _stacked(backend.encode_texts(inputs, show_progress_bar=False))
+    if kind == "sparse_encoder":
+        return backend.encode_sparse(inputs)  # scipy CSR (n, vocab): kept sparse for the agreement
     if kind == "token_classifier":
         return _stacked(backend.word_probs(inputs, show_progress_bar=False))
     if kind == "reranker":
@@ -262,14 +266,23 @@ def _stacked(outputs: Any) -> np.ndarray:
     return np.concatenate([np.asarray(o, dtype=np.float32) for o in outputs]) if len(outputs) else np.zeros((0, 0))
 
 
-def agreement(reference: np.ndarray | None, other: np.ndarray | None, cosine: bool = True) -> dict[str, float] | None:
+def agreement(reference: Any, other: Any, cosine: bool = True) -> dict[str, float] | None:
     """Per-input agreement of two configurations' outputs on the same sample.
 
     Embeddings (2-D, ``cosine``): ``min_cosine`` and ``median_cosine`` of matching rows (widths
-    that differ, ``dimensions``, compare their common prefix). Scores, log-likelihoods (1-D) or
-    class probabilities (2-D, ``cosine=False``): ``max_abs_diff`` and ``median_abs_diff`` per input
-    (the largest |Δ| of its row). Plus ``n``, the sample size. None when either is missing.
+    that differ, ``dimensions``, compare their common prefix). Scores, log-likelihoods (1-D),
+    class probabilities (2-D, ``cosine=False``) or sparse vectors (scipy sparse matrices, any ``cosine``):
+    ``max_abs_diff`` and ``median_abs_diff`` per input (the largest |Δ| of its row). Plus ``n``, the sample
+    size. None when either is missing.
     """
+    import scipy.sparse as sp
+
+    if sp.issparse(reference) or sp.issparse(other):
+        if reference is None or other is None or reference.shape != other.shape or not reference.shape[0]:
+            return None
+        diff = abs(sp.csr_matrix(reference, dtype=np.float64) - sp.csr_matrix(other, dtype=np.float64))
+        rows = diff.max(axis=1).toarray().ravel()
+        return {"max_abs_diff": float(rows.max()), "median_abs_diff": float(np.median(rows)), "n": len(rows)}
     if reference is None or other is None or not len(reference) or len(reference) != len(other):
         return None  # ragged outputs of different lengths (another tokenization) have no row-wise agreement
     if reference.ndim == 1 or not cosine:

@@ -58,9 +58,11 @@ class BenchCommand(Command):
         parser.add_argument(
             "--backends",
             nargs="+",
-            default=default_backends(),
+            default=None,
             choices=[*names, PEER],
-            help=f"{PEER}: mteb's own vLLM wrapper; served backends: the --endpoint servers (all, round-robin)",
+            help=f"{PEER}: mteb's own vLLM wrapper; served backends: the --endpoint servers (all, round-robin); "
+            f"default: {' '.join(default_backends())}, for a sparse model (SPLADE, BGE-M3) vllm and its reference "
+            "(st for SPLADE, hf for BGE-M3)",
         )
         parser.add_argument("--dtypes", nargs="+", default=None, help="default: float32 on CPU, float16 float32 on GPU")
         parser.add_argument(

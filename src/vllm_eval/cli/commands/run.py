@@ -163,7 +163,18 @@ def _add_sparse_flags(parser: argparse.ArgumentParser) -> None:
         choices=list(BGE_M3_KINDS),
         default=None,
         help="a BGE-M3 model's output: dense (CLS vector), sparse (lexical weights, dot product) or colbert "
-        "(multi-vector, MaxSim); vLLM runs it as BgeM3EmbeddingModel with that output's pooling task",
+        "(multi-vector, MaxSim); vLLM runs it as BgeM3EmbeddingModel with that output's pooling task; all: "
+        "retrieval and reranking by the weighted sum of the three scores (FlagEmbedding's compute_score) over each "
+        "query's dense top 100, one engine per output",
+    )
+    parser.add_argument(
+        "--bge-m3-weights",
+        type=float,
+        nargs=3,
+        default=None,
+        metavar=("W_DENSE", "W_SPARSE", "W_COLBERT"),
+        help="--bge-m3-mode all: weights of the dense, sparse and ColBERT scores, divided by their sum "
+        "(default 1 1 1, FlagEmbedding's compute_score; its README's example: 0.4 0.2 0.4)",
     )
     parser.add_argument(
         "--max-active-dims",

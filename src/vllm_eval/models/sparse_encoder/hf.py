@@ -9,11 +9,14 @@ encoder's last hidden states ``h`` (n_tokens, hidden) of one text:
 * ColBERT: ``colbert_linear(h[1:])`` (every token but CLS), each vector L2-normalised.
 
 :class:`BgeM3Reference` computes the three (one sequence per forward pass, nothing padded), and
-:class:`TransformersBgeM3` is the sparse one as a sparse-encoder backend.
+:class:`TransformersBgeM3` is the sparse one as a sparse-encoder backend, or with ``bge_m3_weights`` BGE-M3's
+"all" mode (:mod:`~vllm_eval.models.sparse_encoder.hybrid`: the same candidates and weighted sum as the vLLM
+backend, every output from this one model).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,6 +28,7 @@ from ..base import load_torch_model, model_token_limit, torch_dtype_name
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
 from .base import SparseEncoderBase, pack_row
+from .hybrid import HybridSearch, check_weights
 from .vllm import special_ids
 
 
@@ -81,21 +85,25 @@ class BgeM3Reference:
         return pack_row(tokens[kept], weights[kept], max_active_dims)
 
 
-class TransformersBgeM3(SparseEncoderBase):
+class TransformersBgeM3(HybridSearch, SparseEncoderBase):
     """BGE-M3's lexical weights computed with transformers (:class:`BgeM3Reference`): the parity reference of
-    :class:`~vllm_eval.models.sparse_encoder.vllm.VllmSparseEncoder` on a BGE-M3 model.
+    :class:`~vllm_eval.models.sparse_encoder.vllm.VllmSparseEncoder` on a BGE-M3 model. Retrieval: mteb's own
+    search over ``encode`` (sparse), or BGE-M3's "all" mode with ``bge_m3_weights``
+    (:class:`~vllm_eval.models.sparse_encoder.hybrid.HybridSearch`).
 
     Args:
         model: a BGE-M3 directory (``XLMRobertaModel`` weights, ``sparse_linear.pt``, ``colbert_linear.pt``).
+        bge_m3_weights: (w_dense, w_sparse, w_colbert) of "all" mode's weighted score; None: the sparse search.
         revision, device, dtype, max_model_len, prompts, max_active_dims, chunk_size, show_progress_bar,
             model_name, trust_remote_code: as for the other reference backends.
 
     Raises:
-        UsageError: a head file missing; an unknown dtype; a bad ``max_active_dims``.
+        UsageError: a head file missing; an unknown dtype; a bad ``max_active_dims`` or ``bge_m3_weights``.
         ModelNotFoundError: a model path that does not exist.
     """
 
     engine_options: ClassVar[frozenset[str] | None] = frozenset({"dtype", "max_model_len", "trust_remote_code"})
+    plain_search_by_mteb: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -104,6 +112,7 @@ class TransformersBgeM3(SparseEncoderBase):
         *,
         prompts: dict[str, str] | None = None,
         max_active_dims: int | None = None,
+        bge_m3_weights: Sequence[float] | None = None,
         device: str | None = None,
         dtype: str = "float32",
         max_model_len: int | None = None,
@@ -113,6 +122,7 @@ class TransformersBgeM3(SparseEncoderBase):
         trust_remote_code: bool = False,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
+        self.bge_m3_weights = check_weights(bge_m3_weights)
         self.dtype = torch_dtype_name(dtype)
         self.m3 = BgeM3Reference(ref, dtype=self.dtype, device=device, trust_remote_code=trust_remote_code)
         tokenizer = self.m3.tokenizer
@@ -137,6 +147,14 @@ class TransformersBgeM3(SparseEncoderBase):
 
     def _sparse_chunk(self, texts: list[str], ids: list[list[int]]) -> list[np.ndarray]:
         return [self.m3.sparse_row(x, self.max_active_dims) for x in ids]
+
+    def _hybrid_dense(self, texts: list[str]) -> np.ndarray:
+        # Tokenized and truncated as the sparse output is (the same ids the vLLM engines get).
+        outputs = [self.m3.outputs(x)[0] for x in self.tokenizer(texts)[0]] if texts else []
+        return np.stack(outputs) if outputs else np.zeros((0, self.m3.lm.config.hidden_size), dtype=np.float32)
+
+    def _hybrid_colbert(self, texts: list[str]) -> list[np.ndarray]:
+        return [self.m3.outputs(x)[2] for x in self.tokenizer(texts)[0]] if texts else []
 
     def close(self) -> None:
         """Drop the model so its memory can be freed. Idempotent."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from ...utils.errors import UsageError
 from ...utils.modelinfo import ModelRef, build_model_meta
 from ..base import torch_dtype_name
 from ..prompts import PromptResolver
@@ -28,7 +30,8 @@ class SentenceTransformerSparseEncoder(SparseEncoderBase):
             :class:`~vllm_eval.models.sparse_encoder.vllm.VllmSparseEncoder`.
 
     Raises:
-        UsageError: an unknown dtype; a bad ``max_active_dims``.
+        UsageError: an unknown dtype; a bad ``max_active_dims``; a BGE-M3 model (its sentence-transformers modules
+            give the dense vector; its lexical weights' reference is ``--backend hf``).
         ModelNotFoundError: a model path that does not exist.
     """
 
@@ -53,6 +56,11 @@ class SentenceTransformerSparseEncoder(SparseEncoderBase):
         from sentence_transformers.sparse_encoder import SparseEncoder
 
         ref = ModelRef.resolve(model, revision)
+        if (Path(ref.path) / "sparse_linear.pt").is_file():
+            raise UsageError(
+                f"{ref.path}: BGE-M3's lexical weights have no sentence-transformers reference (its modules give the "
+                "dense vector); use --backend hf"
+            )
         self.dtype = torch_dtype_name(dtype)
         self.st = SparseEncoder(ref.path, revision=revision, device=device, trust_remote_code=trust_remote_code,
                                 model_kwargs={"torch_dtype": self.dtype})  # fmt: skip

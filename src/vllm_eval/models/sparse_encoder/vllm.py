@@ -8,18 +8,23 @@
   CLS/EOS/PAD/UNK dropped (FlagEmbedding's ``_process_token_weights``).
 
 The architecture and task are set through ``hf_overrides`` / ``pooler_config`` (the user's own win). The other
-BGE-M3 outputs (dense, ColBERT) are the encoder and token-embedder kinds with :func:`bge_m3_engine_options`.
+BGE-M3 outputs (dense, ColBERT) are the encoder and token-embedder kinds with :func:`bge_m3_engine_options`; with
+``bge_m3_weights`` (BGE-M3's "all" mode, :mod:`~vllm_eval.models.sparse_encoder.hybrid`) a search starts their
+engines itself, one after the other (the dense one for the first stage, released, then the ColBERT one), beside
+this backend's own sparse engine.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ...engine.args import backend_engine_kwargs
+from ...engine.args import backend_engine_kwargs, merge_engine_kwargs
 from ...engine.jobs import lexical_weights_job, pooling_info, splade_job
 from ...utils.errors import UsageError
 from ...utils.modelinfo import ModelRef, build_model_meta
@@ -27,7 +32,7 @@ from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
 from ..vllm_backend import VllmBackend
 from .base import SparseEncoderBase
-from .search import SparseSearch
+from .hybrid import HybridSearch, check_weights
 
 #: vLLM's pooling task of each BGE-M3 output (``BgeM3EmbeddingModel``'s ``DispatchPooler``).
 BGE_M3_TASKS = {"dense": "embed", "sparse": "token_classify", "colbert": "token_embed"}
@@ -89,22 +94,26 @@ def special_ids(tokenizer: Any) -> list[int]:
     return sorted({int(i) for i in found if i is not None})
 
 
-class VllmSparseEncoder(VllmBackend, SparseSearch, SparseEncoderBase):
+class VllmSparseEncoder(VllmBackend, HybridSearch, SparseEncoderBase):
     """Sparse vectors from a vLLM engine (see the module doc); retrieval by sparse products
-    (:class:`~vllm_eval.models.sparse_encoder.search.SparseSearch`).
+    (:class:`~vllm_eval.models.sparse_encoder.search.SparseSearch`), or for BGE-M3 with ``bge_m3_weights`` by its
+    weighted dense + sparse + ColBERT score (:class:`~vllm_eval.models.sparse_encoder.hybrid.HybridSearch`).
 
     Args:
         model: a SPLADE or BGE-M3 model directory (or hub id).
         revision: hub revision.
         prompts: static prefixes, ``{"query": "...", "document": "..."}``.
         max_active_dims: keep each vector's largest weights only (sentence-transformers' top-k; None: all non-zeros).
+        bge_m3_weights: BGE-M3's "all" mode: (w_dense, w_sparse, w_colbert) of retrieval's weighted score
+            (FlagEmbedding's default ``(1, 1, 1)``); None: the sparse search.
         chunk_size, show_progress_bar, model_name, trust_remote_code, data_parallel_size, replicas_per_gpu,
             ray_address: as for :class:`~vllm_eval.models.encoder.vllm.VllmEncoder`.
         **engine_kwargs: vLLM ``EngineArgs`` (``max_model_len``, ``io_processor_plugin`` ...).
 
     Raises:
         UsageError: a model that is neither SPLADE nor BGE-M3; a SPLADE pooling vLLM does not compute; a bad
-            ``max_active_dims``.
+            ``max_active_dims``; ``bge_m3_weights`` that are not three numbers >= 0 with a positive sum, or given
+            for a model that is not BGE-M3.
         ModelNotFoundError, OptionError, EngineError, ReplicaError: as the other vLLM backends.
     """
 
@@ -117,6 +126,7 @@ class VllmSparseEncoder(VllmBackend, SparseSearch, SparseEncoderBase):
         *,
         prompts: dict[str, str] | None = None,
         max_active_dims: int | None = None,
+        bge_m3_weights: Sequence[float] | None = None,
         chunk_size: int = 1024,
         show_progress_bar: bool = True,
         model_name: str | None = None,
@@ -133,6 +143,17 @@ class VllmSparseEncoder(VllmBackend, SparseSearch, SparseEncoderBase):
                 f"{ref.path}: not a sparse model vLLM runs (a SPLADE masked-LM with SpladePooling, or BGE-M3 with "
                 "sparse_linear.pt)"
             )
+        self.bge_m3_weights = check_weights(bge_m3_weights)
+        if self.bge_m3_weights is not None and self.flavour != "bge-m3":
+            raise UsageError(
+                f"{ref.path}: --bge-m3-weights (BGE-M3's all mode) needs a BGE-M3 model, not {self.flavour}"
+            )
+        # The dense and ColBERT engines of "all" mode take the user's engine options and layout as this one does.
+        self._peer_options = {
+            **engine_kwargs, "revision": revision, "trust_remote_code": trust_remote_code,
+            "data_parallel_size": data_parallel_size, "replicas_per_gpu": replicas_per_gpu, "ray_address": ray_address,
+        }  # fmt: skip
+        self._peer: Any = None
         own = bge_m3_engine_options("sparse") if self.flavour == "bge-m3" else _splade_options(ref)
         self.engine_kwargs = backend_engine_kwargs(
             "pooling", own, engine_kwargs, trust_remote_code=trust_remote_code, revision=revision
@@ -161,6 +182,33 @@ class VllmSparseEncoder(VllmBackend, SparseSearch, SparseEncoderBase):
             **self.engine_identity(),
             "pooler_config": self.engine_kwargs.get("pooler_config"),
         }
+
+    @contextmanager
+    def _hybrid_phase(self, mode: str) -> Iterator[None]:
+        """``dense`` / ``colbert``: that output's engine (``BgeM3EmbeddingModel`` with its pooling task), started
+        now and released when the phase ends, so at most two engines live at once (this sparse one and it); an
+        engine of the same options already running in this process is shared, not started again."""
+        if mode == "sparse":
+            yield
+            return
+        from ..encoder.vllm import VllmEncoder
+        from ..token_embedder.vllm import VllmTokenEmbedder
+
+        cls = VllmEncoder if mode == "dense" else VllmTokenEmbedder
+        engine = merge_engine_kwargs(bge_m3_engine_options(mode), self._peer_options)
+        with cls(self.model_ref, show_progress_bar=False, chunk_size=self._chunk_size, **engine) as peer:
+            peer.use_cache(self.cache)
+            self._peer = peer
+            try:
+                yield
+            finally:
+                self._peer = None
+
+    def _hybrid_dense(self, texts: list[str]) -> np.ndarray:
+        return self._peer.encode_texts(texts) if texts else np.zeros((0, 0), dtype=np.float32)
+
+    def _hybrid_colbert(self, texts: list[str]) -> list[np.ndarray]:
+        return list(self._peer.encode_texts(texts)) if texts else []
 
     def _sparse_chunk(self, texts: list[str], ids: list[list[int]]) -> list[np.ndarray]:
         if self.flavour == "bge-m3":
