@@ -196,11 +196,18 @@ class BackendBase(Resource):
         results then go to ``<model>/<revision>/experiments/<name>/``)."""
         # The backend's module is named after it (encoder/vllm.py, encoder/st.py, ...).
         out: dict[str, Any] = {"backend": type(self).__module__.rsplit(".", 1)[-1]}
+        if self.experiment_output is not None:
+            out["output"] = self.experiment_output
         for key in ("dtype", "quantization", "dimensions"):
             value = getattr(self, key, None)
             if value is not None:
                 out[key] = str(value).removeprefix("torch.")
         return out
+
+    #: Set by kinds whose outputs one model also gives another way (BGE-M3: a dense vector, lexical weights and
+    #: ColBERT vectors): an ``output`` entry of :meth:`experiment`, so each kind's results of the same model go
+    #: to a folder of their own and are never read back as another kind's.
+    experiment_output: ClassVar[str | None] = None
 
     _recorded: list[Any] | None = None
     _record_limit: int = 0

@@ -100,6 +100,7 @@ class SparseEncoderBase(EncoderBase, ABC):
     """
 
     kind: ClassVar[str] = "sparse_encoder"
+    experiment_output: ClassVar[str | None] = "sparse"
     ragged: ClassVar[bool] = True
 
     def __init__(self, *, vocab_size: int, max_active_dims: int | None = None, **kwargs: Any) -> None:

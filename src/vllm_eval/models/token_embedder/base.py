@@ -87,6 +87,7 @@ class TokenEmbedderBase(EncoderBase, ABC):
     """
 
     kind: ClassVar[str] = "token_embedder"
+    experiment_output: ClassVar[str | None] = "multi-vector"
     ragged: ClassVar[bool] = True
 
     def __init__(self, *, store_dtype: str = "float32", score_batch_size: int = 1024, **kwargs: Any) -> None:
