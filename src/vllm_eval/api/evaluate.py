@@ -415,7 +415,7 @@ def detect_pooling_task(model: str | None, backend: str, revision: str | None) -
         return "embed"
     if set(config.get("architectures") or ()) & TOKEN_EMBED_ARCHITECTURES:
         return "token_embed"
-    from ..models.sparse_encoder.vllm import sparse_flavour
+    from ..models.sparse_encoder.base import sparse_flavour
 
     # A SPLADE model (not BGE-M3, whose three outputs --bge-m3-mode chooses between): its own kind, not a vLLM task.
     return "sparse" if sparse_flavour(ModelRef.resolve(model, revision)) == "splade" else "embed"

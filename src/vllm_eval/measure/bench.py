@@ -69,7 +69,7 @@ def sparse_flavour_of(model: str | None) -> str | None:
     else None (a dense model, or one that cannot be resolved: its own error comes later)."""
     if model is None:
         return None
-    from ..models.sparse_encoder.vllm import sparse_flavour
+    from ..models.sparse_encoder.base import sparse_flavour
     from ..utils.modelinfo import ModelRef
 
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -136,14 +136,19 @@ def worker_threads() -> int:
     return max(1, min(8, len(os.sched_getaffinity(0))))
 
 
+def on_threads(work: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """``work(item)`` for every item, on up to :func:`worker_threads` threads (for NumPy work, which releases the
+    GIL), results in the items' order; one item runs on this thread."""
+    if len(items) < 2:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(worker_threads(), len(items))) as pool:
+        return list(pool.map(work, items))
+
+
 def in_groups(work: Callable[[int, np.ndarray], Any], lengths: np.ndarray) -> list[Any]:
     """``work(length, queries)`` for every :func:`length_groups` chunk, on threads (numpy releases the GIL while it
     sorts, gathers and sums), results in the chunks' order."""
-    groups = list(length_groups(lengths))
-    if len(groups) < 2:
-        return [work(length, queries) for length, queries in groups]
-    with ThreadPoolExecutor(max_workers=min(worker_threads(), len(groups))) as pool:
-        return list(pool.map(lambda g: work(*g), groups))
+    return on_threads(lambda g: work(*g), list(length_groups(lengths)))
 
 
 def best_first(offsets: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -9,14 +9,13 @@ scores mean nothing; two scoring paths given the same vectors must report the sa
 from __future__ import annotations
 
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 
 from ..models.encoder.search import CorpusSearch
-from ..models.ranked import worker_threads
+from ..models.ranked import on_threads
 
 #: Rows of each lookup table.
 _TABLE = 4096
@@ -62,8 +61,7 @@ class InstantEncoder(AbsEncoder):
             if self._normalise:
                 part /= np.linalg.norm(part, axis=1, keepdims=True)
 
-        with ThreadPoolExecutor(max_workers=worker_threads()) as pool:
-            list(pool.map(fill, range(0, len(texts), _CHUNK)))
+        on_threads(fill, range(0, len(texts), _CHUNK))
         return out
 
     def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, **kwargs: Any) -> np.ndarray:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from typing import Any
 
 import numpy as np
 from mteb._evaluators import retrieval_metrics
 
-from ...models.ranked import RankedLists, in_groups, length_groups, used_rows, worker_threads
+from ...models.ranked import RankedLists, in_groups, length_groups, on_threads, used_rows, worker_threads
 from .abstention import confidence_scores, naucs
 from .arrays import Runs, runs_of
 
@@ -66,9 +65,8 @@ def _searched(key: np.ndarray, values: np.ndarray) -> np.ndarray:
     chunk = max(len(values) // worker_threads() + 1, 1 << 20)
     if len(values) <= chunk:
         return np.searchsorted(key, values)
-    with ThreadPoolExecutor(max_workers=worker_threads()) as pool:
-        parts = pool.map(lambda lo: np.searchsorted(key, values[lo : lo + chunk]), range(0, len(values), chunk))
-        return np.concatenate(list(parts))
+    starts = range(0, len(values), chunk)
+    return np.concatenate(on_threads(lambda lo: np.searchsorted(key, values[lo : lo + chunk]), starts))
 
 
 def _relevance(runs: Runs, qrels: Mapping[str, Mapping[str, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -301,17 +301,32 @@ def _after_first(warming: threading.Thread | None, chunks: Any) -> Any:
         yield chunk
 
 
-class CorpusSearch:
-    """mteb's ``SearchProtocol`` for an encoder backend (see the module doc): mixed into a class that has
-    mteb's ``encode`` and ``similarity`` and ``mteb_model_meta``."""
+class IndexedCorpus:
+    """mteb's ``index`` of a ``SearchProtocol``: the corpus is kept, per thread, for that thread's next ``search``
+    (tasks evaluated at once each index, then search, their own corpus); nothing is encoded yet."""
 
     def _indexed(self) -> dict[int, Any]:
-        # Per thread: tasks evaluated at once each index, then search, their own corpus.
         return self.__dict__.setdefault("_search_corpora", {})
 
     def index(self, corpus: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, **kwargs: Any) -> None:
-        """Keep ``corpus`` (mteb's corpus dataset) for this thread's next :meth:`search`; nothing is encoded yet."""
+        """Keep ``corpus`` (mteb's corpus dataset) for this thread's next ``search``; nothing is encoded yet."""
         self._indexed()[threading.get_ident()] = corpus
+
+    def _indexed_corpus(self) -> Any:
+        """This thread's indexed corpus, taken.
+
+        Raises:
+            ValueError: ``index`` was not called first (as mteb's wrapper).
+        """
+        corpus = self._indexed().pop(threading.get_ident(), None)
+        if corpus is None:
+            raise ValueError("Corpus must be indexed before searching.")
+        return corpus
+
+
+class CorpusSearch(IndexedCorpus):
+    """mteb's ``SearchProtocol`` for an encoder backend (see the module doc): mixed into a class that has
+    mteb's ``encode`` and ``similarity`` and ``mteb_model_meta``."""
 
     def search(
         self,
@@ -332,9 +347,7 @@ class CorpusSearch:
         Raises:
             ValueError: :meth:`index` was not called first (as mteb's wrapper).
         """
-        corpus = self._indexed().pop(threading.get_ident(), None)
-        if corpus is None:
-            raise ValueError("Corpus must be indexed before searching.")
+        corpus = self._indexed_corpus()
         where = {"task_metadata": task_metadata, "hf_split": hf_split, "hf_subset": hf_subset}
         if top_ranked is not None:
             return search_candidates(

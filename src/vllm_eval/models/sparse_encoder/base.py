@@ -18,17 +18,34 @@ every other task type, as mteb's ``SparseEncoderWrapper`` densifies for tasks th
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...engine.jobs import pack_sparse_row as pack_row
 from ...utils.errors import UsageError
+from ...utils.modelinfo import ModelRef
 from ..encoder.base import EncoderBase
 
-__all__ = ["SparseEncoderBase", "pack_row", "rows_to_csr", "sparse_dot", "unpack_row"]
+__all__ = ["SparseEncoderBase", "pack_row", "rows_to_csr", "sparse_dot", "sparse_flavour", "unpack_row"]
+
+
+def sparse_flavour(ref: ModelRef) -> str | None:
+    """``bge-m3`` (``sparse_linear.pt`` beside the weights), ``splade`` (sentence-transformers' ``SpladePooling``
+    in ``modules.json``, or vLLM's SPLADE architecture named), or None."""
+    path = Path(ref.path)
+    if (path / "sparse_linear.pt").is_file():
+        return "bge-m3"
+    if "BertSpladeSparseEmbeddingModel" in (ref.config.get("architectures") or ()):
+        return "splade"
+    modules = path / "modules.json"
+    if modules.is_file() and any("SpladePooling" in str(m.get("type", "")) for m in json.loads(modules.read_text())):
+        return "splade"
+    return None
 
 
 def unpack_row(row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

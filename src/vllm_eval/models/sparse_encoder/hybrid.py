@@ -37,7 +37,6 @@ task per engine) and the transformers reference the same computation from its on
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -185,7 +184,7 @@ class HybridSearch(SparseSearch):
 
             wrapper = SearchEncoderWrapper(self)
             where = {"task_metadata": task_metadata, "hf_split": hf_split, "hf_subset": hf_subset}
-            wrapper.index(self._indexed().pop(threading.get_ident(), None), encode_kwargs=encode_kwargs, **where)
+            wrapper.index(self._indexed_corpus(), encode_kwargs=encode_kwargs, **where)
             return wrapper.search(queries, top_k=top_k, encode_kwargs=encode_kwargs, top_ranked=top_ranked, **where,
                                   **kwargs)  # fmt: skip
         if self.bge_m3_weights is None:
@@ -194,9 +193,7 @@ class HybridSearch(SparseSearch):
                                   **kwargs)  # fmt: skip
         from mteb.types import PromptType
 
-        corpus = self._indexed().pop(threading.get_ident(), None)
-        if corpus is None:
-            raise ValueError("Corpus must be indexed before searching.")
+        corpus = self._indexed_corpus()
         texts = query_texts(queries)
         if texts is None:
             raise ValueError("BGE-M3 embeds text queries, not conversations")

@@ -13,12 +13,11 @@ rounding, and documents with equal scores may swap. Tasks with candidates per qu
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
-from ..encoder.search import ENCODE_CHUNK, column, document_texts, query_texts
+from ..encoder.search import ENCODE_CHUNK, IndexedCorpus, column, document_texts, query_texts
 from ..ranked import RankedLists, as_results, best_first
 
 #: Dense score entries per block of queries (queries x documents of one chunk): 2^25 float32 = 128 MiB.
@@ -89,16 +88,9 @@ def pair_scores(queries: Any, docs: Any, pair_query: np.ndarray, pair_doc: np.nd
     return out
 
 
-class SparseSearch:
+class SparseSearch(IndexedCorpus):
     """mteb's ``SearchProtocol`` for a sparse encoder: mixed into a
     :class:`~vllm_eval.models.sparse_encoder.base.SparseEncoderBase` (its ``encode_csr``)."""
-
-    def _indexed(self) -> dict[int, Any]:
-        return self.__dict__.setdefault("_search_corpora", {})
-
-    def index(self, corpus: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, **kwargs: Any) -> None:
-        """Keep ``corpus`` (mteb's corpus dataset) for this thread's next :meth:`search`; nothing is encoded yet."""
-        self._indexed()[threading.get_ident()] = corpus
 
     def search(self, queries: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, top_k: int,
                encode_kwargs: dict[str, Any], top_ranked: Any = None, **kwargs: Any) -> Any:  # fmt: skip
@@ -110,9 +102,7 @@ class SparseSearch:
         """
         from mteb.types import PromptType
 
-        corpus = self._indexed().pop(threading.get_ident(), None)
-        if corpus is None:
-            raise ValueError("Corpus must be indexed before searching.")
+        corpus = self._indexed_corpus()
         where = {"task_metadata": task_metadata, "hf_split": hf_split, "hf_subset": hf_subset}
         batch = encode_kwargs.get("batch_size", 32)
         q = self._encode_column(query_texts(queries), PromptType.query, where, batch)

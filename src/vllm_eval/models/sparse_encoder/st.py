@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -12,7 +11,7 @@ from ...utils.modelinfo import ModelRef, build_model_meta
 from ..base import torch_dtype_name
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
-from .base import SparseEncoderBase, pack_row
+from .base import SparseEncoderBase, pack_row, sparse_flavour
 
 
 class SentenceTransformerSparseEncoder(SparseEncoderBase):
@@ -56,7 +55,7 @@ class SentenceTransformerSparseEncoder(SparseEncoderBase):
         from sentence_transformers.sparse_encoder import SparseEncoder
 
         ref = ModelRef.resolve(model, revision)
-        if (Path(ref.path) / "sparse_linear.pt").is_file():
+        if sparse_flavour(ref) == "bge-m3":
             raise UsageError(
                 f"{ref.path}: BGE-M3's lexical weights have no sentence-transformers reference (its modules give the "
                 "dense vector); use --backend hf"

@@ -31,25 +31,11 @@ from ...utils.modelinfo import ModelRef, build_model_meta
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
 from ..vllm_backend import VllmBackend
-from .base import SparseEncoderBase
+from .base import SparseEncoderBase, sparse_flavour
 from .hybrid import HybridSearch, check_weights
 
 #: vLLM's pooling task of each BGE-M3 output (``BgeM3EmbeddingModel``'s ``DispatchPooler``).
 BGE_M3_TASKS = {"dense": "embed", "sparse": "token_classify", "colbert": "token_embed"}
-
-
-def sparse_flavour(ref: ModelRef) -> str | None:
-    """``bge-m3`` (``sparse_linear.pt`` beside the weights), ``splade`` (sentence-transformers' ``SpladePooling``
-    in ``modules.json``, or vLLM's SPLADE architecture named), or None."""
-    path = Path(ref.path)
-    if (path / "sparse_linear.pt").is_file():
-        return "bge-m3"
-    if "BertSpladeSparseEmbeddingModel" in (ref.config.get("architectures") or ()):
-        return "splade"
-    modules = path / "modules.json"
-    if modules.is_file() and any("SpladePooling" in str(m.get("type", "")) for m in json.loads(modules.read_text())):
-        return "splade"
-    return None
 
 
 def bge_m3_engine_options(mode: str) -> dict[str, Any]:
