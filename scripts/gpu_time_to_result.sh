@@ -8,7 +8,8 @@
 # $FRACTION` (default 0.05); synthetic: `bench --suite synthetic` ($N_DOCS documents, default 200000).
 # $RPG replicas per GPU for ours (default 4), $BACKENDS (default "vllm st"), $LIMIT seconds per suite (default
 # 540), $DTYPE (default float16), $EXTRA more flags for ours (e.g. --enforce-eager), $TAG a suffix for the output
-# names, $SRC another tree's src/ to run (e.g. the previous commit's, for a side-by-side).
+# names, $SRC another tree's src/ to run (e.g. the previous commit's, for a side-by-side), $MODEL the model folder
+# under $MODELS_DIR (default bert-base; qwen3-8b: scripts/gpu_bigmodel.sh model8b).
 # Writes $OUT/<part><tag>.txt (the suite's tables) and $OUT/<part><tag>.tgz (its log, suite.json, each backend's
 # summary.json).
 set -uo pipefail
@@ -20,7 +21,7 @@ suite() {  # suite NAME ARGS...: one `bench --suite`, its tables to $OUT/NAME.tx
   [ -n "${RESUME:-}" ] || rm -rf "$work/vllm" "$work/st" "$work/mteb-vllm" "$work/suite.json"  # RESUME=1: goes on
   mkdir -p "$out/$name"
   local layout=(--replicas-per-gpu "${RPG:-4}"); [ "${BACKENDS:-vllm st}" = st ] && layout=()
-  timeout -k 10 "${LIMIT:-540}" python3 -m vllm_eval.cli bench "$@" --model "$models/bert-base" --dtype "${DTYPE:-float16}" \
+  timeout -k 10 "${LIMIT:-540}" python3 -m vllm_eval.cli bench "$@" --model "$models/${MODEL:-bert-base}" --dtype "${DTYPE:-float16}" \
     --backends ${BACKENDS:-vllm st} "${layout[@]}" ${EXTRA:-} --output-dir "$work" > "$out/$name/bench.log" 2>&1
   echo "exit $?" >> "$out/$name/bench.log"
   tr '\r' '\n' < "$out/$name/bench.log" | grep -v "it/s\]" | grep -E "suite\]|│|┃|━|exit|rror" > "$out/$name.txt"

@@ -111,9 +111,56 @@ def test_reranking_candidates_as_mtebs_wrapper_ranks_them(vllm_encoder, replica)
 def test_scoring_stays_off_the_gpu_when_it_would_not_fit(monkeypatch):
     import torch
 
+    free = [80 << 30]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (free[0], 140 << 30))
     assert search._device(1000).type == "cuda"
     assert search._device(search.DEVICE_BYTES).type == "cpu"  # 4 GiB of float32: mteb's CPU path instead
+    free[0] = search.DEVICE_HEADROOM + 1000 * 4 - 1  # an engine holds the rest of the GPU
+    assert search._device(1000).type == "cpu"
+
+
+class _RunsOutOnce:
+    """A similarity whose first call fails as a GPU beside an engine does (an 8B run's scoring died of it)."""
+
+    def __init__(self, error):
+        self.error, self.calls = error, 0
+
+    def __call__(self, a, b):
+        self.calls += 1
+        if self.calls == 1:
+            raise self.error
+        return _Cosine.similarity(a, b)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        lambda torch: torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 MiB"),
+        lambda torch: RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+    ],
+    ids=["out-of-memory", "cublas"],
+)
+def test_scoring_that_runs_out_of_gpu_memory_finishes_on_the_cpu(monkeypatch, caplog, error):
+    import torch
+
+    monkeypatch.setattr(search, "BLOCK_ENTRIES", 9 * 16)
+    rng = np.random.default_rng(2)
+    queries = rng.normal(size=(6, 16)).astype(np.float32)
+    docs = rng.normal(size=(50, 16)).astype(np.float32)
+    want_scores, want_index = search.best_documents(_Cosine.similarity, queries, iter([docs[:20], docs[20:]]), 7)
+    failing = _RunsOutOnce(error(torch))
+    with caplog.at_level("WARNING", logger=search.__name__):
+        scores, index = search.best_documents(failing, queries, iter([docs[:20], docs[20:]]), 7)
+    assert (index == want_index).all() and np.allclose(scores, want_scores) and failing.calls > 2
+    assert "scoring on the CPU: the GPU has no room beside the engine" in caplog.text
+    pair_query, pair_doc = np.repeat(np.arange(6), 5), rng.integers(0, 50, size=30)
+    want = search.candidate_scores(_Cosine.similarity, _Cosine.similarity_pairwise, queries, docs, pair_query, pair_doc)
+    failing = _RunsOutOnce(error(torch))
+    got = search.candidate_scores(failing, _Cosine.similarity_pairwise, queries, docs, pair_query, pair_doc)
+    assert np.allclose(got, want) and failing.calls > 1
+    with pytest.raises(ValueError):  # any other failure is the search's own
+        search.best_documents(_RunsOutOnce(ValueError("bad")), queries, iter([docs]), 7)
 
 
 class _Cosine:

@@ -49,12 +49,41 @@ MATRIX_FACTOR = 256
 DEVICE_BYTES = 1 << 30
 
 
+#: Free GPU memory kept beyond the scoring's own values: cuBLAS's handle and workspace, the caching allocator's
+#: rounding. An 8B engine leaves ~10 % of an H200; scoring that took it died with CUBLAS_STATUS_ALLOC_FAILED.
+DEVICE_HEADROOM = 512 << 20
+
+
 def _device(entries: int = 0) -> Any:
-    """The GPU when torch sees one and ``entries`` float32 values fit :data:`DEVICE_BYTES`, else the CPU."""
+    """The GPU when torch sees one, ``entries`` float32 values fit :data:`DEVICE_BYTES` and the GPU has that much
+    free (with :data:`DEVICE_HEADROOM`) beside whatever else holds it (the engine), else the CPU."""
     import torch
 
-    fits = entries * 4 <= DEVICE_BYTES
-    return torch.device("cuda") if fits and torch.cuda.is_available() else torch.device("cpu")
+    if entries * 4 > DEVICE_BYTES or not torch.cuda.is_available():
+        return torch.device("cpu")
+    free, _ = torch.cuda.mem_get_info()
+    return torch.device("cuda") if free >= entries * 4 + DEVICE_HEADROOM else torch.device("cpu")
+
+
+def gpu_ran_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is the GPU lacking memory (torch's out-of-memory, or cuBLAS failing to allocate its
+    handle or workspace): the engine beside the scoring took it meanwhile. Such a block is scored on the CPU."""
+    import torch
+
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text)
+
+
+def _to_cpu(exc: BaseException, *tensors: Any) -> list[Any]:
+    """``tensors`` moved to the CPU after :func:`gpu_ran_out` (logged once per fallback)."""
+    import torch
+
+    logger.warning("scoring on the CPU: the GPU has no room beside the engine (%s)", str(exc).splitlines()[0][:120])
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return [t.cpu() for t in tensors]
 
 
 def _blocks(queries: np.ndarray, k: int) -> tuple[int, int]:
@@ -86,20 +115,39 @@ def best_documents(similarity: Any, queries: np.ndarray, docs_chunks: Any, k: in
     q = torch.as_tensor(queries, device=device)
     best_scores = torch.empty((len(queries), 0), device=device)
     best_index = torch.empty((len(queries), 0), dtype=torch.long, device=device)
-    offset = 0
+    offset, fell_back = 0, False
     for chunk in docs_chunks:
         for lo in range(0, len(chunk), block):
-            d = torch.as_tensor(chunk[lo : lo + block], device=device)
-            scores = torch.as_tensor(similarity(q, d), device=device)
-            keep = min(k, scores.shape[1])
-            values, index = torch.topk(scores, keep, dim=1)
-            best_scores = torch.cat([best_scores, values], dim=1)
-            best_index = torch.cat([best_index, index + offset + lo], dim=1)
-            if best_scores.shape[1] > k:
-                best_scores, order = torch.topk(best_scores, k, dim=1)
-                best_index = torch.gather(best_index, 1, order)
+            try:
+                best_scores, best_index = _merged(
+                    similarity, q, chunk[lo : lo + block], offset + lo, k, best_scores, best_index
+                )
+            except Exception as exc:  # the corpus is streamed: the blocks scored so far stay, this one runs again
+                if not gpu_ran_out(exc) or fell_back:
+                    raise
+                fell_back = True
+                q, best_scores, best_index = _to_cpu(exc, q, best_scores, best_index)
+                best_scores, best_index = _merged(
+                    similarity, q, chunk[lo : lo + block], offset + lo, k, best_scores, best_index
+                )
         offset += len(chunk)
     return best_scores.float().cpu().numpy(), best_index.cpu().numpy()
+
+
+def _merged(similarity: Any, q: Any, docs: np.ndarray, first: int, k: int, best_scores: Any, best_index: Any) -> tuple:
+    """One block of :func:`best_documents`: ``docs`` (corpus rows from ``first``) scored against ``q`` on its device,
+    merged into the running best ``k`` (scores, corpus indices)."""
+    import torch
+
+    d = torch.as_tensor(docs, device=q.device)
+    scores = torch.as_tensor(similarity(q, d), device=q.device)
+    values, index = torch.topk(scores, min(k, scores.shape[1]), dim=1)
+    best_scores = torch.cat([best_scores, values], dim=1)
+    best_index = torch.cat([best_index, index + first], dim=1)
+    if best_scores.shape[1] > k:
+        best_scores, order = torch.topk(best_scores, k, dim=1)
+        best_index = torch.gather(best_index, 1, order)
+    return best_scores, best_index
 
 
 def column(data: Any, name: str) -> list[Any]:
@@ -180,12 +228,26 @@ def candidate_scores(
         queries, docs: float32 (n, dim) embeddings.
         pair_query, pair_doc: int64 (n_pairs,) row indices into ``queries`` / ``docs``, ``pair_query`` ascending.
     """
+    try:
+        return _pair_scores(similarity, pairwise, queries, docs, pair_query, pair_doc, _device)
+    except Exception as exc:  # scored again on the CPU, whole: the arrays are all here
+        if not gpu_ran_out(exc):
+            raise
+        _to_cpu(exc)
+        return _pair_scores(similarity, pairwise, queries, docs, pair_query, pair_doc, lambda entries: "cpu")
+
+
+def _pair_scores(
+    similarity: Any, pairwise: Any, queries: np.ndarray, docs: np.ndarray, pair_query: np.ndarray,
+    pair_doc: np.ndarray, place: Any,
+) -> np.ndarray:  # fmt: skip
+    """:func:`candidate_scores` on the device ``place(entries)`` picks for that many float32 values."""
     import torch
 
     scores = np.empty(len(pair_query), dtype=np.float32)
     if len(queries) * len(docs) <= MATRIX_FACTOR * len(pair_query):
         rows = max(BLOCK_ENTRIES // max(len(docs), 1), 1)
-        device = _device(docs.size + rows * (len(docs) + queries.shape[1]))
+        device = place(docs.size + rows * (len(docs) + queries.shape[1]))
         d = torch.as_tensor(docs, device=device)
         bounds = np.searchsorted(pair_query, np.arange(0, len(queries) + rows, rows)).tolist()
         for block, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
@@ -196,7 +258,7 @@ def candidate_scores(
                 scores[lo:hi] = matrix[at[0].to(matrix.device), at[1].to(matrix.device)].float().cpu().numpy()
         return scores
     block = max(BLOCK_ENTRIES // max(queries.shape[1], 1), 1)
-    device = _device(3 * block * queries.shape[1])
+    device = place(3 * block * queries.shape[1])
     for lo in range(0, len(pair_query), block):
         a = torch.as_tensor(queries[pair_query[lo : lo + block]], device=device)
         b = torch.as_tensor(docs[pair_doc[lo : lo + block]], device=device)
