@@ -5,6 +5,9 @@
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_bigmodel.sh $OUT PART
 # PART: model8b | bench8b. bench8b: $BACKENDS (default vllm), $QUANT (e.g. fp8: --quantization), $TAG a suffix,
 # $N_TEXTS (default 2000), $LIMIT seconds (default 300). Writes $OUT/bench8b$TAG.{txt,json}.
+# load8b: the engine's start with each of $FORMATS (vLLM's --load-format; default "safetensors fastsafetensors
+# runai_streamer safetensors"), a short bench each, the page cache dropped before each where the machine lets us
+# (said in the output); $OUT/load8b.txt. The extra loaders' wheels: .devextra (carried), installed here.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -23,5 +26,17 @@ b('$models/qwen3-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>&1 | grep
     echo "exit $?" >> "$out/$name.log"
     tr '\r' '\n' < "$out/$name.log" | grep -v "it/s\]" | grep -E "│|┃|━|tok/s|exit|rror|ready" > "$out/$name.txt"
     cp "$work/bench.json" "$out/$name.json" 2>/dev/null; cat "$out/$name.txt" ;;
+  load8b)
+    [ -d .devextra ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /root/site .devextra/*.whl 2>&1 | grep -vi warning
+    for fmt in ${FORMATS:-safetensors fastsafetensors runai_streamer safetensors}; do
+      sync; dropped=no; (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null && dropped=yes
+      log="$out/load8b-$fmt.log"; start=$(date +%s.%N)
+      timeout -k 10 "${LIMIT:-150}" python3 -m vllm_eval.cli bench --model "$models/qwen3-8b" --dtypes bfloat16 \
+        --backends vllm --lengths fixed:512 --n-texts 64 --batch-sizes 64 --max-model-len 8192 --load-format "$fmt" \
+        --output-dir "/root/work/load8b-$fmt" > "$log" 2>&1
+      rc=$?
+      echo "$fmt: exit $rc, page cache dropped: $dropped, wall $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s, $(tr '\r' '\n' < "$log" | grep -o "ready in [0-9.]* s" | head -1)" | tee -a "$out/load8b.txt"
+      [ $rc = 0 ] || tr '\r' '\n' < "$log" | grep -E "rror" | tail -3 | tee -a "$out/load8b.txt"
+    done ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac
