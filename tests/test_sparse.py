@@ -25,6 +25,17 @@ def test_rows_keep_each_id_once_at_its_largest_weight_and_top_k():
         rows_to_csr([pack_row([9], [1.0])], 4)
 
 
+def test_sparse_row_measures_of_parity():
+    import scipy.sparse as sp
+
+    from vllm_eval.models.sparse_encoder.base import row_cosines, row_max_abs_diff
+
+    a = sp.csr_matrix(np.array([[0, 3, 4], [1, 0, 0], [0, 0, 0], [0, 0, 0]], dtype=np.float32))
+    b = sp.csr_matrix(np.array([[0, 6, 8], [0, 2, 0], [0, 0, 0], [0, 0, 5]], dtype=np.float32))
+    assert row_cosines(a, b).tolist() == pytest.approx([1.0, 0.0, 1.0, 0.0])  # two empty rows agree, one does not
+    assert row_max_abs_diff(a, b).tolist() == [4.0, 2.0, 0.0, 5.0]  # an id on one side counts its weight
+
+
 def test_sparse_search_scores_equal_a_dense_computation():
     import scipy.sparse as sp
 
@@ -122,18 +133,28 @@ def beir(tmp_path_factory):
 TEXTS = ["hello world, this is a test", "Ünïcödé text", "", "word " * 200, "Sport and politics in the world today."]
 
 
+#: The SPLADE engine's options: the test IO-processor plugin, so one engine serves the plugin's test too.
+SPLADE_ENGINE = {"io_processor_plugin": "vllm_eval_sparse_rows"}
+
+
+@pytest.fixture(scope="module")
+def splade_vllm(sparse_models, io_plugins):
+    """The tiny SPLADE's vLLM backend, started once for this module: a backend of the same model and options built
+    meanwhile (``run --check-parity``) shares its engine."""
+    from vllm_eval.models.sparse_encoder.vllm import VllmSparseEncoder
+
+    with VllmSparseEncoder(sparse_models["splade"], show_progress_bar=False, **SPLADE_ENGINE) as v:
+        yield v
+
+
 @pytest.mark.slow
-def test_splade_vllm_equals_sparse_encoder_and_retrieval_scores_match(sparse_models, io_plugins, beir):
+def test_splade_vllm_equals_sparse_encoder_and_retrieval_scores_match(sparse_models, splade_vllm, beir):
     from vllm_eval.evaluation.results import evaluate
     from vllm_eval.models.sparse_encoder.st import SentenceTransformerSparseEncoder
-    from vllm_eval.models.sparse_encoder.vllm import VllmSparseEncoder
     from vllm_eval.tasks.owntasks import own_mteb_tasks
 
-    model = sparse_models["splade"]
-    with (
-        VllmSparseEncoder(model, show_progress_bar=False, io_processor_plugin="vllm_eval_sparse_rows") as v,
-        SentenceTransformerSparseEncoder(model, show_progress_bar=False) as s,
-    ):
+    model, v = sparse_models["splade"], splade_vllm
+    with SentenceTransformerSparseEncoder(model, show_progress_bar=False) as s:
         a, b = v.encode_sparse(TEXTS), s.encode_sparse(TEXTS)
         delta = float(abs(a - b).max())
         print(f"\nSPLADE vLLM vs SparseEncoder: {a.nnz} non-zeros (reference {b.nnz}), max |delta| {delta:.2e}")
@@ -156,6 +177,28 @@ def test_splade_vllm_equals_sparse_encoder_and_retrieval_scores_match(sparse_mod
         got = {n: evaluate(x, tasks, show_progress_bar=False)[0].main_score for n, x in (("vllm", v), ("st", s))}
     print(f"BEIR (40 documents) nDCG@10: {got}")
     assert got["vllm"] == pytest.approx(got["st"], abs=1e-6) and got["vllm"] > 0.1
+
+
+@pytest.mark.slow
+def test_run_check_parity_of_splade_against_sparse_encoder(
+    cli_in_process, sparse_models, splade_vllm, beir, tmp_path, monkeypatch
+):
+    import vllm
+
+    # The run's vLLM backend shares the fixture's engine (same model and options): a second one must not start.
+    monkeypatch.setattr(vllm, "LLM", lambda *a, **k: pytest.fail("run started an engine of its own"))
+    options = [f"--{k.replace('_', '-')}={v}" for k, v in SPLADE_ENGINE.items()]
+    code, err = cli_in_process(
+        "run", "--model", sparse_models["splade"], "--data", str(beir), "--check-parity", "64", *options,
+        "--no-cache", "--no-progress", "--output-dir", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0, err
+    row = json.loads((tmp_path / "summary.json").read_text())["scores"][0]
+    print(f"\nrun --check-parity 64 (SPLADE, vllm vs st): {row['parity_n']} inputs, min cosine "
+          f"{row['parity_min_cosine']}, max |delta| of a weight {row['parity_max_abs_diff']:.2e}")  # fmt: skip
+    assert row["parity_n"] == 50  # every input the task sent: 10 queries, 40 documents
+    assert row["parity_min_cosine"] > 0.99999 and row["parity_max_abs_diff"] <= 1e-5
+    assert "parity max |Δ|" in cli_in_process.stdout
 
 
 @pytest.fixture(scope="module")
@@ -319,6 +362,15 @@ def test_flags_and_plugins_are_checked_before_anything_loads(cli_in_process, spa
     assert code == 2 and "three numbers >= 0" in err
     code, err = cli_in_process(*m3, "--bge-m3-mode", "all", "--backend", "st")
     assert code == 2 and "--bge-m3-weights needs --backend vllm or hf" in err
+    splade = ("run", "--model", sparse_models["splade"])
+    for refused, message in (
+        ((*m3, "--bge-m3-mode", "colbert"), "--check-parity compares one vector per text; compare a token_embedder"),
+        ((*m3, "--bge-m3-mode", "all"), "--check-parity checks one output per run, not --bge-m3-mode all's three"),
+        ((*m3, "--bge-m3-mode", "sparse", "--backend", "hf"), "--check-parity compares with --backend hf; run it"),
+        ((*splade, "--backend", "st"), "--check-parity compares with --backend st; run it with another backend"),
+    ):
+        code, err = cli_in_process(*refused, "--check-parity", "4")
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     code, err = cli_in_process("run", "--model", sparse_models["splade"], "--io-processor-plugin", "nope")
     assert code == 2 and "'nope': no such plugin installed" in err and "vllm_eval_sparse_rows" in err
     assert len(err.strip().splitlines()) == 1

@@ -148,9 +148,9 @@ def _session(
     model, backends = model_backends
     reference = get_kind(kind).reference_backend
     if kind == "sparse_encoder" and not backends:
-        from ..measure.bench import SPARSE_BACKENDS, sparse_flavour_of
+        from ..measure.bench import sparse_reference
 
-        reference = SPARSE_BACKENDS.get(sparse_flavour_of(model and os.fspath(model)) or "splade")[1]
+        reference = sparse_reference(model and os.fspath(model))
     backends = list(backends or [DEFAULT_BACKEND, reference])
     with phase("imports"):  # the option checks import the backend classes (and vLLM for unlisted options)
         session = prepare(

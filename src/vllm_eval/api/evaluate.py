@@ -55,6 +55,7 @@ _PARITY_SHARED = (
     "apply_instruction_to_documents",
     "dimensions",
     "revision",
+    "max_active_dims",
 )
 
 
@@ -148,8 +149,8 @@ def evaluate(
         overwrite_strategy: mteb's: ``only-missing`` (resume), ``always``, ``never``.
         continue_on_error: a failed task becomes a row with ``status="failed: ..."`` and the run goes on.
         log_samples: ``<output_dir>/samples/<Task>.jsonl`` per task.
-        check_parity: embed this many of each task's inputs with the reference backend too and record the
-            minimum cosine (rows' ``parity_min_cosine``).
+        check_parity: embed this many of each task's inputs with the reference backend too: rows' minimum cosine
+            ``parity_min_cosine`` (sparse: against ``st``/``hf`` for SPLADE/BGE-M3, and ``parity_max_abs_diff``).
         concurrent_tasks: tasks evaluated at once (default: by the machine's cores).
         scoring: ``fast`` (mteb's metrics computed on arrays: the same numbers, :mod:`vllm_eval.evaluation.scoring`)
             or ``mteb`` (mteb's own scoring code).
@@ -172,7 +173,7 @@ def evaluate(
     """
     check_scoring(scoring)
     kind, session = _prepare(model, backend, (pooling_task, bge_m3_mode), options, output_dir, verbose, started)
-    _check(kind, backend, session, log_samples, check_parity, concurrent_tasks)
+    _check(kind, (backend, model), session, log_samples, check_parity, concurrent_tasks)
     with phase("model"):
         resolved = resolve_model(
             None if model is None else os.fspath(model), session.spec.remote, revision=options.get("revision")
@@ -422,21 +423,31 @@ def detect_pooling_task(model: str | None, backend: str, revision: str | None) -
 
 
 def _check(
-    kind: str, backend: str, session: Session, log_samples: bool, check_parity: int | None, workers: int | None
+    kind: str,
+    backend_model: tuple[str, Any],
+    session: Session,
+    log_samples: bool,
+    check_parity: int | None,
+    workers: int | None,
 ) -> None:
-    """The combinations ``evaluate`` refuses, before anything loads."""
-    from ..models.kinds import get_kind
-
+    """The combinations ``evaluate`` refuses, before anything loads; ``backend_model``: the backend's name and the
+    model as given."""
+    backend, model = backend_model
     if log_samples and not session.output_dir:
         raise UsageError("--log-samples needs --output-dir (the samples go to <output-dir>/samples/)")
     if check_parity is None:
         return
     if (workers or 1) > 1:
         raise UsageError("--check-parity records each task's inputs one task at a time: drop --concurrent-tasks")
-    reference = get_kind(kind).reference_backend
-    if kind in ("token_embedder", "sparse_encoder"):
+    reference = _parity_backend(kind, model, session.spec.options.get("revision"))
+    if kind == "token_embedder":
         raise UsageError(
-            f"--check-parity compares single vectors; compare a {kind} model's run with --backend {reference}"
+            f"--check-parity compares one vector per text; compare a {kind} model's run with --backend {reference}"
+        )
+    if session.spec.options.get("bge_m3_weights"):
+        raise UsageError(
+            "--check-parity checks one output per run, not --bge-m3-mode all's three: check --bge-m3-mode sparse "
+            "and --bge-m3-mode dense"
         )
     if backend == reference:
         raise UsageError(f"--check-parity compares with --backend {reference}; run it with another backend")
@@ -466,13 +477,24 @@ def _run_info(spec: Any, encoder: Any, cache: Any) -> dict[str, Any]:
     }
 
 
-def _parity_reference(spec: Any, model: Any, check_parity: int | None) -> Any:
-    """``check_parity``: the kind's reference backend on the same model and prompts, or None."""
-    from ..models.backends import load_backend
+def _parity_backend(kind: str, model: Any, revision: str | None = None) -> str:
+    """The backend ``check_parity`` compares with: the kind's reference, and for a sparse encoder the model's own
+    (``st`` for SPLADE, ``hf`` for BGE-M3: :func:`vllm_eval.measure.bench.sparse_reference`, as ``compare``'s)."""
     from ..models.kinds import get_kind
+
+    if kind == "sparse_encoder":
+        from ..measure.bench import sparse_reference
+
+        return sparse_reference(model, revision)
+    return get_kind(kind).reference_backend
+
+
+def _parity_reference(spec: Any, model: Any, check_parity: int | None) -> Any:
+    """``check_parity``: the reference backend (:func:`_parity_backend`) on the same model and prompts, or None."""
+    from ..models.backends import load_backend
 
     if not check_parity:
         return None
     shared = {k: v for k, v in spec.options.items() if k in _PARITY_SHARED}
-    reference = get_kind(spec.kind).reference_backend
+    reference = _parity_backend(spec.kind, model, spec.options.get("revision"))
     return load_backend(spec.kind, reference, model, show_progress_bar=False, **shared)

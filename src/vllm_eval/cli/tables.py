@@ -28,6 +28,9 @@ def print_table(rows: list[Any], title: str) -> None:
     checked = any(getattr(r, "parity_n", 0) for r in rows)
     if checked:
         table.add_column("parity min cos", justify="right")
+    weighed = any(getattr(r, "parity_max_abs_diff", None) is not None for r in rows)  # sparse encoders' |Δ|
+    if weighed:
+        table.add_column("parity max |Δ|", justify="right")
     if marked:
         table.add_column("status", overflow="fold")
     for r in rows:
@@ -37,6 +40,8 @@ def print_table(rows: list[Any], title: str) -> None:
             cells.append(f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else "-")
         if checked:
             cells.append(f"{r.parity_min_cosine:.8f} ({r.parity_n})" if r.parity_n else "-")
+        if weighed:
+            cells.append("-" if r.parity_max_abs_diff is None else f"{r.parity_max_abs_diff:.2e}")
         table.add_row(*cells, *([r.status] if marked else []))
     Console(width=max(100, Console().width)).print(table)
 

@@ -65,6 +65,9 @@ class TaskScore:
     #: ``parity_n`` inputs the task sent (None when not checked).
     parity_min_cosine: float | None = None
     parity_n: int = 0
+    #: ``--check-parity`` of a sparse encoder: the largest |Δ| of one weight over those inputs' vectors (an id on
+    #: one side only counts its weight; None for other kinds, or when not checked).
+    parity_max_abs_diff: float | None = None
 
 
 def task_record(
@@ -140,9 +143,9 @@ def evaluate(
         skip: task name -> reason, for tasks known not to run (their data is unavailable): each
             becomes a ``failed`` row without being started.
         started: when the command started (``time.time()``): the summary's total counts from there; default now.
-        parity_reference, parity_sample: an encoder to check against (e.g. the sentence-transformers
-            backend of the same model): ``parity_sample`` of the inputs each task sent are embedded by
-            both and the minimum cosine is recorded in the row (encoders only).
+        parity_reference, parity_sample: an encoder to check against (e.g. the sentence-transformers backend of
+            the same model): ``parity_sample`` of the inputs each task sent are embedded by both and the minimum
+            cosine is recorded in the row (encoders; sparse encoders: also the largest |Δ| of a weight).
         prefetch: a :class:`vllm_eval.evaluation.prefetch.Prefetch` of ``tasks`` already loading (started
             before the engine, so the two overlap); default: one started here, which loads the next
             tasks' data while this one encodes. Closed on return.
@@ -389,16 +392,31 @@ def _measured(
 
 
 def check_parity(model: Any, reference: Any) -> dict[str, Any]:
-    """Embed the inputs ``model`` recorded during a task with both backends: ``parity_min_cosine``, ``parity_n``."""
+    """Embed the inputs ``model`` recorded during a task with both backends: ``parity_min_cosine``, ``parity_n``;
+    for a sparse encoder (its vectors compared sparse) also ``parity_max_abs_diff``."""
     texts = model.recorded_inputs()
     model.record_inputs(0)  # stop recording
     if not texts:
         return {"parity_min_cosine": None, "parity_n": 0}
+    if getattr(model, "kind", None) == "sparse_encoder":
+        return _sparse_parity(model.encode_sparse(texts), reference.encode_sparse(texts))
     ours = model.encode_texts(texts, show_progress_bar=False)
     theirs = reference.encode_texts(texts, show_progress_bar=False)
     a = ours / np.linalg.norm(ours, axis=1, keepdims=True)
     b = theirs / np.linalg.norm(theirs, axis=1, keepdims=True)
     return {"parity_min_cosine": round(float(np.sum(a * b, axis=1).min()), 8), "parity_n": len(texts)}
+
+
+def _sparse_parity(ours: Any, theirs: Any) -> dict[str, Any]:
+    """The parity fields of two sparse encoders' CSR vectors of the same inputs: the same row-wise measures as
+    ``compare``'s sparse agreement (:mod:`vllm_eval.models.sparse_encoder.base`)."""
+    from ..models.sparse_encoder.base import row_cosines, row_max_abs_diff
+
+    return {
+        "parity_min_cosine": round(float(row_cosines(ours, theirs).min()), 8),
+        "parity_n": ours.shape[0],
+        "parity_max_abs_diff": float(row_max_abs_diff(ours, theirs).max()),
+    }
 
 
 def meta_params(model: Any) -> int | None:

@@ -64,18 +64,26 @@ def default_backends() -> list[str]:
 SPARSE_BACKENDS = {"splade": ("vllm", "st"), "bge-m3": ("vllm", "hf")}
 
 
-def sparse_flavour_of(model: str | None) -> str | None:
-    """``splade`` or ``bge-m3`` for a sparse model (:func:`~vllm_eval.models.sparse_encoder.vllm.sparse_flavour`),
-    else None (a dense model, or one that cannot be resolved: its own error comes later)."""
+def sparse_flavour_of(model: Any, revision: str | None = None) -> str | None:
+    """``splade`` or ``bge-m3`` for a sparse model (a path, hub id or ``ModelRef``;
+    :func:`~vllm_eval.models.sparse_encoder.base.sparse_flavour`), else None (a dense model, or one that cannot be
+    resolved: its own error comes later)."""
     if model is None:
         return None
     from ..models.sparse_encoder.base import sparse_flavour
     from ..utils.modelinfo import ModelRef
 
     try:
-        return sparse_flavour(ModelRef.resolve(model))
+        return sparse_flavour(ModelRef.resolve(model, revision))
     except VllmEvalError:
         return None
+
+
+def sparse_reference(model: Any, revision: str | None = None) -> str:
+    """The reference backend of a sparse model (:data:`SPARSE_BACKENDS`): ``hf`` for BGE-M3 (its
+    sentence-transformers modules give the dense vector, not the lexical weights), else ``st`` (SPLADE, and a model
+    that cannot be read, whose own error comes later). ``compare`` and ``run --check-parity`` both ask here."""
+    return SPARSE_BACKENDS[sparse_flavour_of(model, revision) or "splade"][1]
 
 
 def check_sparse_backends(flavour: str, backends: Sequence[str]) -> None:

@@ -280,8 +280,9 @@ def agreement(reference: Any, other: Any, cosine: bool = True) -> dict[str, floa
     if sp.issparse(reference) or sp.issparse(other):
         if reference is None or other is None or reference.shape != other.shape or not reference.shape[0]:
             return None
-        diff = abs(sp.csr_matrix(reference, dtype=np.float64) - sp.csr_matrix(other, dtype=np.float64))
-        rows = diff.max(axis=1).toarray().ravel()
+        from ..models.sparse_encoder.base import row_max_abs_diff
+
+        rows = row_max_abs_diff(reference, other)
         return {"max_abs_diff": float(rows.max()), "median_abs_diff": float(np.median(rows)), "n": len(rows)}
     if reference is None or other is None or not len(reference) or len(reference) != len(other):
         return None  # ragged outputs of different lengths (another tokenization) have no row-wise agreement

@@ -36,6 +36,7 @@ _ROW_NUMBERS = (
     "mfu",
     "parity_min_cosine",
     "parity_n",
+    "parity_max_abs_diff",
 )
 
 

@@ -112,7 +112,8 @@ class RunCommand(Command):
             default=None,
             metavar="N",
             help="also embed N of each task's inputs with the kind's reference backend "
-            "and record the minimum cosine in the results and the table",
+            "and record the minimum cosine in the results and the table (sparse models: also the largest "
+            "|Δ| of a weight; reference st for SPLADE, hf for BGE-M3)",
         )
         _add_scoring_flags(parser)
         add_common(parser, "write mteb result JSON, summary.json and the log here")

@@ -31,7 +31,16 @@ from ...utils.errors import UsageError
 from ...utils.modelinfo import ModelRef
 from ..encoder.base import EncoderBase
 
-__all__ = ["SparseEncoderBase", "pack_row", "rows_to_csr", "sparse_dot", "sparse_flavour", "unpack_row"]
+__all__ = [
+    "SparseEncoderBase",
+    "pack_row",
+    "row_cosines",
+    "row_max_abs_diff",
+    "rows_to_csr",
+    "sparse_dot",
+    "sparse_flavour",
+    "unpack_row",
+]
 
 
 def sparse_flavour(ref: ModelRef) -> str | None:
@@ -70,6 +79,31 @@ def rows_to_csr(rows: Sequence[np.ndarray], width: int) -> Any:
     if len(ids) and (ids.min() < 0 or ids.max() >= width):
         raise ValueError(f"a sparse row has an id outside the vocabulary of {width}")
     return csr_matrix((weights, ids, indptr), shape=(len(rows), width), dtype=np.float32)
+
+
+def row_max_abs_diff(a: Any, b: Any) -> np.ndarray:
+    """Per row of two sparse matrices of one shape, the largest |Δ| of a weight over the vocabulary (an id present
+    on one side only counts its weight): float64 (n_rows,)."""
+    import scipy.sparse as sp
+
+    diff = abs(sp.csr_matrix(a, dtype=np.float64) - sp.csr_matrix(b, dtype=np.float64))
+    return diff.max(axis=1).toarray().ravel()
+
+
+def row_cosines(a: Any, b: Any) -> np.ndarray:
+    """Per row of two sparse matrices of one shape, the cosine of the two rows: float64 (n_rows,). Two empty rows
+    (BGE-M3 keeps no weight of an empty text) agree: 1; an empty row against a non-empty one: 0."""
+    import scipy.sparse as sp
+
+    x, y = sp.csr_matrix(a, dtype=np.float64), sp.csr_matrix(b, dtype=np.float64)
+
+    def row_sums(m: Any) -> np.ndarray:
+        return np.asarray(m.sum(axis=1)).ravel()
+
+    squares = row_sums(x.multiply(x)), row_sums(y.multiply(y))
+    norms = np.sqrt(squares[0] * squares[1])
+    cos = row_sums(x.multiply(y)) / np.where(norms > 0, norms, 1.0)
+    return np.where((squares[0] == 0) & (squares[1] == 0), 1.0, cos)
 
 
 def check_max_active_dims(value: Any) -> int | None:
