@@ -3,8 +3,13 @@
 # on the GPU) with the packaged MiniLM WordPiece tokenizer (realistic token counts; .devtok/bert), measured by
 # `vllm-eval bench` on fixed 512-token and mixed 16-2000-token texts. After staging vLLM (scripts/gpu_bench.sh):
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_bigmodel.sh $OUT PART
-# PART: model8b | bench8b. bench8b: $BACKENDS (default vllm), $QUANT (e.g. fp8: --quantization), $TAG a suffix,
-# $N_TEXTS (default 2000), $LIMIT seconds (default 300). Writes $OUT/bench8b$TAG.{txt,json}.
+# PART: model8b | bench8b | reranker8b | rerank8b. bench8b: $BACKENDS (default vllm), $QUANT (e.g. fp8: --quantization),
+# $TAG a suffix, $N_TEXTS (default 2000), $LIMIT seconds (default 300). Writes $OUT/bench8b$TAG.{txt,json}.
+# reranker8b: a random Qwen3-Reranker-8B shape (Qwen3ForCausalLM with its untied lm_head, 8.19 B parameters, bf16,
+# same tokenizer) into $MODELS_DIR/qwen3-reranker-8b. rerank8b: scripts/rerank_bench.py on it, $QUERIES (default 20)
+# queries x 100 documents of 50-400 tokens: vLLM with prefix caching on and off, then sentence-transformers'
+# CrossEncoder (the reference), each in its own process under $STEP_LIMIT seconds (default 240), all under $LIMIT
+# (default 570); $BACKENDS (default "vllm st"), $TAG. Writes $OUT/rerank8b$TAG.{txt,json,log}.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -23,5 +28,21 @@ b('$models/qwen3-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>&1 | grep
     echo "exit $?" >> "$out/$name.log"
     tr '\r' '\n' < "$out/$name.log" | grep -v "it/s\]" | grep -E "│|┃|━|tok/s|exit|rror|ready" > "$out/$name.txt"
     cp "$work/bench.json" "$out/$name.json" 2>/dev/null; cat "$out/$name.txt" ;;
+  reranker8b)
+    start=$(date +%s.%N)
+    timeout -k 10 "${LIMIT:-480}" python3 -c "from vllm_eval.testing import build_random_reranker_model as b; \
+b('$models/qwen3-reranker-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>&1 | grep -v "it/s" | tail -3
+    echo "built in $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s; $(du -sh $models/qwen3-reranker-8b)" \
+      | tee "$out/reranker8b.txt" ;;
+  rerank8b)
+    name=rerank8b${TAG:-}
+    timeout -k 10 "${LIMIT:-570}" python3 scripts/rerank_bench.py --model "$models/qwen3-reranker-8b" \
+      --backends ${BACKENDS:-vllm st} --queries "${QUERIES:-20}" --docs-per-query 100 --doc-tokens 50-400 \
+      --prefix-caching on off --max-model-len 2048 --dtype bfloat16 --worker-timeout "${STEP_LIMIT:-240}" \
+      --json "$out/$name.json" > "$out/$name.log" 2>&1
+    echo "exit $?" >> "$out/$name.log"
+    tr '\r' '\n' < "$out/$name.log" | grep -E "^(backend|vllm|st|---|prefix caching|[0-9]+ queries|exit)|rror" \
+      | grep -v "it/s" > "$out/$name.txt"
+    cat "$out/$name.txt" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac
