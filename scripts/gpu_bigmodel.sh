@@ -3,8 +3,13 @@
 # on the GPU) with the packaged MiniLM WordPiece tokenizer (realistic token counts; .devtok/bert), measured by
 # `vllm-eval bench` on fixed 512-token and mixed 16-2000-token texts. After staging vLLM (scripts/gpu_bench.sh):
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_bigmodel.sh $OUT PART
-# PART: model8b | bench8b. bench8b: $BACKENDS (default vllm), $QUANT (e.g. fp8: --quantization), $TAG a suffix,
-# $N_TEXTS (default 2000), $LIMIT seconds (default 300). Writes $OUT/bench8b$TAG.{txt,json}.
+# PART: model8b | bench8b | reranker8b | rerank8b. bench8b: $BACKENDS (default vllm), $QUANT (e.g. fp8: --quantization),
+# $TAG a suffix, $N_TEXTS (default 2000), $LIMIT seconds (default 300), $EXTRA more flags. Writes $OUT/bench8b$TAG.{txt,json}.
+# reranker8b: a random Qwen3-Reranker-8B shape (Qwen3ForCausalLM with its untied lm_head, 8.19 B parameters, bf16,
+# same tokenizer) into $MODELS_DIR/qwen3-reranker-8b. rerank8b: scripts/rerank_bench.py on it, $QUERIES (default 20)
+# queries x 100 documents of 50-400 tokens: vLLM with prefix caching on and off, then sentence-transformers'
+# CrossEncoder (the reference), each in its own process under $STEP_LIMIT seconds (default 240), all under $LIMIT
+# (default 570); $BACKENDS (default "vllm st"), $TAG. Writes $OUT/rerank8b$TAG.{txt,json,log}.
 # load8b: the engine's start with each of $FORMATS (vLLM's --load-format; default "safetensors fastsafetensors
 # runai_streamer safetensors"), a short bench each, the page cache dropped before each where the machine lets us
 # (said in the output); $OUT/load8b.txt. The extra loaders' wheels: .devextra (carried), installed here.
@@ -22,7 +27,7 @@ b('$models/qwen3-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>&1 | grep
     name=bench8b${TAG:-}; work=/root/work/$name; rm -rf "$work"
     timeout -k 10 "${LIMIT:-300}" python3 -m vllm_eval.cli bench --model "$models/qwen3-8b" --dtypes bfloat16 \
       --backends ${BACKENDS:-vllm} --lengths fixed:512 mixed:16-2000 --n-texts "${N_TEXTS:-2000}" --batch-sizes "${N_TEXTS:-2000}" \
-      --max-model-len 8192 ${QUANT:+--quantization $QUANT} --output-dir "$work" > "$out/$name.log" 2>&1
+      --max-model-len 8192 ${QUANT:+--quantization $QUANT} ${EXTRA:-} --output-dir "$work" > "$out/$name.log" 2>&1
     echo "exit $?" >> "$out/$name.log"
     tr '\r' '\n' < "$out/$name.log" | grep -v "it/s\]" | grep -E "│|┃|━|tok/s|exit|rror|ready" > "$out/$name.txt"
     cp "$work/bench.json" "$out/$name.json" 2>/dev/null; cat "$out/$name.txt" ;;
@@ -32,11 +37,27 @@ b('$models/qwen3-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>&1 | grep
       sync; dropped=no; (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null && dropped=yes
       log="$out/load8b-$fmt.log"; start=$(date +%s.%N)
       timeout -k 10 "${LIMIT:-150}" python3 -m vllm_eval.cli bench --model "$models/qwen3-8b" --dtypes bfloat16 \
-        --backends vllm --lengths fixed:512 --n-texts 64 --batch-sizes 64 --max-model-len 8192 --load-format "$fmt" \
+        --backends vllm --lengths fixed:512 --n-texts 64 --batch-sizes 64 --max-model-len 8192 --load-format "$fmt" ${EXTRA:-} \
         --output-dir "/root/work/load8b-$fmt" > "$log" 2>&1
       rc=$?
       echo "$fmt: exit $rc, page cache dropped: $dropped, wall $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s, $(tr '\r' '\n' < "$log" | grep -o "ready in [0-9.]* s" | head -1)" | tee -a "$out/load8b.txt"
       [ $rc = 0 ] || tr '\r' '\n' < "$log" | grep -E "rror" | tail -3 | tee -a "$out/load8b.txt"
     done ;;
+  reranker8b)
+    start=$(date +%s.%N)
+    timeout -k 10 "${LIMIT:-480}" python3 -c "from vllm_eval.testing import build_random_reranker_model as b; \
+b('$models/qwen3-reranker-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>&1 | grep -v "it/s" | tail -3
+    echo "built in $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s; $(du -sh $models/qwen3-reranker-8b)" \
+      | tee "$out/reranker8b.txt" ;;
+  rerank8b)
+    name=rerank8b${TAG:-}
+    timeout -k 10 "${LIMIT:-570}" python3 scripts/rerank_bench.py --model "$models/qwen3-reranker-8b" \
+      --backends ${BACKENDS:-vllm st} --queries "${QUERIES:-20}" --docs-per-query 100 --doc-tokens 50-400 \
+      --prefix-caching on off --max-model-len 2048 --dtype bfloat16 --worker-timeout "${STEP_LIMIT:-240}" \
+      --json "$out/$name.json" > "$out/$name.log" 2>&1
+    echo "exit $?" >> "$out/$name.log"
+    tr '\r' '\n' < "$out/$name.log" | grep -E "^(backend|vllm|st|---|prefix caching|[0-9]+ queries|exit)|rror" \
+      | grep -v "it/s" > "$out/$name.txt"
+    cat "$out/$name.txt" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac

@@ -116,9 +116,9 @@ def test_generate_returns_what_the_cli_wrote(cli_in_process, test_models, genera
 CASES = [
     (["rerank", "--reranker", MINILM, "--tasks", "WordSim353"], "rerank", dict(model=MINILM, tasks="WordSim353")),
     (
-        ["rerank", "--reranker", MINILM, "--backend", "st", "--preset", "qwen3-reranker"],
+        ["rerank", "--reranker", MINILM, "--backend", "st", "--api", "rerank"],
         "rerank",
-        dict(model=MINILM, backend="st", preset="qwen3-reranker"),
+        dict(model=MINILM, backend="st", api="rerank"),
     ),
     (
         ["rerank", "--reranker", MINILM, "--first-stage", "/no/first"],

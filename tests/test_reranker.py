@@ -102,6 +102,41 @@ def test_qwen3_recipe_matches_transformers_p_yes(qwen3_reranker, test_models):
     assert np.all((got > 0) & (got < 1))
 
 
+def test_random_reranker_shape_scores_p_yes_in_sentence_transformers(tmp_path):
+    """The benchmark's random reranker (MiniLM's WordPiece made prompt-only) and the st backend's causal-LM path:
+    the preset's template through sentence-transformers' LogitScore is transformers' P(yes), on the ids vLLM scores."""
+    from transformers import AutoTokenizer
+
+    from vllm_eval.models.reranker import SentenceTransformerReranker
+    from vllm_eval.testing import build_random_reranker_model
+
+    model = build_random_reranker_model(tmp_path / "qwen3-reranker-tiny", "qwen3-tiny")
+    tok = AutoTokenizer.from_pretrained(model)
+    assert tok("yes no")["input_ids"] == tok.convert_tokens_to_ids(["yes", "no"])  # no [CLS]/[SEP] around a prompt
+    template = get_preset("qwen3-reranker").score_template
+    # The preset applies by the folder's name.
+    with SentenceTransformerReranker(str(model), device="cpu", show_progress_bar=False) as st:
+        assert st.mode == "template" and st.ce.num_labels == 1
+        got = st.score_pairs(QUERIES, DOCS)
+        parts = [(template.query(q), template.document_template.format(document=d)) for q, d in zip(QUERIES, DOCS)]
+        features = st.ce.preprocess(parts)
+    ids = [row[mask.bool()].tolist() for row, mask in zip(features["input_ids"], features["attention_mask"])]
+    assert ids == [tok(q + d)["input_ids"] for q, d in parts]  # what vLLM tokenizes: the prompt as one text
+    np.testing.assert_allclose(got, _p_yes_reference(model, [q + d for q, d in parts]), atol=1e-5)
+    with pytest.raises(UsageError, match="causal LMs"):
+        SentenceTransformerReranker(str(_seq_cls_dir(tmp_path)), preset="qwen3-reranker")
+
+
+def _seq_cls_dir(tmp_path):
+    """A sequence-classification reranker folder (config only: refused before anything loads)."""
+    import json
+
+    path = tmp_path / "seq-cls"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"architectures": ["BertForSequenceClassification"]}))
+    return path
+
+
 def test_template_uses_task_instruction_and_keeps_its_tail(qwen3_reranker, test_models):
     template = get_preset("qwen3-reranker").score_template
     got = qwen3_reranker.score_pairs(["q"], ["d"], instruction="Find the article")

@@ -9,6 +9,9 @@ meaningless for quality. Build them once into a directory and reuse it.
 * :func:`build_tiny_qwen3` — a randomly initialised 2-layer ``Qwen3ForCausalLM`` with a byte-level
   BPE tokenizer trained on gensim's Lee background corpus, ``yes``/``no`` as single tokens and a
   Qwen-style chat template (for the Qwen3-Reranker recipe and for generation tests).
+* :func:`build_random_embedding_model`, :func:`build_random_reranker_model` — random weights of a real shape
+  (:data:`~vllm_eval.testing.text_models.RANDOM_SHAPES`, up to Qwen3-8B) for benchmarks: an embedding model, and a
+  Qwen3-Reranker-style causal LM scored by P(yes).
 * :func:`build_tiny_reward_model` — a tiny reward model: ``Qwen3ForSequenceClassification`` with one
   label, or ``Qwen2ForRewardModel`` (per-token scores, the last token's is the reward).
 * :func:`build_minilm_colbert` — ``HF_ColBERT`` (MiniLM plus a seeded projection): per-token vectors
@@ -52,6 +55,7 @@ from .text_models import (
     build_minilm_cross_encoder,
     build_minilm_token_classifier,
     build_random_embedding_model,
+    build_random_reranker_model,
     build_tiny_qwen3,
     build_tiny_reward_model,
 )
@@ -76,6 +80,7 @@ __all__ = [
     "build_minilm_cross_encoder",
     "build_minilm_token_classifier",
     "build_random_embedding_model",
+    "build_random_reranker_model",
     "build_tiny_clip",
     "build_tiny_colmodernvbert",
     "build_tiny_siglip",

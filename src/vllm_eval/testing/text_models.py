@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .shapes import tiny_text_shape, tiny_tokenizer
 
@@ -306,7 +308,46 @@ RANDOM_SHAPES: dict[str, dict] = {
         "vocab_size": 151936,
         "pooling": "lasttoken",
     },
+    "qwen3-tiny": {  # the Qwen3 layout at test size (CPU checks of what runs on a GPU at 8B)
+        "arch": "qwen3",
+        "hidden_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,  # vLLM's CPU attention has no kernel for head_dim 16
+        "intermediate_size": 256,
+        "pooling": "lasttoken",
+    },
 }
+
+
+def _random_model(make: Callable[[Any], Any], config: Any, dtype: str, seed: int) -> Any:
+    """``make(config)`` (a model class) with weights drawn from ``torch.manual_seed(seed)``, cast to ``dtype``.
+
+    Drawn on the GPU when torch sees one: an 8B shape is 30 GB of float32 while drawn, minutes on a CPU.
+    """
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = make(config)
+    return model.to(getattr(torch, dtype))
+
+
+def _qwen3_config(spec: dict, tokenizer: Any, **extra: Any) -> Any:
+    """A ``Qwen3Config`` of a :data:`RANDOM_SHAPES` entry (``arch`` and ``pooling`` already taken out) for
+    ``tokenizer`` (its EOS and padding ids), 32,768 positions; ``extra`` overrides."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        **{
+            "max_position_embeddings": 32768,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+            **spec,
+            **extra,
+        }
+    )
 
 
 def build_random_embedding_model(
@@ -323,9 +364,7 @@ def build_random_embedding_model(
     Returns:
         The model directory.
     """
-
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel, Qwen3Config, Qwen3Model
+    from transformers import AutoTokenizer, BertConfig, BertModel, Qwen3Model
 
     out = Path(out_dir)
     if (out / "config.json").is_file():
@@ -333,25 +372,13 @@ def build_random_embedding_model(
     spec = dict(RANDOM_SHAPES[shape])
     arch, pooling = spec.pop("arch"), spec.pop("pooling")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    torch.manual_seed(seed)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if arch == "bert":
         config = BertConfig(vocab_size=max(len(tokenizer), 30522), max_position_embeddings=512, **spec)
-        with device:
-            model = BertModel(config, add_pooling_layer=False)
+        model = _random_model(lambda c: BertModel(c, add_pooling_layer=False), config, dtype, seed)
         max_len = 512
     else:
-        config = Qwen3Config(
-            max_position_embeddings=32768,
-            tie_word_embeddings=True,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            **spec,
-        )
-        with device:
-            model = Qwen3Model(config)
+        model = _random_model(Qwen3Model, _qwen3_config(spec, tokenizer, tie_word_embeddings=True), dtype, seed)
         max_len = 8192
-    model = model.to(getattr(torch, dtype))
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     dim = spec["hidden_size"]
@@ -374,4 +401,75 @@ def build_random_embedding_model(
         )
     )
     (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_len, "do_lower_case": False}))
+    return out
+
+
+def _prompt_only_tokenizer(tokenizer: Any) -> Any:
+    """``tokenizer`` adding no special tokens around a text, as Qwen's does (returned as is when it adds none).
+
+    A WordPiece tokenizer wraps every text in ``[CLS] ... [SEP]``: a reranker's score would be read at ``[SEP]``
+    instead of after the template's tail, and sentence-transformers (which renders the pair through a chat template,
+    no special tokens) and vLLM (which tokenizes the prompt with them) would score different ids. transformers
+    rebuilds a BERT tokenizer's ``[CLS]``/``[SEP]`` post-processor when it loads one, so the result is a generic
+    fast tokenizer (same vocabulary, normaliser and special tokens) without a post-processor.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    if tokenizer("a b")["input_ids"] == tokenizer("a b", add_special_tokens=False)["input_ids"]:
+        return tokenizer
+    backend = tokenizer.backend_tokenizer
+    backend.post_processor = None
+    return PreTrainedTokenizerFast(tokenizer_object=backend, **tokenizer.special_tokens_map)
+
+
+def build_random_reranker_model(
+    out_dir: str | Path,
+    shape: str,
+    tokenizer_dir: str | Path | None = None,
+    *,
+    dtype: str = "float32",
+    seed: int = 0,
+    tie_word_embeddings: bool | None = None,
+) -> Path:
+    """Save a randomly initialised Qwen3-Reranker-style model of a real shape: a ``Qwen3ForCausalLM`` with its
+    ``lm_head``, whose P(yes) at the last position is the score (the ``qwen3-reranker`` preset's recipe).
+
+    ``shape`` is a Qwen3 key of :data:`RANDOM_SHAPES` (``qwen3-8b`` is Qwen3-Reranker-8B's: 7.6 billion
+    parameters with the 151,936-row embedding and ``lm_head``; ``qwen3-tiny`` for CPU tests). The tokenizer is
+    ``tokenizer_dir``'s (default: the packaged all-MiniLM-L6-v2 WordPiece, 30,522 ids, where ``yes`` and ``no``
+    are single tokens), made to add no special tokens (:func:`_prompt_only_tokenizer`); the vocabulary is the
+    shape's or the tokenizer's, whichever is larger. ``tie_word_embeddings`` defaults to the real models'
+    (tied below hidden size 4096: Qwen3-0.6B/4B; untied at 8B). Weights are drawn on the GPU when torch sees one.
+    Name the folder ``*qwen3-reranker*`` for the preset to apply by itself. For benchmarks: the scores mean nothing.
+
+    Returns:
+        The model directory.
+
+    Raises:
+        ValueError: a shape that is not a Qwen3 one; a tokenizer without single ``yes`` / ``no`` tokens.
+    """
+    from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+    from ..utils.modelinfo import packaged_model_path
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    spec = dict(RANDOM_SHAPES[shape])
+    if spec.pop("arch") != "qwen3":
+        raise ValueError(f"a reranker needs a Qwen3 shape, not {shape!r}")
+    del spec["pooling"]
+    tokenizer = _prompt_only_tokenizer(AutoTokenizer.from_pretrained(tokenizer_dir or packaged_model_path()))
+    tokenizer.model_max_length = 32768  # the model's positions: our code cuts documents, not the tokenizer's 512
+    ids = tokenizer.convert_tokens_to_ids(["yes", "no"])
+    if None in ids or tokenizer.unk_token_id in ids:
+        raise ValueError("the tokenizer needs 'yes' and 'no' as single tokens (the reranker reads their logits)")
+    spec["vocab_size"] = max(spec.get("vocab_size", 0), len(tokenizer))
+    tied = spec["hidden_size"] < 4096 if tie_word_embeddings is None else tie_word_embeddings
+    config = _qwen3_config(spec, tokenizer, tie_word_embeddings=tied, architectures=["Qwen3ForCausalLM"])
+    model = _random_model(Qwen3ForCausalLM, config, dtype, seed)
+    model.generation_config.eos_token_id = config.eos_token_id
+    model.generation_config.pad_token_id = config.pad_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
     return out
