@@ -251,7 +251,7 @@ def _run(session: Session, model: Any, tasks: list[Any], cache_at: tuple[Any, bo
     # The data loads while the engine starts: in the task processes where tasks are scored there, else on a
     # thread here. Results to be read back are not known before the model's metadata, so a resumed run may
     # load a task it then reuses.
-    processes = start_for(tasks, workers, spec.cls, skip=list(missing))
+    processes = start_for(tasks, workers, spec.cls, skip=list(missing), **_task_actors(spec.options))
     here = ([], ()) if processes else (tasks, _imports_ahead(spec.options))
     try:
         with (
@@ -453,6 +453,17 @@ def _check(
         raise UsageError(f"--check-parity compares with --backend {reference}; run it with another backend")
     if session.spec.remote:
         raise UsageError("--check-parity needs the model's files here; compare a server's run with `compare --runs`")
+
+
+def _task_actors(options: dict[str, Any]) -> dict[str, Any]:
+    """``start_for``'s launcher: with ``ray_address``, the tasks are scored in Ray actors on that cluster too."""
+    if not options.get("ray_address"):
+        return {}
+    from functools import partial
+
+    from ..evaluation.ray_tasks import RayTaskProcesses
+
+    return {"start": partial(RayTaskProcesses, options["ray_address"])}
 
 
 def _imports_ahead(options: dict[str, Any]) -> tuple[str, ...]:

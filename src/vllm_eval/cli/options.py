@@ -238,7 +238,8 @@ def add_scale_flags(parser: argparse.ArgumentParser, many: bool = False) -> None
         default=None,
         metavar="ADDRESS",
         help="run the replicas as actors on this Ray cluster (auto, HOST:PORT or ray://HOST:PORT; "
-        "needs vllm-eval[ray]); --data-parallel-size x --replicas-per-gpu actors",
+        "needs vllm-eval[ray]); --data-parallel-size x --replicas-per-gpu actors; for run with "
+        "--concurrent-tasks > 1, the tasks' scoring too (one actor of 1 CPU per task at once)",
     )
 
 

@@ -232,10 +232,13 @@ def _runner(model: Any, task: Any, processes: Any, *where: Any) -> Any:
     its ``mteb.ResultCache``, the overwrite strategy, the prediction folder, the stage, the reused task names and
     the scoring."""
     out, cache, strategy, predictions, stage, reused, scoring = where
-    args = (predictions, stage, task.metadata.name in reused, scoring)
-    if processes is not None and task_processes.sendable(task):
-        return partial(processes.evaluate, model, task, run_task_at, (str(out) if out else None, strategy, *args))
-    return partial(run_task, model, task, cache, strategy, *args)
+    again = task.metadata.name in reused
+    # A result read back is read here when the processes have folders of their own: it is not there.
+    if processes is not None and task_processes.sendable(task) and (processes.shares_files or not again):
+        folders = {"output_dir": str(out) if out else None, "prediction_folder": predictions}
+        folders = {k: str(v) for k, v in folders.items() if v is not None}
+        return partial(processes.evaluate, model, task, run_task_at, (strategy, stage, again, scoring), folders)
+    return partial(run_task, model, task, cache, strategy, predictions, stage, again, scoring)
 
 
 def _check_arguments(model: Any, tasks: list[Any], overwrite_strategy: str) -> None:
@@ -364,11 +367,20 @@ def run_task(
     )
 
 
-def run_task_at(model: Any, task: Any, output_dir: str | None, *args: Any) -> TaskScore:
-    """:func:`run_task` with the ``mteb.ResultCache`` of ``output_dir`` (None: none): what a task process runs."""
+def run_task_at(
+    model: Any,
+    task: Any,
+    strategy: str,
+    *args: Any,
+    output_dir: str | None = None,
+    prediction_folder: str | None = None,
+) -> TaskScore:
+    """:func:`run_task` with the ``mteb.ResultCache`` of ``output_dir`` (None: none) and ``args`` (stage, reused,
+    scoring): what a task process runs, its folders given by keyword (a Ray actor's are folders of its own)."""
     import mteb
 
-    return run_task(model, task, mteb.ResultCache(output_dir) if output_dir else None, *args)
+    cache = mteb.ResultCache(output_dir) if output_dir else None
+    return run_task(model, task, cache, strategy, prediction_folder, *args)
 
 
 def _measured(

@@ -16,7 +16,9 @@ run from 90.1 s (threads) to 62.0 s (docs/bench/h100-task-processes).
 
 A process is started per task thread when the run starts, before the engine: it imports mteb and
 sentence-transformers (what ``mteb.evaluate`` imports) and loads the data of the task it will evaluate first
-while the engine starts. Each process's BLAS and OpenMP pools get their share of the cores.
+while the engine starts. Each process's BLAS and OpenMP pools get their share of the cores. With
+``--ray-address`` the workers are Ray actors on the cluster instead (:mod:`vllm_eval.evaluation.ray_tasks`): the
+same messages and loop, another launcher.
 """
 
 from __future__ import annotations
@@ -69,7 +71,9 @@ def stands_in_for(model: Any) -> bool:
 
 
 class TaskProcesses:
-    """``n`` processes evaluating one task at a time each; :meth:`evaluate` is called from a task thread.
+    """``n`` processes evaluating one task at a time each; :meth:`evaluate` is called from a task thread. One
+    protocol for every kind of worker: :class:`~vllm_eval.evaluation.ray_tasks.RayTaskProcesses` starts Ray actors
+    instead (``_launch``) and gives their tasks folders of their own (``_as_sent``).
 
     Args:
         n: processes (the tasks evaluated at once).
@@ -81,6 +85,9 @@ class TaskProcesses:
         TaskProcessError: from :meth:`evaluate`, a process died (its exit code in the message).
     """
 
+    #: Whether the processes read and write this machine's folders (a Ray actor's node may be another machine).
+    shares_files = True
+
     def __init__(self, n: int, first: Sequence[Any] = (), threads: int | None = None) -> None:
         from ..utils.logs import settings
         from .concurrency import cores
@@ -89,30 +96,35 @@ class TaskProcesses:
         self._lock = threading.Condition()
         self._idle: list[int] = list(range(n))
         self._preloaded: dict[int, str] = {}
-        self._conns: list[Any] = [None] * n
-        self._procs: list[Any] = [None] * n
+        self._workers: list[Any] = [None] * n
         self._closed = False
+        #: Where each task was scored (``process PID``, or a Ray actor's pid and node), for logs and tests.
+        self.ran: dict[str, str] = {}
         for k in range(n):
             self._start(k, first[k] if k < len(first) else None)
 
     def _start(self, k: int, task: Any) -> None:
-        ours, theirs = mp.get_context("spawn").Pipe()  # spawn: a forked CUDA context or OpenMP pool is unusable
-        proc = mp.get_context("spawn").Process(
-            target=_child,
-            args=(theirs, pickle.dumps(task) if task is not None else None, *self._settings),
-            name=f"vllm-eval-tasks-{k}",
-            daemon=False,  # mteb or datasets may start processes of their own
-        )
-        proc.start()
-        theirs.close()
-        self._conns[k], self._procs[k] = ours, proc
+        self._workers[k] = self._launch(k, pickle.dumps(task) if task is not None else None)
         if task is not None:
             self._preloaded[k] = task.metadata.name
 
-    def evaluate(self, model: Any, task: Any, run: Callable[..., Any], args: tuple) -> Any:
-        """``run(proxy, task, *args)`` in an idle process (the one that loaded ``task`` where there is one),
-        serving its model calls with ``model`` on this thread until it ends. ``run``: a module-level function
-        (it is pickled by name), e.g. :func:`vllm_eval.evaluation.results.run_task_at`.
+    def _launch(self, k: int, first: bytes | None) -> Any:
+        """Start worker ``k`` (loading ``first``'s data): a :class:`_Process` here, a Ray actor in a subclass."""
+        return _Process(k, first, self._settings)
+
+    def _as_sent(self, run: Callable[..., Any], args: tuple, folders: dict[str, str]) -> tuple:
+        """``(run, args, kwargs, finish)`` as sent to a worker, ``finish`` applied to what it returns: here the
+        worker writes into ``folders`` itself."""
+        return run, args, folders, lambda value: value
+
+    def evaluate(
+        self, model: Any, task: Any, run: Callable[..., Any], args: tuple, folders: dict[str, str] | None = None
+    ) -> Any:
+        """``run(proxy, task, *args, **folders)`` in an idle process (the one that loaded ``task`` where there is
+        one), serving its model calls with ``model`` on this thread until it ends. ``run``: a module-level function
+        (it is pickled by name), e.g. :func:`vllm_eval.evaluation.results.run_task_at`; ``folders``: keyword
+        arguments of ``run`` naming folders it writes into (a worker on another machine writes into folders of
+        its own, whose files are copied into these when it ends).
 
         Returns:
             What ``run`` returned (it must pickle).
@@ -127,11 +139,15 @@ class TaskProcesses:
             preloaded = self._preloaded.pop(k, None) == name
             searches = hasattr(model, "search") and hasattr(model, "index")
             payload = None if preloaded else pickle.dumps(task)
-            self._conns[k].send(("task", payload, model.mteb_model_meta, searches, run, args))
-            return self._serve(k, name, model)
+            run, args, kwargs, finish = self._as_sent(run, args, folders or {})
+            self._workers[k].send(("task", payload, model.mteb_model_meta, searches, run, args, kwargs))
+            value = finish(self._serve(k, name, model))
+            self.ran[name] = self._workers[k].where()
+            return value
         finally:
-            if not self._closed and not self._procs[k].is_alive():  # the next task gets a live one
-                self._conns[k].close()
+            if not self._closed and not self._workers[k].alive():  # the next task gets a live one
+                self._workers[k].kill()
+                self._workers[k].close()
                 self._start(k, None)
             with self._lock:
                 self._idle.append(k)
@@ -148,7 +164,7 @@ class TaskProcesses:
             return k
 
     def _serve(self, k: int, name: str, model: Any) -> Any:
-        conn = self._conns[k]
+        worker = self._workers[k]
         failure: BaseException | None = None
         while True:
             kind, *rest = self._receive(k, name)
@@ -157,36 +173,30 @@ class TaskProcesses:
             elif kind == "call":
                 method, args, kwargs = rest
                 try:
-                    reply = ("value", shipped(_call(model, method, args, kwargs)))
+                    reply = ("value", worker.ship(_call(model, method, args, kwargs)))
                 except BaseException as exc:  # told to the task, which fails; raised here as itself
                     failure = exc
                     reply = ("error", _portable(exc))
                 try:
-                    conn.send(reply)
+                    worker.send(reply)
                 except OSError:  # the process died meanwhile
-                    raise TaskProcessError(self._ended(k, name)) from None
+                    raise TaskProcessError(worker.ended(name)) from None
             elif kind == "done":
                 return rest[0]
             else:  # failed
                 raise failure if failure is not None else rest[0]
 
     def _receive(self, k: int, name: str) -> tuple:
-        conn, proc = self._conns[k], self._procs[k]
-        while not conn.poll(0.5):
+        worker = self._workers[k]
+        while not worker.poll(0.5):
             if self._closed:
                 raise TaskProcessError(f"stopped while evaluating {name}")
-            if not proc.is_alive():
-                raise TaskProcessError(self._ended(k, name))
+            if not worker.alive():
+                raise TaskProcessError(worker.ended(name))
         try:
-            return conn.recv()
+            return worker.recv()
         except (EOFError, OSError):
-            raise TaskProcessError(self._ended(k, name)) from None
-
-    def _ended(self, k: int, name: str) -> str:
-        from multiprocessing.connection import wait
-
-        wait([self._procs[k].sentinel], 1.0)  # not join(): close() may be reaping it on another thread
-        return f"the process evaluating {name} exited with code {self._procs[k].exitcode}"
+            raise TaskProcessError(worker.ended(name)) from None
 
     def close(self) -> None:
         """Stop every process at once (a task still running in one is abandoned; a finished task's results are
@@ -196,15 +206,66 @@ class TaskProcesses:
         self._closed = True
         # Killed, not asked to exit: a process holding mteb, torch and a task's data took 1-2 s to finish
         # exiting, time the command's user waited for.
-        for proc in self._procs:
-            try:
-                proc.kill()
-            except (OSError, ValueError):  # already ended (and reaped)
-                pass
-        for proc in self._procs:
-            proc.join(5.0)
-        for conn in self._conns:
-            conn.close()
+        for worker in self._workers:
+            worker.kill()
+        for worker in self._workers:
+            worker.join(5.0)
+        for worker in self._workers:
+            worker.close()
+
+
+class _Process:
+    """A task process (``multiprocessing``'s spawn start) and this end of its pipe: what :class:`TaskProcesses`
+    sends messages to, watches and kills."""
+
+    def __init__(self, k: int, first: bytes | None, settings: tuple) -> None:
+        ours, theirs = mp.get_context("spawn").Pipe()  # spawn: a forked CUDA context or OpenMP pool is unusable
+        self.proc = mp.get_context("spawn").Process(
+            target=_child,
+            args=(theirs, first, *settings),
+            name=f"vllm-eval-tasks-{k}",
+            daemon=False,  # mteb or datasets may start processes of their own
+        )
+        self.proc.start()
+        theirs.close()
+        self.conn = ours
+
+    def send(self, message: Any) -> None:
+        self.conn.send(message)
+
+    def poll(self, timeout: float) -> bool:
+        return self.conn.poll(timeout)
+
+    def recv(self) -> Any:
+        return self.conn.recv()
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def ended(self, name: str) -> str:
+        from multiprocessing.connection import wait
+
+        wait([self.proc.sentinel], 1.0)  # not join(): close() may be reaping it on another thread
+        return f"the process evaluating {name} exited with code {self.proc.exitcode}"
+
+    def where(self) -> str:
+        return f"process {self.proc.pid}"
+
+    @staticmethod
+    def ship(value: Any) -> Any:
+        return shipped(value)
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+        except (OSError, ValueError):  # already ended (and reaped)
+            pass
+
+    def join(self, timeout: float) -> None:
+        self.proc.join(timeout)
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 def _call(model: Any, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -280,7 +341,17 @@ def _child(conn: Any, first: bytes | None, threads: int, logging_as: tuple[bool,
     """A task process: import what mteb.evaluate imports, load ``first``'s data, then evaluate the tasks it is
     sent until ``None`` or the parent's end of the pipe closes. ``logging_as``: the command's logging settings
     (:func:`vllm_eval.utils.logs.settings`): third-party warnings go where the command sends its own."""
-    _set_up(threads, logging_as)
+    # Ctrl-C reaches the whole process group: the command stops these processes itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)  # before NumPy, scikit-learn and torch start their pools
+    set_up(logging_as)
+    serve_tasks(conn, first)
+
+
+def serve_tasks(conn: Any, first: bytes | None) -> None:
+    """A worker's loop, in a task process or a Ray actor: load ``first``'s data, then evaluate the tasks ``conn``
+    brings (``send``/``recv`` of messages) until ``None`` or ``conn`` closes."""
     preloaded, load_error = None, None
     if first is not None:
         try:
@@ -295,7 +366,7 @@ def _child(conn: Any, first: bytes | None, threads: int, logging_as: tuple[bool,
             return
         if message is None:
             return
-        _, payload, meta, searches, run, args = message
+        _, payload, meta, searches, run, args, kwargs = message
         task = preloaded
         try:
             if payload is not None:
@@ -303,7 +374,7 @@ def _child(conn: Any, first: bytes | None, threads: int, logging_as: tuple[bool,
             elif load_error is not None:
                 raise load_error
             _load(conn, task)
-            conn.send(("done", run(_proxy(conn, meta, searches), task, *args)))
+            conn.send(("done", run(_proxy(conn, meta, searches), task, *args, **kwargs)))
         except BaseException as exc:  # the parent raises it where the task was evaluated
             conn.send(("failed", _portable(exc)))
         finally:
@@ -312,11 +383,9 @@ def _child(conn: Any, first: bytes | None, threads: int, logging_as: tuple[bool,
                 _unload(task)
 
 
-def _set_up(threads: int, logging_as: tuple[bool, str | None] | None) -> None:
-    # Ctrl-C reaches the whole process group: the command stops these processes itself.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[name] = str(threads)  # before NumPy, scikit-learn and torch start their pools
+def set_up(logging_as: tuple[bool, str | None] | None) -> None:
+    """A worker's logging as the command's (``logging_as``, else warnings only) and, off the first task's time,
+    what ``mteb.evaluate`` imports."""
     from ..engine.procenv import no_process_locks
 
     no_process_locks()
@@ -405,13 +474,21 @@ def sendable(task: Any) -> bool:
     return True
 
 
-def start_for(tasks: Sequence[Any], workers: int, backend: type, *, skip: Sequence[str] = ()) -> TaskProcesses | None:
+def start_for(
+    tasks: Sequence[Any],
+    workers: int,
+    backend: type,
+    *,
+    skip: Sequence[str] = (),
+    start: Callable[[int, list[Any]], TaskProcesses] = TaskProcesses,
+) -> TaskProcesses | None:
     """The :class:`TaskProcesses` of a run of ``backend`` (its class, before it is built) evaluating ``workers``
     tasks at once (None when :func:`wanted` says no), each process loading one of the first tasks in run order
-    (those in ``skip`` left out) while the engine starts."""
+    (those in ``skip`` left out) while the engine starts. ``start(workers, first)`` makes them: local processes,
+    or e.g. :class:`~vllm_eval.evaluation.ray_tasks.RayTaskProcesses` of a cluster."""
     from .concurrency import in_run_order
 
     if not wanted(workers, backend):
         return None
     first = [t for t in in_run_order(tasks, workers) if t.metadata.name not in set(skip) and sendable(t)][:workers]
-    return TaskProcesses(workers, first)
+    return start(workers, first)

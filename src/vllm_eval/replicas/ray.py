@@ -113,9 +113,30 @@ class _ReplicaActor:
             self.llm = None
 
 
-def _bundle(cluster: dict[str, float], nodes: list[dict], n: int, tp: int, replicas_per_gpu: int) -> dict:
+def held_cpus(ray: Any) -> dict[str, float]:
+    """CPUs held by the cluster's placement groups, by node id: another run's, or this run's task actors
+    (:mod:`vllm_eval.evaluation.ray_tasks`, placed before the engine). Read from the group table, which says
+    a removed group is gone at once (``ray.available_resources()`` lagged by a second)."""
+    held: dict[str, float] = {}
+    for group in ray.util.placement_group_table().values():
+        if group.get("state") != "CREATED":
+            continue
+        for index, bundle in group.get("bundles", {}).items():
+            node = group.get("bundles_to_node_id", {}).get(index, "")
+            held[node] = held.get(node, 0.0) + bundle.get("CPU", 0.0)
+    return held
+
+
+def _bundle(
+    cluster: dict[str, float],
+    nodes: list[dict],
+    n: int,
+    tp: int,
+    replicas_per_gpu: int,
+    held: dict[str, float] | None = None,
+) -> dict:
     """One replica's resources: GPUs (``tp``, or a share of one) and a CPU on a GPU cluster, else an even
-    share of the cores that fits on one node.
+    share of the cores that fits on one node, of the cores no placement group holds (``held``, by node).
 
     Raises:
         UsageError: the cluster cannot hold ``n`` such bundles.
@@ -128,10 +149,13 @@ def _bundle(cluster: dict[str, float], nodes: list[dict], n: int, tp: int, repli
         if n * share > gpus + 1e-6:
             raise UsageError(f"{n} replicas of {share} GPU each need {n * share:g} GPUs; the Ray cluster has {gpus:g}")
         return {"GPU": share, "CPU": 1}
-    largest = max((node.get("Resources", {}).get("CPU", 0.0) for node in nodes), default=0.0)
-    cpus = min(largest, cluster.get("CPU", 0.0) // n)
+    held = held or {}
+    free = [node.get("Resources", {}).get("CPU", 0.0) - held.get(node.get("NodeID", ""), 0.0) for node in nodes]
+    taken = sum(held.values())
+    cpus = min(max(free, default=0.0), (cluster.get("CPU", 0.0) - taken) // n)
     if cpus < 1:
-        raise UsageError(f"{n} replicas need a CPU each; the Ray cluster has {cluster.get('CPU', 0.0):g}")
+        also = f", {taken:g} of them held by placement groups (task actors, other runs)" if taken else ""
+        raise UsageError(f"{n} replicas need a CPU each; the Ray cluster has {cluster.get('CPU', 0.0):g}{also}")
     return {"CPU": int(cpus)}
 
 
@@ -172,7 +196,7 @@ class RayReplicaPool(JobPool):
         self._refs: dict[Any, tuple[int, int]] = {}  # object ref -> (job id, replica)
         self._wake = threading.Event()
         bundle = _bundle(ray.cluster_resources(), [n for n in ray.nodes() if n.get("Alive")], replicas,
-                         tensor_parallel_size, replicas_per_gpu)  # fmt: skip
+                         tensor_parallel_size, replicas_per_gpu, held_cpus(ray))  # fmt: skip
         self.bundle = bundle
         self._pg = ray.util.placement_group([bundle] * replicas, strategy="PACK")
         try:
