@@ -88,3 +88,21 @@ def test_suite_times_each_backend_in_its_own_process_and_compares_scores(tmp_pat
 
     page = write_report([out], tmp_path / "report.html").read_text()
     assert str(out / "vllm") in page and str(out / "st") in page
+
+
+def test_mfu_beside_each_throughput_against_the_computing_dtypes_peak(monkeypatch, capsys):
+    from vllm_eval.measure import bench
+    from vllm_eval.utils import telemetry
+
+    record = bench.BenchRecord(
+        "vllm", "bfloat16", "fixed:512", 2000, 2000, 1_024_000, 25.2, 79.4, 40_647.6, 0.1, 0.1, 1
+    )
+    monkeypatch.setattr(telemetry, "device_name", lambda: "NVIDIA H200")
+    bf16 = bench._with_mfu(record, 7_567_295_488, bench._computing_dtype("vllm", "bfloat16", {}))
+    assert bf16.mfu == round(40_647.6 * 2 * 7_567_295_488 / 989e12, 4) and bf16.peak_tflops == 989.0
+    fp8 = bench._with_mfu(record, 7_567_295_488, bench._computing_dtype("vllm", "bfloat16", {"quantization": "fp8"}))
+    assert fp8.peak_tflops == 1979.0 and fp8.mfu < bf16.mfu
+    assert bench._computing_dtype("st", "bfloat16", {"quantization": "fp8"}) == "bfloat16"  # st does not quantize
+    assert "MFU 62% of NVIDIA H200's 989 TFLOP/s bfloat16 (7.57 B params)" in capsys.readouterr().out
+    monkeypatch.setattr(telemetry, "device_name", lambda: "CPU: AMD EPYC (2 cores)")
+    assert bench._with_mfu(record, 7_567_295_488, "float32").mfu is None  # no known peak: left out

@@ -36,7 +36,7 @@ import json
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,10 @@ class BenchRecord:
     start_s: float = 0.0
     #: With replicas: seconds from their start until each was ready, in replica order.
     replica_ready_s: list[float] = field(default_factory=list)
+    #: Model FLOPs utilisation (0-1): ``tokens_per_s * 2 * parameters`` over :attr:`peak_tflops` (None: unknown).
+    mfu: float | None = None
+    #: The device's dense peak for the computing dtype (fp8 under ``quantization="fp8"``), TFLOP/s.
+    peak_tflops: float | None = None
 
 
 def parse_lengths(spec: str) -> tuple[int, int]:
@@ -352,7 +356,7 @@ def run_bench(
     """
     from transformers import AutoTokenizer
 
-    from ..utils.modelinfo import ModelRef
+    from ..utils.modelinfo import ModelRef, safetensors_stats
 
     model = ModelRef.resolve(model).path
     flavour = sparse_flavour_of(model)
@@ -361,6 +365,8 @@ def run_bench(
     tokenizer = AutoTokenizer.from_pretrained(model)
     texts_by_len = {spec: make_texts(tokenizer, n_texts, spec, seed) for spec in lengths}
     warm_texts = make_texts(tokenizer, warmup, lengths[0], seed + 1)[0]
+    snapshot = ModelRef.resolve(model).snapshot
+    n_parameters = safetensors_stats(snapshot)[0] if snapshot else None
     # Every batch size encodes the same texts again: vLLM's prefix caching (on by default for causal pooling models)
     # would serve the later passes from its KV cache (an 8B model "ran" 252,037 tok/s, 4x the H200's bf16 peak, on
     # 64 texts it had been warmed up on). A user's run keeps vLLM's default; the bench measures the computation.
@@ -389,12 +395,33 @@ def run_bench(
                 b.encode(warm_texts)
                 for spec in lengths:
                     for bs in batch_sizes:
-                        records.append(_measure(b, dtype, spec, texts_by_len[spec], bs, start_s, ready))
+                        r = _measure(b, dtype, spec, texts_by_len[spec], bs, start_s, ready)
+                        records.append(_with_mfu(r, n_parameters, _computing_dtype(backend, dtype, engine_kwargs)))
             finally:
                 b.close()
     if output_dir:
         _save(records, Path(output_dir), model, n_texts, engine_kwargs, layouts, remote, st_batch_size)
     return records
+
+
+def _computing_dtype(backend: str, dtype: str, engine_kwargs: dict[str, Any]) -> str:
+    """The dtype the matrix products run in: fp8 where vLLM quantizes to it, else ``dtype``."""
+    quantized = backend in ("vllm", "mteb-vllm") and engine_kwargs.get("quantization") == "fp8"
+    return "fp8" if quantized else dtype
+
+
+def _with_mfu(r: BenchRecord, n_parameters: int | None, dtype: str) -> BenchRecord:
+    """``r`` with its MFU against the device's peak for ``dtype`` (utils.telemetry), printed beside it."""
+    from ..utils.telemetry import device_name, mfu, peak_flops
+
+    device = device_name()
+    util, peak = mfu(r.tokens_per_s, n_parameters, device, dtype), peak_flops(device, dtype)
+    if util is None or peak is None:
+        return r
+    print(
+        f"{'':10s} MFU {util:.0%} of {device}'s {peak / 1e12:,.0f} TFLOP/s {dtype} ({n_parameters / 1e9:.2f} B params)"
+    )
+    return replace(r, mfu=round(util, 4), peak_tflops=round(peak / 1e12, 1))
 
 
 def _measure(

@@ -25,8 +25,8 @@ from typing import Any
 
 #: Dense peak FLOP/s by device-name fragment and dtype (NVIDIA data sheets, SXM parts, no sparsity).
 PEAK_FLOPS: dict[str, dict[str, float]] = {
-    "H200": {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12},
-    "H100": {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12},
+    "H200": {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12, "fp8": 1979e12},
+    "H100": {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12, "fp8": 1979e12},
     "A100": {"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12},
 }
 
