@@ -76,7 +76,7 @@ def test_every_cli_choice_resolves_to_a_class_of_its_kind():
 
 def test_capabilities_are_declared_on_the_classes():
     assert engine_options("encoder", "vllm") is None and engine_options("encoder", "remote") == frozenset()
-    assert engine_options("reranker", "st") == {"max_model_len", "trust_remote_code"}
+    assert engine_options("reranker", "st") == {"max_model_len", "trust_remote_code", "dtype"}
     assert is_remote("generator", "remote") and not is_remote("generator", "vllm")
     assert backend_class("generator", "vllm").supports_loglikelihood
     assert not backend_class("generator", "remote").supports_loglikelihood

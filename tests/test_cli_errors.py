@@ -151,7 +151,10 @@ CASES = [
     ),
     (["run", "--backend", "st", "--data-parallel-size", "2"], "need --backend vllm"),
     (["rerank", "--reranker", MINILM, "--api", "rerank"], "--api is for --backend remote"),
-    (["rerank", "--reranker", MINILM, "--backend", "st", "--preset", "qwen3-reranker"], "--preset needs --backend"),
+    (
+        ["rerank", "--reranker", MINILM, "--backend", "st", "--preset", "qwen3-reranker"],
+        "the st reranker applies score templates to causal LMs",
+    ),
     (["rerank", "--backend", "st", "--reranker", MINILM, "--data-parallel-size", "2"], "need --backend vllm"),
     (
         ["generate", "--backend", "hf", "--model", MINILM, "--tasks", "Digits", "--scoring", "loglikelihood"],

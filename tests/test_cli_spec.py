@@ -32,8 +32,10 @@ def test_capabilities_come_from_the_classes():
 def test_signature_options_pass_and_are_refused_by_name():
     spec = resolve_spec("encoder", "st", {"prompts": {"query": "q: "}, "device": "cpu", "dimensions": None}, {})
     assert spec.options == {"prompts": {"query": "q: "}, "device": "cpu"} and spec.capability == "reference"
-    with pytest.raises(UsageError, match=r"--preset needs --backend vllm or remote, not st"):
-        resolve_spec("reranker", "st", {"preset": "qwen3-reranker"}, {})
+    with pytest.raises(UsageError, match=r"--pretokenize needs --backend vllm, not st"):
+        resolve_spec("encoder", "st", {"pretokenize": True}, {})
+    with pytest.raises(UsageError, match=r"--io-processor-plugin is not an option of a reranker \(no backend"):
+        resolve_spec("reranker", "st", {"io_processor_plugin": "x"}, {})
     with pytest.raises(UsageError, match=r"--image-position needs --backend vllm or remote, not hf"):
         resolve_spec("generator", "hf", {"image_position": "after"}, {})
 

@@ -54,6 +54,25 @@ def test_clip_texts_and_images_match_transformers(clip):
     assert np.linalg.norm(got_image, axis=1).min() > 1.5
 
 
+def test_images_reach_vllm_with_their_digest_so_its_front_end_does_not_hash_the_pixels(clip, monkeypatch):
+    from vllm.multimodal.hasher import MultiModalHasher
+
+    _, enc = clip
+    hashed = []
+    original = MultiModalHasher.hash_kwargs
+    monkeypatch.setattr(
+        MultiModalHasher, "hash_kwargs", classmethod(lambda cls, *a, **k: hashed.append(k) or original(*a, **k))
+    )
+    images = [ImageInput(im) for im in _digits(6, offset=40)]
+    ours = enc.encode_texts(images)
+    assert hashed == []  # the digest went as the image's multi_modal_uuids entry
+    plain = [{"prompt": "", "multi_modal_data": {"image": x.image}} for x in images]
+    theirs = np.asarray([o.outputs.embedding for o in enc.llm.embed(plain, use_tqdm=False)])
+    assert len(hashed) == 6  # without it vLLM hashes every image itself: the counter sees its calls
+    cos = (ours * theirs).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(theirs, axis=1)
+    assert cos.min() >= 0.99999  # the same vectors either way
+
+
 def test_an_image_with_its_text_is_the_sum_of_their_raw_vectors_as_mtebs_clip_wrapper(clip, st_encoder):
     """A fused input (mteb's VisionCentricQA tasks): the text's plus the image's raw vectors, as mteb's CLIPModel
     sums get_text_features and get_image_features; a text-only model refuses one in one line."""

@@ -165,7 +165,9 @@ def resolve_spec(
                 raise _refuse(dest, capable, backend)
         elif not spec.takes(dest):
             others = [n for n in backend_names(kind) if accepts(backend_class(kind, n), dest)]
-            raise UsageError(f"{flag(dest)} needs --backend {' or '.join(others) or '(none)'}, not {backend}")
+            if not others:
+                raise UsageError(f"{flag(dest)} is not an option of a {kind} (no backend of it takes it)")
+            raise UsageError(f"{flag(dest)} needs --backend {' or '.join(others)}, not {backend}")
         if dest not in HTTP_OPTIONS:
             spec.options[dest] = value
     if spec.remote:

@@ -100,8 +100,15 @@ class ImageInput:
         return out
 
     def engine_prompt(self) -> dict[str, Any]:
-        """This input as a vLLM prompt: its prompt text with the image as ``multi_modal_data``."""
-        return {"prompt": self.prompt, "multi_modal_data": {"image": self.image}}
+        """This input as a vLLM prompt: its prompt text with the image as ``multi_modal_data``, and its pixel digest
+        as the image's ``multi_modal_uuids`` entry: vLLM then keys its processor cache by that digest instead of
+        hashing the pixels again in every replica's front end (about 1 ms of an image's ~3 ms of CPU there for a
+        ViT-B/32, py-spy on an H100). vLLM still hashes where processor kwargs change the output."""
+        return {
+            "prompt": self.prompt,
+            "multi_modal_data": {"image": self.image},
+            "multi_modal_uuids": {"image": self.digest},
+        }
 
     def cache_form(self) -> dict[str, str]:
         """What the cache keys this input by: its pixel digest and size, and its prompt when it has one."""
