@@ -37,6 +37,11 @@ def test_tasks_run_at_once_largest_first_and_rows_keep_their_index():
     one_language = _task("en-only", stats={"test": {"num_samples": 10**6, **per}}, subsets=["en"])
     order = in_run_order([_task("retrieval", 100000), lr, one_language], 2)
     assert [t.metadata.name for t in order] == ["lr", "retrieval", "en-only"]
+    # A clustering task's k-means draws 10 x 16,384 points however few its samples: it does not start last.
+    clustering = _task("clustering", 2048, kind="Clustering")
+    clustering.n_clusters, clustering.max_documents_per_cluster = 10, 16_384
+    order = in_run_order([_task("sts", 20000), _task("retrieval", 40000), clustering], 2)
+    assert [t.metadata.name for t in order] == ["clustering", "retrieval", "sts"]
     started, rows, threads = [], {}, set()
 
     def run(task):
