@@ -138,6 +138,16 @@ class BackendSpec:
         return load_backend(self.kind, self.name, model, http=self.http, **{**quiet, **self.options, **self.engine})
 
 
+def _not_taken(kind: str, backend: str, dest: str) -> UsageError:
+    """The error for an option ``backend`` does not take: the backends of ``kind`` that do, or that none does."""
+    from ..models.backends import backend_class, backend_names
+
+    others = [n for n in backend_names(kind) if accepts(backend_class(kind, n), dest)]
+    if not others:
+        return UsageError(f"{flag(dest)} is not an option of a {kind} (no backend of it takes it)")
+    return UsageError(f"{flag(dest)} needs --backend {' or '.join(others)}, not {backend}")
+
+
 def resolve_spec(
     kind: str,
     backend: str,
@@ -153,7 +163,7 @@ def resolve_spec(
             options a reference or remote backend cannot take, a remote backend without ``--endpoint``.
         UnknownNameError: an unknown backend of ``kind``.
     """
-    from ..models.backends import backend_class, backend_names
+    from ..models.backends import backend_class
 
     cls = backend_class(kind, backend)
     spec = BackendSpec(kind, backend, cls, capability(kind, backend))
@@ -164,10 +174,7 @@ def resolve_spec(
             if capable != spec.capability:
                 raise _refuse(dest, capable, backend)
         elif not spec.takes(dest):
-            others = [n for n in backend_names(kind) if accepts(backend_class(kind, n), dest)]
-            if not others:
-                raise UsageError(f"{flag(dest)} is not an option of a {kind} (no backend of it takes it)")
-            raise UsageError(f"{flag(dest)} needs --backend {' or '.join(others)}, not {backend}")
+            raise _not_taken(kind, backend, dest)
         if dest not in HTTP_OPTIONS:
             spec.options[dest] = value
     if spec.remote:
