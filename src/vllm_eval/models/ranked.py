@@ -166,3 +166,17 @@ def best_first(offsets: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndar
 
     in_groups(rows, counts)
     return out, kept
+
+
+def refuse_other_task_types(tasks: Sequence[Any], allowed: Sequence[str], reason: str, advice: str = "") -> None:
+    """Refuse, before anything loads, the first task whose mteb type is not in ``allowed`` (a model that only
+    ranks documents for queries has no single vector for the other types).
+
+    Raises:
+        UsageError: ``reason``, then the task's name and type, then ``advice``.
+    """
+    from ..utils.errors import UsageError
+
+    for task in tasks:
+        if task.metadata.type not in allowed:
+            raise UsageError(f"{reason}; {task.metadata.name} is {task.metadata.type}{advice}")

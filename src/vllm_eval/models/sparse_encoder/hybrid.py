@@ -45,7 +45,7 @@ import numpy as np
 
 from ...utils.errors import UsageError
 from ..encoder.search import ENCODE_CHUNK, column, document_texts, query_texts
-from ..ranked import RankedLists, as_results, best_first
+from ..ranked import RankedLists, as_results, best_first, refuse_other_task_types
 from .search import SparseSearch, _top, pair_scores
 
 #: FlagEmbedding's default weights of ``compute_score`` (dense, sparse, ColBERT).
@@ -86,12 +86,8 @@ def check_hybrid_task_types(tasks: list[Any]) -> None:
     Raises:
         UsageError: naming the first such task and its type.
     """
-    for task in tasks:
-        if task.metadata.type not in HYBRID_TASK_TYPES:
-            raise UsageError(
-                f"--bge-m3-mode all ranks documents for queries (retrieval and reranking tasks only); "
-                f"{task.metadata.name} is {task.metadata.type}: use --bge-m3-mode dense for it"
-            )
+    reason = "--bge-m3-mode all ranks documents for queries (retrieval and reranking tasks only)"
+    refuse_other_task_types(tasks, HYBRID_TASK_TYPES, reason, ": use --bge-m3-mode dense for it")
 
 
 def colbert_score(query: np.ndarray, doc: np.ndarray) -> float:

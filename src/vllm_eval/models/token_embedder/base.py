@@ -21,6 +21,7 @@ import numpy as np
 
 from ...utils.errors import UsageError
 from ..encoder.base import EncoderBase
+from ..ranked import refuse_other_task_types
 
 #: vLLM's late-interaction architectures (``token_embed`` pooler): ColBERT on text, ColPali-style on images too.
 TOKEN_EMBED_ARCHITECTURES = frozenset(
@@ -64,12 +65,8 @@ def check_task_types(tasks: list[Any]) -> None:
     Raises:
         UsageError: naming the first such task and its type.
     """
-    for task in tasks:
-        if task.metadata.type not in TOKEN_EMBED_TASK_TYPES:
-            raise UsageError(
-                f"a token_embed (multi-vector) model ranks documents by MaxSim: retrieval and reranking tasks only; "
-                f"{task.metadata.name} is {task.metadata.type}"
-            )
+    reason = "a token_embed (multi-vector) model ranks documents by MaxSim: retrieval and reranking tasks only"
+    refuse_other_task_types(tasks, TOKEN_EMBED_TASK_TYPES, reason)
 
 
 class TokenEmbedderBase(EncoderBase, ABC):
