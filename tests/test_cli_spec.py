@@ -74,8 +74,9 @@ def test_a_backend_added_to_the_table_gets_options_by_its_signature(monkeypatch)
 def test_listed_engine_flags_are_engine_args_names():
     """The listed flags skip the name check (which imports vLLM): each must be an EngineArgs field."""
     from vllm_eval.cli.options import ENGINE_BOOLS, ENGINE_FLAGS
-    from vllm_eval.engine.args import LISTED_ENGINE_ARGS, engine_arg_names
+    from vllm_eval.engine.args import LISTED_ENGINE_ARGS, OWN_ENGINE_OPTIONS, engine_arg_names
 
     listed = {entry[0] for entry in ENGINE_FLAGS} | {entry[0] for entry in ENGINE_BOOLS}
     assert listed == LISTED_ENGINE_ARGS  # the library skips the same names' check
-    assert listed - {"head_dtype"} <= engine_arg_names()
+    assert listed - OWN_ENGINE_OPTIONS <= engine_arg_names()
+    assert not OWN_ENGINE_OPTIONS & engine_arg_names()  # a vLLM option of the same name would be shadowed

@@ -23,7 +23,8 @@ from vllm_eval.utils.modelinfo import packaged_model_path
 
 #: A stand-in backend: argv = run folder, control folder, task names. A task with a file under <run>/done is read
 #: back; the others are computed (after the first, forever when <control>/slow exists: a time limit stops it; with
-#: <control>/alarm, the suite's process gets SIGALRM first).
+#: <control>/alarm, the suite's process gets SIGALRM first; the first N starts exit 3 after the first task, as a run
+#: whose engine stalled, when <control>/stall holds N).
 _FAKE = """
 import json, os, signal, sys, time
 from pathlib import Path
@@ -40,6 +41,9 @@ for i, task in enumerate(tasks):
             os.kill(os.getppid(), signal.SIGALRM)  # the suite's process: "interrupted" now
         if i > 0 and (control / "slow").is_file():
             time.sleep(60)
+        stall = control / "stall"
+        if i > 0 and stall.is_file() and len((control / "starts").read_text()) <= int(stall.read_text()):
+            sys.exit(3)  # "the engine stalled" (engine.watchdog), after the first task
         start = time.time() - origin
         time.sleep(0.01)
         phases.append({"phase": "encode", "start": start, "end": time.time() - origin, "task": task})
@@ -97,6 +101,18 @@ def test_a_stopped_backend_resumes_its_missing_tasks_and_sums_its_attempts(fake_
     (third,) = suite_mod.run_suite(packaged_model_path(), "offline", backends=["st"], output_dir=out)
     assert _starts(fake_backend) == 2 and third.seconds == second.seconds and third.attempts == 2
     assert "finished before" in capsys.readouterr().out
+
+
+def test_an_attempt_whose_engine_stalled_is_resumed_at_once_a_bounded_number_of_times(fake_backend, tmp_path, capsys):
+    (fake_backend / "stall").write_text("1")
+    (record,) = suite_mod.run_suite(packaged_model_path(), "offline", backends=["st"], output_dir=tmp_path / "a")
+    assert record.returncode == 0 and record.attempts == 2 and len(record.scores) == 6
+    assert [a.returncode for a in read_attempts(tmp_path / "a" / "st")] == [3, 0]
+    assert "st: its engine stalled after" in capsys.readouterr().out
+
+    (fake_backend / "stall").write_text("99")  # stalls every time: given up after the retries, exit 3 kept
+    (record,) = suite_mod.run_suite(packaged_model_path(), "offline", backends=["st"], output_dir=tmp_path / "b")
+    assert record.returncode == 3 and record.attempts == 1 + suite_mod.STALL_RETRIES and len(record.scores) == 1
 
 
 def test_changed_settings_are_refused_in_one_line_and_restart_starts_over(fake_backend, tmp_path, cli_in_process):

@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from .. import __version__
+from ..engine.watchdog import install_handler
 from ..replicas.ahead import discard_ahead, start_ahead
 from ..utils import logs, timeline
 from ..utils.errors import UsageError, VllmEvalError
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = (
         {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
     )
+    install_handler()  # a stalled engine step raises EngineStalled here (engine.watchdog)
     try:
         return _dispatch(argv)
     except VllmEvalError as exc:

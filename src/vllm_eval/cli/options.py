@@ -64,6 +64,11 @@ ENGINE_FLAGS: list[tuple[str, Any, str]] = [
     ("kv_cache_dtype", str, "KV cache dtype, e.g. fp8 (decoder models)"),
     ("load_format", str, "how weights load: auto, safetensors, fastsafetensors, runai_streamer ..."),
     (
+        "stall_timeout",
+        nonneg_float,
+        "seconds one engine step may take before the run stops as stalled, results kept (default 600; 0: never)",
+    ),
+    (
         "io_processor_plugin",
         str,
         "pooling models: a vLLM IO-processor plugin by its entry-point name (group vllm.io_processor_plugins)",

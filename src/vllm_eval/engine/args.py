@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -27,7 +28,7 @@ SMALL_CPU_CORES = 4
 
 #: EngineArgs names the commands list as flags of their own (typed there): known names, so checking them needs no
 #: vLLM import (8 s on an H100 machine, which a parent of replicas never needs otherwise). ``head_dtype`` is
-#: ours: it becomes ``hf_overrides["head_dtype"]``.
+#: ours: it becomes ``hf_overrides["head_dtype"]``; so is ``stall_timeout`` (:mod:`vllm_eval.engine.watchdog`).
 LISTED_ENGINE_ARGS = frozenset(
     {
         "dtype",
@@ -47,8 +48,11 @@ LISTED_ENGINE_ARGS = frozenset(
         "enable_prefix_caching",
         "trust_remote_code",
         "io_processor_plugin",
+        "stall_timeout",
     }
 )
+#: Engine options of ours, not ``EngineArgs`` fields (:func:`normalize_engine_kwargs` folds them away).
+OWN_ENGINE_OPTIONS = frozenset({"head_dtype", "stall_timeout"})
 #: The entry-point group vLLM loads IO-processor plugins from (``vllm.plugins.IO_PROCESSOR_PLUGINS_GROUP``).
 IO_PROCESSOR_GROUP = "vllm.io_processor_plugins"
 
@@ -91,6 +95,12 @@ _POSITIVE_INTS = (
     "swap_space",
 )
 _BOOLS = ("enforce_eager", "enable_prefix_caching", "trust_remote_code", "enable_chunked_prefill")
+#: Numeric engine options: name -> (types, rule, what the message says it must be).
+_NUMBERS: dict[str, tuple[Any, Callable[[Any], bool], str]] = {
+    "gpu_memory_utilization": (int | float, lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
+    "stall_timeout": (int | float, lambda v: v >= 0, "a number of seconds >= 0 (0: no watchdog)"),
+    "seed": (int, lambda v: True, "an integer"),
+}
 #: ``dtype`` values vLLM's ``ModelConfig`` accepts.
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
@@ -113,12 +123,10 @@ def check_engine_values(kwargs: dict[str, Any]) -> None:
         value = kwargs.get(name)
         if value is not None and not isinstance(value, bool):
             raise bad(name, value, "true or false")
-    util = kwargs.get("gpu_memory_utilization")
-    if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
-        raise bad("gpu_memory_utilization", util, "a fraction in (0, 1]")
-    seed = kwargs.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise bad("seed", seed, "an integer")
+    for name, (kinds, ok, what) in _NUMBERS.items():
+        value = kwargs.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds) or not ok(value)):
+            raise bad(name, value, what)
     for name in ("dtype", "head_dtype"):
         value = kwargs.get(name)
         if value is not None and value not in DTYPES:
@@ -167,9 +175,11 @@ def normalize_engine_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Fold our conveniences into vLLM's own options.
 
     ``head_dtype`` is not an ``EngineArgs`` field: vLLM reads it from the HF config, so it goes into
-    ``hf_overrides["head_dtype"]``. A ``pooler_config`` given as a dict becomes vLLM's ``PoolerConfig``.
+    ``hf_overrides["head_dtype"]``. ``stall_timeout`` (ours too: :mod:`vllm_eval.engine.watchdog`) is left
+    out. A ``pooler_config`` given as a dict becomes vLLM's ``PoolerConfig``.
     """
     out = dict(kwargs)
+    out.pop("stall_timeout", None)  # the watchdog's (engine.watchdog), not vLLM's
     head_dtype = out.pop("head_dtype", None)
     if head_dtype is not None:
         out["hf_overrides"] = {**(out.get("hf_overrides") or {}), "head_dtype": head_dtype}

@@ -28,6 +28,7 @@ from ..utils.errors import EngineError
 from ..utils.modelinfo import ModelRef, resolve_model
 from .args import SMALL_CPU_CORES, effective_engine_kwargs, on_cpu
 from .procenv import choose_engine_core_process, modules_hidden, set_env_default
+from .watchdog import stall_timeout_of, unwatch, watch
 
 __all__ = ["EngineError", "acquire_engine", "live_engines", "release_engine", "resolve_model", "shutdown_all"]
 
@@ -61,7 +62,9 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
     with :func:`release_engine`. ``runner`` and ``convert`` pick vLLM's pooling or generation
     path, e.g. ``runner="pooling", convert="embed"``.
 
-    ``head_dtype`` and a dict ``pooler_config`` are accepted too (see :func:`normalize_engine_kwargs`).
+    ``head_dtype`` and a dict ``pooler_config`` are accepted too (see :func:`normalize_engine_kwargs`), and
+    ``stall_timeout``: seconds one engine step may take before the work stops as stalled (default
+    :data:`~vllm_eval.engine.watchdog.DEFAULT_STALL_TIMEOUT_S`, 0 never; :mod:`vllm_eval.engine.watchdog`).
 
     Raises:
         ModelNotFoundError: a model path that does not exist (see :func:`resolve_model`).
@@ -70,7 +73,8 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
     """
     global _ATEXIT
     model = model.path if isinstance(model, ModelRef) else resolve_model(model)
-    kwargs = effective_engine_kwargs(engine_kwargs)
+    kwargs = effective_engine_kwargs(engine_kwargs)  # checks stall_timeout and leaves it out
+    stall = stall_timeout_of(engine_kwargs.get("stall_timeout"))
     key = _key(model, kwargs)
     with _LOCK:
         entry = _ENGINES.get(key)
@@ -103,6 +107,7 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
         except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
             reason = " ".join(str(exc).split()) or type(exc).__name__
             raise EngineError(f"vLLM could not start an engine for {model!r}: {reason}") from exc
+        watch(llm, model, stall)
         _ENGINES[key] = _Entry(llm=llm, refs=1)
         if not _ATEXIT:
             atexit.register(shutdown_all)
@@ -139,6 +144,7 @@ def _distributed_state_kept() -> Iterator[None]:
 
 def _shutdown(llm) -> None:
     """Shut ``llm`` down (already out of the engine table); other in-process engines keep working."""
+    unwatch(llm)
     keep = _in_process(llm) and any(_in_process(entry.llm) for entry in _ENGINES.values())
     try:
         with _distributed_state_kept() if keep else contextlib.nullcontext():

@@ -38,6 +38,8 @@ from ..utils.errors import UsageError
 
 SUITES = ("offline", "synthetic")
 SUITE_BACKENDS = ("vllm", "st", "mteb-vllm")
+#: Attempts run again at once after one that stopped because its engine stalled (exit 3, engine.watchdog).
+STALL_RETRIES = 2
 
 
 @dataclass
@@ -164,7 +166,7 @@ def _command(backend: str, model: str, task_args: list[str], out: Path, dtype: s
         str(out),
         *(["--dtype", dtype] if dtype else []),
         "--engine",
-        json.dumps(engine),
+        json.dumps({k: v for k, v in engine.items() if k != "stall_timeout"}),  # ours (engine.watchdog)
     ]
 
 
@@ -245,7 +247,8 @@ def run_suite(
     ``seconds`` is the sum over its attempts. The list of backends may change between runs. ``restart``: remove the
     earlier runs in ``output_dir`` first. ``time_limit``: seconds each backend's attempt may take; one that reaches it
     is stopped (SIGTERM, then SIGKILL), recorded (``stopped="time-limit"``) and the suite stops there (the backends
-    after it are not started): running it again resumes.
+    after it are not started): running it again resumes. An attempt whose engine stalled (:mod:`vllm_eval.engine.
+    watchdog`, exit 3) is resumed at once, up to :data:`STALL_RETRIES` times.
 
     Returns:
         One record per backend asked for that has run (all of them, unless one was stopped at ``time_limit``).
@@ -304,6 +307,7 @@ def _run_backend(backend: str, run_dir: Path, cmd: list[str], time_limit: float 
     """The backend's record: read back when it finished before, else after one more attempt (when ``run``; None
     when not and it never ran)."""
     from ..engine.procenv import user_environment
+    from ..engine.watchdog import EngineStalled
     from .resume import finished, read_attempts, run_attempt
 
     attempts = read_attempts(run_dir)
@@ -316,11 +320,15 @@ def _run_backend(backend: str, run_dir: Path, cmd: list[str], time_limit: float 
         print(f"[suite] {backend}: {state}, {record.seconds:.1f} s{many}; not run again", flush=True)
         return record
     run_dir.mkdir(parents=True, exist_ok=True)
-    again = f" (attempt {attempts[-1].attempt + 1}, resuming)" if attempts else ""
-    print(f"[suite] {backend}{again}: {' '.join(cmd)}", flush=True)
     env = user_environment()  # each process makes its own settings (or, the peers, none)
-    attempt = run_attempt(cmd, run_dir, env, attempts, time_limit)
-    attempts = read_attempts(run_dir)
+    for stalls in range(STALL_RETRIES + 1):
+        again = f" (attempt {attempts[-1].attempt + 1}, resuming)" if attempts else ""
+        print(f"[suite] {backend}{again}: {' '.join(cmd)}", flush=True)
+        attempt = run_attempt(cmd, run_dir, env, attempts, time_limit)
+        attempts = read_attempts(run_dir)
+        if attempt.returncode != EngineStalled.exit_code or stalls == STALL_RETRIES:
+            break
+        print(f"[suite] {backend}: its engine stalled after {attempt.seconds:.1f} s (exit 3); resuming", flush=True)
     record = _record(backend, run_dir, attempts)
     stopped = f", stopped at --time-limit {time_limit:g} s" if attempt.stopped == "time-limit" else ""
     many = f" ({record.seconds:.1f} s over {len(attempts)} attempts)" if len(attempts) > 1 else ""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.procenv import no_process_locks
+from ..engine.watchdog import EngineStalled, install_handler
 from ..utils.errors import VllmEvalError
 from ..utils.timeline import process_start
 
@@ -98,6 +99,7 @@ def _worker(
     os.setpgrp()
     os.environ.update(env)
     no_process_locks()  # a replica ends with os._exit
+    install_handler()
     parent = os.getppid()
     llm = None
     try:
@@ -127,16 +129,7 @@ def _worker(
         return
     results.send(("ready", index, (info, {**marks, "created": process_start()}), index))
     try:
-        while (job := _next(jobs, parent)) is not None:
-            job_id, fn, payload = job
-            try:
-                results.send(("done", job_id, fn(llm, payload), index))
-            except BaseException as exc:  # a bad job must not take the replica down
-                logger.debug("job %s failed:\n%s", job_id, traceback.format_exc())
-                # Our own errors go back as themselves (they pickle), so a refusal stays a UsageError and
-                # a failed request keeps its index; anything else is named with the replica.
-                own = isinstance(exc, VllmEvalError)
-                results.send(("error", job_id, exc if own else f"replica {index}: {type(exc).__name__}: {exc}", index))
+        _serve(llm, jobs, results, parent, index)
         if engine_in_this_process():
             llm = None  # nothing outside this process to stop: its exit frees the engine at once
             logging.shutdown()
@@ -147,6 +140,24 @@ def _worker(
         # released".
         results.close()
         os._exit(0)
+
+
+def _serve(llm: Any, jobs: Any, results: Any, parent: int, index: int) -> None:
+    """Run jobs ``(job_id, fn, payload)`` on ``llm`` until told to stop, each answered on ``results``."""
+    while (job := _next(jobs, parent)) is not None:
+        job_id, fn, payload = job
+        try:
+            results.send(("done", job_id, fn(llm, payload), index))
+        except EngineStalled as exc:  # the engine hangs: this replica is lost (its pool stops what it left)
+            logger.error("replica %d: %s", index, exc)
+            logging.shutdown()
+            os._exit(EngineStalled.exit_code)
+        except BaseException as exc:  # a bad job must not take the replica down
+            logger.debug("job %s failed:\n%s", job_id, traceback.format_exc())
+            # Our own errors go back as themselves (they pickle), so a refusal stays a UsageError and
+            # a failed request keeps its index; anything else is named with the replica.
+            own = isinstance(exc, VllmEvalError)
+            results.send(("error", job_id, exc if own else f"replica {index}: {type(exc).__name__}: {exc}", index))
 
 
 def engine_in_this_process() -> bool:

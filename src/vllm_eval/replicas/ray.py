@@ -25,6 +25,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from ..engine.watchdog import EngineStalled
 from ..utils.errors import ReplicaError, UsageError, VllmEvalError
 from .jobpool import JobPool
 
@@ -100,6 +101,9 @@ class _ReplicaActor:
         """``("done", fn(llm, payload))``, or ``("error", ...)`` with our own errors as themselves."""
         try:
             return "done", fn(self.llm, payload)
+        except EngineStalled as exc:  # the engine hangs: the actor ends, and the driver counts it as lost
+            logger.error("replica %d: %s", self.index, exc)
+            os._exit(EngineStalled.exit_code)
         except BaseException as exc:  # a bad job must not take the actor down
             logger.debug("job failed:\n%s", traceback.format_exc())
             own = isinstance(exc, VllmEvalError)

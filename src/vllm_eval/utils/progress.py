@@ -79,15 +79,17 @@ def run_display(n_tasks: int, *, enabled: bool = True) -> Iterator[Callable[[str
             progress.update(_state["run"], description=f"task {index}/{n_tasks}: {name}")
         if enabled and progress is None:
             echo(f"[{index}/{n_tasks}] {name} ...")
+        ended = "stopped after"  # an error or an interrupt left the block
         try:
             yield
+            ended = "finished in"
         finally:
             counter["done"] += 1
             _state["prefix"] = ""
             if progress is not None:
                 progress.update(_state["run"], completed=counter["done"])
             elif enabled:
-                echo(f"[{index}/{n_tasks}] {name} finished in {time.perf_counter() - start:.1f} s")
+                echo(f"[{index}/{n_tasks}] {name} {ended} {time.perf_counter() - start:.1f} s")
 
     try:
         yield task
