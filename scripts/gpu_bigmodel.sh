@@ -13,6 +13,12 @@
 # load8b: the engine's start with each of $FORMATS (vLLM's --load-format; default "safetensors fastsafetensors
 # runai_streamer safetensors"), a short bench each, the page cache dropped before each where the machine lets us
 # (said in the output); $OUT/load8b.txt. The extra loaders' wheels: .devextra (carried), installed here.
+# start8b: where an 8B engine's start goes: one fresh `bench` process (64 texts of 512 tokens) per configuration of
+# $CONFIGS (default "mp mp inproc inproc-dropped inproc-nographs inproc-eager": mp = vLLM's engine-core process, inproc
+# = VLLM_ENABLE_V1_MULTIPROCESSING=0, dropped = page cache dropped first, nographs = no CUDA graphs, eager = neither
+# torch.compile nor graphs); vLLM's INFO timings of each into $OUT/start8b.txt, whole logs in $OUT/start8b-*.log.
+# vlm2b: a random Qwen2-VL-2B shape (bf16, built on the GPU) with VLM2Vec's prompts on the three digit image tasks,
+# `vllm-eval run` ours then --backend hf, each timed from command to exit; $OUT/vlm2b.txt and each run's files.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -59,5 +65,36 @@ b('$models/qwen3-reranker-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>
     tr '\r' '\n' < "$out/$name.log" | grep -E "^(backend|vllm|st|---|prefix caching|[0-9]+ queries|exit)|rror" \
       | grep -v "it/s" > "$out/$name.txt"
     cat "$out/$name.txt" ;;
+  start8b)
+    for cfg in ${CONFIGS:-mp mp inproc inproc-dropped inproc-nographs inproc-eager}; do
+      envs=(); extra=(); drop=no
+      [[ $cfg == inproc* ]] && envs=(VLLM_ENABLE_V1_MULTIPROCESSING=0)
+      [[ $cfg == *dropped* ]] && { sync; (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null && drop=yes || drop=refused; }
+      [[ $cfg == *nographs* ]] && extra=(--compilation-config '{"cudagraph_mode": "NONE"}')
+      [[ $cfg == *eager* ]] && extra=(--enforce-eager)
+      n=$(ls "$out"/start8b-*.log 2>/dev/null | wc -l); log="$out/start8b-$n-$cfg.log"; start=$(date +%s.%N)
+      env "${envs[@]}" timeout -k 10 "${LIMIT:-150}" python3 -m vllm_eval.cli -v bench --model "$models/qwen3-8b" \
+        --dtypes bfloat16 --backends vllm --lengths fixed:512 --n-texts 64 --batch-sizes 64 --max-model-len 8192 \
+        "${extra[@]}" --output-dir "/root/work/start8b-$n" > "$log" 2>&1
+      rc=$?
+      { echo "== $cfg: exit $rc, page cache dropped: $drop, wall $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s, $(tr '\r' '\n' < "$log" | grep -o "ready in [0-9.]* s" | head -1)"
+        tr '\r' '\n' < "$log" | grep -E "starting a vLLM engine|Initializing a V1|Loading weights took|Model loading took|torch.compile|Dynamo bytecode|Compil|Graph capturing|init engine|KV cache|tok/s|rror" \
+          | grep -v "it/s\]" | cut -c1-220 | sed 's/^/   /' | head -30; } | tee -a "$out/start8b.txt"
+    done ;;
+  vlm2b)
+    model=$models/q2vl-2b; tasks=(DigitsZeroShot DigitsImageClassification DigitsTextToImageRetrieval)
+    python3 -c "from vllm_eval.testing import build_tiny_qwen2_vl as b; b('$model', shape='qwen2-vl-2b')" 2>&1 | tail -2
+    for backend in vllm hf; do
+      start=$(date +%s.%N)
+      timeout -k 10 "${LIMIT:-280}" python3 -m vllm_eval.cli run --model "$model" --preset vlm2vec-qwen2vl \
+        --backend $backend --tasks "${tasks[@]}" --dtype bfloat16 --output-dir "$out/vlm2b-$backend" --no-progress \
+        --no-cache > "$out/vlm2b-$backend.log" 2>&1
+      rc=$?
+      echo "$backend: exit $rc, command to exit $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s" | tee -a "$out/vlm2b.txt"
+      python3 -c "
+import json; s = json.load(open('$out/vlm2b-$backend/summary.json'))
+print('  ', {r['task']: round(r['main_score'], 6) for r in s['scores']}, 'engine/model', s.get('engine_start_seconds'))" \
+        2>&1 | tail -1 | tee -a "$out/vlm2b.txt"
+    done ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac
