@@ -317,3 +317,26 @@ def test_pipelined_refusal_leaves_nothing_in_the_engine(vllm_encoder):
         future.result()
     assert not vllm_encoder.llm.llm_engine.has_unfinished_requests()
     assert vllm_encoder.encode_texts(TEXTS).shape == (3, 384)
+
+
+def test_a_big_pooling_model_on_a_gpu_runs_its_engine_core_in_this_process(tmp_path):
+    """The rule, read off the safetensors headers only (a header that claims 4.3 B parameters, no tensor data)."""
+    import json
+    import struct
+
+    from vllm_eval.engine.procenv import GPU_IN_PROCESS_MIN_PARAMS, big_pooling_model
+
+    def model(name: str, shape: list[int]) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        header = json.dumps({"w": {"dtype": "BF16", "shape": shape, "data_offsets": [0, 2 * shape[0] * shape[1]]}})
+        (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode())
+        return str(folder)
+
+    big, small = model("big", [65536, 65536]), model("small", [1024, 1024])
+    assert 65536 * 65536 >= GPU_IN_PROCESS_MIN_PARAMS
+    assert big_pooling_model(big, {"runner": "pooling"})
+    assert not big_pooling_model(small, {"runner": "pooling"})
+    assert not big_pooling_model(big, {"runner": "generate"})  # decoding: vLLM's core process overlaps host work
+    assert not big_pooling_model(big, {"runner": "pooling", "tensor_parallel_size": 2})
+    assert not big_pooling_model("org/hub-id", {"runner": "pooling"})

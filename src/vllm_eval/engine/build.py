@@ -28,7 +28,7 @@ from typing import Any
 from ..utils.errors import EngineError
 from ..utils.modelinfo import ModelRef, resolve_model
 from .args import SMALL_CPU_CORES, effective_engine_kwargs, on_cpu
-from .procenv import choose_engine_core_process, modules_hidden, set_env_default
+from .procenv import big_pooling_model, choose_engine_core_process, modules_hidden, set_env_default
 from .watchdog import stall_timeout_of, unwatch, watch
 
 __all__ = ["EngineError", "acquire_engine", "live_engines", "release_engine", "resolve_model", "shutdown_all"]
@@ -93,7 +93,9 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
                 # 2-core machine that is half the machine. The scheduler is idle while a pooling batch
                 # runs, so compute on every core (measured here: 3,791 -> 6,971 tok/s, MiniLM fp32).
                 set_env_default("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-        elif kwargs.get("runner") == "generate":
+        else:
+            hide = choose_engine_core_process(in_process=big_pooling_model(model, kwargs))
+        if not on_cpu() and kwargs.get("runner") == "generate":
             # FlashInfer's top-k/top-p sampler is compiled with nvcc while the engine warms up, on every machine
             # without its kernel cache: a tiny Qwen2-VL's engine took 93.4 s to warm up with it on an H100,
             # 7.2 s without, same scores (greedy decoding and prompt log-probabilities do not sample).

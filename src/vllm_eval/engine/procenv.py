@@ -61,14 +61,23 @@ def modules_breaking_kernel_scan() -> list[str]:
     return found
 
 
-def choose_engine_core_process() -> list[str]:
-    """CPU build: run vLLM's engine core in this process unless the user chose (``VLLM_ENABLE_V1_MULTIPROCESSING``).
+#: On a GPU, a pooling engine of a model with at least this many parameters runs its core in this process: an 8B
+#: embedder (Qwen3-Embedding-8B's shape, one H200) was ready after 46.1 s in process against 62.3 s with vLLM's
+#: engine-core process (which imports torch and vLLM again), and embedded as fast (40,672 / 40,338 tok/s on fixed
+#: 512 / mixed 16-2000 against 41,083 / 40,006; docs/bench/h200-start8b). A small model keeps the core process:
+#: our pipeline overlaps its host work with the core's (BERT-base on an H100: docs/bench/h100-pipeline).
+GPU_IN_PROCESS_MIN_PARAMS = 4_000_000_000
 
-    In-process, MiniLM's engine started in 6.7 s instead of 22.2 s on 2 cores (no second process
-    re-importing vLLM and torch) and embedded as fast (13,871 vs 12,607 tok/s, fixed 130 tokens).
-    Loaded modules that would break vLLM's in-process start (:func:`modules_breaking_kernel_scan`)
-    are returned when they may be hidden while the engine starts (:data:`_HIDEABLE_PREFIXES`);
-    any other gives this engine its own process, as vLLM's default.
+
+def choose_engine_core_process(in_process: bool = True) -> list[str]:
+    """Run vLLM's engine core in this process (``in_process``; else in its own, vLLM's default) unless the user
+    chose (``VLLM_ENABLE_V1_MULTIPROCESSING``).
+
+    CPU build: in process always. MiniLM's engine started in 6.7 s instead of 22.2 s on 2 cores (no second process
+    re-importing vLLM and torch) and embedded as fast (13,871 vs 12,607 tok/s, fixed 130 tokens). GPU: for big
+    pooling models (:data:`GPU_IN_PROCESS_MIN_PARAMS`). Loaded modules that would break vLLM's in-process start
+    (:func:`modules_breaking_kernel_scan`) are returned when they may be hidden while the engine starts
+    (:data:`_HIDEABLE_PREFIXES`); any other gives this engine its own process, as vLLM's default.
 
     Returns:
         Names of the modules to leave out of ``sys.modules`` while the engine starts.
@@ -76,14 +85,30 @@ def choose_engine_core_process() -> list[str]:
     name = "VLLM_ENABLE_V1_MULTIPROCESSING"
     if name in os.environ and name not in ENV_SET_HERE:
         return []
-    culprits = modules_breaking_kernel_scan()
+    culprits = modules_breaking_kernel_scan() if in_process else []
     other = [m for m in culprits if not m.startswith(_HIDEABLE_PREFIXES)]
     if other:
         logger.debug("engine core in its own process: module %s would break vLLM's in-process start", other[0])
-    os.environ[name] = "1" if other else "0"
+    here = in_process and not other
+    os.environ[name] = "0" if here else "1"
     ENV_SET_HERE.add(name)
     reread_vllm_env()
-    return [] if other else culprits
+    return culprits if here else []
+
+
+def big_pooling_model(model: str, engine_kwargs: dict) -> bool:
+    """Whether ``model`` (a local folder) is a pooling model of at least :data:`GPU_IN_PROCESS_MIN_PARAMS`
+    parameters (its safetensors headers) on one GPU (no tensor or pipeline parallelism)."""
+    from pathlib import Path
+
+    from ..utils.modelinfo import safetensors_stats
+
+    if engine_kwargs.get("runner") != "pooling" or not Path(model).is_dir():
+        return False
+    if (engine_kwargs.get("tensor_parallel_size") or 1) > 1 or (engine_kwargs.get("pipeline_parallel_size") or 1) > 1:
+        return False
+    n_params, _ = safetensors_stats(Path(model))
+    return (n_params or 0) >= GPU_IN_PROCESS_MIN_PARAMS
 
 
 @contextmanager
