@@ -359,7 +359,8 @@ def build_random_embedding_model(
     tokenizer is copied from ``tokenizer_dir``. The weights are drawn on the GPU when torch sees one (an 8B
     shape is 30 GB in float32 while drawn: minutes on a CPU). sentence-transformers modules (pooling as the
     real model's: mean for BERT, last token for Qwen3-Embedding; then Normalize) are written so both
-    sentence-transformers and vLLM pool the same way. For benchmarks: the outputs mean nothing.
+    sentence-transformers and vLLM pool the same way; a Qwen3 shape's ``config.json`` names ``Qwen3ForCausalLM``,
+    as Qwen3-Embedding's does. For benchmarks: the outputs mean nothing.
 
     Returns:
         The model directory.
@@ -380,6 +381,13 @@ def build_random_embedding_model(
         model = _random_model(Qwen3Model, _qwen3_config(spec, tokenizer, tie_word_embeddings=True), dtype, seed)
         max_len = 8192
     model.save_pretrained(out, safe_serialization=True)
+    if arch != "bert":
+        # "Qwen3ForCausalLM", as Qwen3-Embedding's config.json says (its weights are Qwen3Model's): vLLM resolves it to
+        # its own Qwen3 and converts that to an embedder. With "Qwen3Model" (what save_pretrained writes) vLLM 0.26
+        # inspected the model class in a subprocess at every start: ~20 s of an 8B engine's 46 s on an H200
+        # (docs/bench/h200-start8b).
+        config_json = json.loads((out / "config.json").read_text())
+        (out / "config.json").write_text(json.dumps({**config_json, "architectures": ["Qwen3ForCausalLM"]}, indent=2))
     tokenizer.save_pretrained(out)
     dim = spec["hidden_size"]
     (out / "1_Pooling").mkdir(exist_ok=True)
