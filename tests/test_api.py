@@ -1,10 +1,9 @@
-"""The library API: ``vllm_eval.evaluate`` writes what ``vllm-eval run`` writes, resumes after a kill, and refuses
-bad input with the command's one-line errors before anything loads."""
+"""The library API: ``vllm_eval.evaluate`` writes what ``vllm-eval run`` writes, resumes after its engine stalled,
+and refuses bad input with the command's one-line errors before anything loads."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -18,16 +17,22 @@ from vllm_eval.testing import offline_env
 from vllm_eval.utils.errors import OptionError, UnknownNameError, UsageError
 
 TASKS = ["WordSim353", "TwentyNewsgroupsMini"]
-#: Run text of the Python API, as a user would write it (spawned processes need the ``__main__`` guard).
+#: Run text of the Python API, as a user would write it (spawned processes need the ``__main__`` guard); a stalled
+#: engine ends it with the error's exit code.
 SCRIPT = """
 import sys
 import vllm_eval
+from vllm_eval.utils.errors import EngineError
 
 if __name__ == "__main__":
-    vllm_eval.evaluate(
-        tasks="WordSim353, TwentyNewsgroupsMini", output_dir=sys.argv[1], cache_dir=sys.argv[2], chunk_size=16,
-        show_progress=False,
-    )
+    try:
+        vllm_eval.evaluate(
+            tasks="WordSim353, TwentyNewsgroupsMini", output_dir=sys.argv[1], cache_dir=sys.argv[2], chunk_size=16,
+            show_progress=False, stall_timeout=3,
+        )
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
 """
 
 
@@ -71,31 +76,45 @@ def test_evaluate_writes_what_run_writes(cli_in_process, vllm_encoder, tmp_path)
 
 
 @pytest.mark.slow
-def test_evaluate_resumes_after_a_kill(vllm_encoder, tmp_path):  # vllm_encoder: the engine
-    # A user's script, killed (-9) once its first task is written; the same call then resumes in this process
-    # (the session's engine), and an uninterrupted call is the reference.
+def test_evaluate_stopped_by_a_stalled_engine_resumes(vllm_encoder, tmp_path):  # vllm_encoder: the engine
+    # A user's script whose engine hangs for real mid-task (its engine-core processes stopped with SIGSTOP once chunks
+    # of the second task are cached): the watchdog stops it (EngineStalled, exit 3), the engine processes are gone, the
+    # first task's result and the cached chunks are kept, and the same call resumes in this process (the session's
+    # engine); an uninterrupted call is the reference.
+    import psutil
+
     out, cache = tmp_path / "run", tmp_path / "cache"
     proc = subprocess.Popen(
         [sys.executable, "-c", SCRIPT, str(out), str(cache)],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=offline_env(),
-        start_new_session=True,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**offline_env(), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},  # the core in processes of its own, to stop
     )
+    first_task = None
     deadline = time.time() + 300
-    try:
-        while time.time() < deadline and proc.poll() is None and not (out / "summary.json").is_file():
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # kill -9, engine processes included
-        proc.wait()
+    while time.time() < deadline and proc.poll() is None:
+        if first_task is None and (out / "summary.json").is_file():
+            first_task = _entries(cache)
+        if first_task is not None and _entries(cache) >= first_task + 32:
+            break  # two chunks of the second task are committed
+        time.sleep(0.05)
+    engine = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name().startswith("VLLM::")]
+    for p in engine:
+        p.send_signal(signal.SIGSTOP)
+    _, err = proc.communicate(timeout=120)
+    _, alive = psutil.wait_procs(engine, timeout=15)
+    assert first_task is not None and engine, "the run finished or failed before it could be stopped"
+    assert proc.returncode == 3 and "made no progress for" in err and "--stall-timeout 3" in err, err[-2000:]
+    assert not alive
     first = json.loads((out / "summary.json").read_text())["scores"]
-    assert len(first) == 1, "the run finished or stalled before it could be interrupted"
+    assert [s["task"] for s in first] == TASKS[:1]
     stored = _entries(cache)
     resumed = vllm_eval.evaluate(tasks=TASKS, output_dir=out, cache_dir=cache, chunk_size=16, show_progress=False)
     status = {r.task: r.status for r in resumed.rows}
-    print(f"\nkilled after {[s['task'] for s in first]} ({stored} outputs cached); resumed: {status}")
+    print(f"\nstalled after {[s['task'] for s in first]} ({stored} outputs cached); resumed: {status}")
     assert status == {TASKS[0]: "reused", TASKS[1]: "computed"}
+    assert resumed.rows[1].cache_hits >= 32  # the chunks committed before the stall
     reference = vllm_eval.evaluate(tasks=TASKS, output_dir=tmp_path / "ref", no_cache=True, show_progress=False).scores
     rows = _scores(json.loads((out / "summary.json").read_text()))
     assert list(rows) == TASKS and rows == resumed.scores

@@ -1,5 +1,5 @@
-"""Interrupted runs: kill -9 mid-task then rerun, SIGTERM shuts down cleanly, a stalled engine stops the run;
-benchmarks and failed tasks."""
+"""Interrupted runs: kill -9 mid-task then rerun, SIGTERM shuts down cleanly, a stalled engine ends the command with
+exit 3; benchmarks and failed tasks."""
 
 from __future__ import annotations
 
@@ -127,37 +127,21 @@ def test_sigterm_shuts_engines_down_keeps_results_and_exits_143(tmp_path):
     assert next(out.rglob(f"{TASKS[0]}.json")).is_file()
 
 
-@pytest.mark.slow
-def test_a_stalled_engine_stops_the_run_keeps_results_and_exits_3(tmp_path):
-    # A hung engine core, for real: its processes are stopped (SIGSTOP) while the second task encodes.
-    import psutil
+def test_a_stalled_engine_ends_the_command_with_exit_3_and_one_line(cli_in_process, monkeypatch):
+    # The stall itself, with a real engine whose core is stopped, is in test_api.py (the library call under it).
+    from vllm_eval.engine.watchdog import EngineStalled
+    from vllm_eval.models import vllm_backend
 
-    out = tmp_path / "run"
-    cmd = cli_command("run", "--tasks", *TASKS, "--chunk-size", "16", "--output-dir", str(out), "--no-cache")
-    proc = subprocess.Popen(
-        [*cmd, "--stall-timeout", "3"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**offline_env(), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
-    )
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and not (out / "summary.json").is_file():
-        time.sleep(0.05)
-    engine = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name().startswith("VLLM::")]
-    assert engine, "no engine processes were started"
-    for p in engine:
-        p.send_signal(signal.SIGSTOP)
-    start = time.perf_counter()
-    _, err = proc.communicate(timeout=120)
-    stop_s = time.perf_counter() - start
-    gone, alive = psutil.wait_procs(engine, timeout=15)
-    print(f"\nstalled engine: exit {proc.returncode} {stop_s:.1f} s after SIGSTOP; {len(alive)} engine processes left")
-    assert proc.returncode == 3, err[-2000:]
-    assert not alive
-    assert "made no progress for" in err and "--stall-timeout 3" in err and "Traceback" not in err
-    assert f"{TASKS[1]} stopped after" in err and f"{TASKS[1]} finished in" not in err
-    assert [s["task"] for s in _summary(out)["scores"]] == [TASKS[0]]  # the finished task stays recorded, only it
+    def stalled(*args, **kwargs):
+        raise EngineStalled("the vLLM engine for m made no progress for 4 s (one engine step; --stall-timeout 3)")
+
+    monkeypatch.setattr(vllm_backend, "acquire_engine", stalled)
+    code, err = cli_in_process("run", "--tasks", "WordSim353", "--no-cache", "--no-progress")
+    assert (
+        code == 3
+        and err
+        == "vllm-eval: error: the vLLM engine for m made no progress for 4 s (one engine step; --stall-timeout 3)\n"
+    ), err
 
 
 def test_benchmark_lists_its_tasks_offline():
