@@ -97,17 +97,19 @@ def choose_engine_core_process(in_process: bool = True) -> list[str]:
 
 
 def big_pooling_model(model: str, engine_kwargs: dict) -> bool:
-    """Whether ``model`` (a local folder) is a pooling model of at least :data:`GPU_IN_PROCESS_MIN_PARAMS`
-    parameters (its safetensors headers) on one GPU (no tensor or pipeline parallelism)."""
-    from pathlib import Path
+    """Whether ``model`` (a local folder, or a hub id whose snapshot is cached here) is a pooling model of at least
+    :data:`GPU_IN_PROCESS_MIN_PARAMS` parameters (its safetensors headers) on one GPU (no tensor or pipeline
+    parallelism)."""
+    from ..utils.modelinfo import local_snapshot, safetensors_stats
 
-    from ..utils.modelinfo import safetensors_stats
-
-    if engine_kwargs.get("runner") != "pooling" or not Path(model).is_dir():
+    if engine_kwargs.get("runner") != "pooling":
         return False
     if (engine_kwargs.get("tensor_parallel_size") or 1) > 1 or (engine_kwargs.get("pipeline_parallel_size") or 1) > 1:
         return False
-    n_params, _ = safetensors_stats(Path(model))
+    folder = local_snapshot(model, engine_kwargs.get("revision"))
+    if folder is None:
+        return False
+    n_params, _ = safetensors_stats(folder)
     return (n_params or 0) >= GPU_IN_PROCESS_MIN_PARAMS
 
 
