@@ -99,12 +99,13 @@ def test_evaluate_stopped_by_a_stalled_engine_resumes(vllm_encoder, tmp_path):  
         if first_task is not None and _entries(cache) >= first_task + 32:
             break  # two chunks of the second task are committed
         time.sleep(0.05)
+    assert proc.poll() is None and first_task is not None, "the run ended before it could be stopped"
     engine = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name().startswith("VLLM::")]
     for p in engine:
         p.send_signal(signal.SIGSTOP)
     _, err = proc.communicate(timeout=120)
     _, alive = psutil.wait_procs(engine, timeout=15)
-    assert first_task is not None and engine, "the run finished or failed before it could be stopped"
+    assert engine, "no engine processes were started"
     assert proc.returncode == 3 and "made no progress for" in err and "--stall-timeout 3" in err, err[-2000:]
     assert not alive
     first = json.loads((out / "summary.json").read_text())["scores"]

@@ -326,9 +326,10 @@ def test_a_big_pooling_model_on_a_gpu_runs_its_engine_core_in_this_process(tmp_p
 
     from vllm_eval.engine.procenv import GPU_IN_PROCESS_MIN_PARAMS, big_pooling_model
 
-    def model(name: str, shape: list[int]) -> str:
+    def model(name: str, shape: list[int], config: dict | None = None) -> str:
         folder = tmp_path / name
         folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config or {"architectures": ["Qwen3ForCausalLM"]}))
         header = json.dumps({"w": {"dtype": "BF16", "shape": shape, "data_offsets": [0, 2 * shape[0] * shape[1]]}})
         (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode())
         return str(folder)
@@ -340,3 +341,5 @@ def test_a_big_pooling_model_on_a_gpu_runs_its_engine_core_in_this_process(tmp_p
     assert not big_pooling_model(big, {"runner": "generate"})  # decoding: vLLM's core process overlaps host work
     assert not big_pooling_model(big, {"runner": "pooling", "tensor_parallel_size": 2})
     assert not big_pooling_model("org/hub-id", {"runner": "pooling"})
+    vlm = model("vlm", [65536, 65536], {"architectures": ["Qwen2VLForConditionalGeneration"], "vision_config": {}})
+    assert not big_pooling_model(vlm, {"runner": "pooling"})  # measured on text only

@@ -65,7 +65,8 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
 
     ``head_dtype`` and a dict ``pooler_config`` are accepted too (see :func:`normalize_engine_kwargs`), and
     ``stall_timeout``: seconds one engine step may take before the work stops as stalled (default
-    :data:`~vllm_eval.engine.watchdog.DEFAULT_STALL_TIMEOUT_S`, 0 never; :mod:`vllm_eval.engine.watchdog`).
+    :data:`~vllm_eval.engine.watchdog.DEFAULT_STALL_TIMEOUT_S`, 0 never; :mod:`vllm_eval.engine.watchdog`); an engine
+    shared by later callers keeps its first caller's.
 
     Raises:
         ModelNotFoundError: a model path that does not exist (see :func:`resolve_model`).
@@ -113,7 +114,10 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
         watch(llm, model, stall)
         _ENGINES[key] = _Entry(llm=llm, refs=1)
         if not _ATEXIT:
-            atexit.register(_at_exit)
+            # Last (atexit runs in reverse): a heap left frozen (:func:`_collect`) is freed by the interpreter's exit,
+            # not reported as leaked native objects.
+            atexit.register(gc.unfreeze)
+            atexit.register(shutdown_all)
             _ATEXIT = True
         return llm
 
@@ -149,9 +153,10 @@ def _distributed_state_kept() -> Iterator[None]:
 def _collections_deferred() -> Iterator[None]:
     """Inside the block, ``gc.collect()`` does nothing: the caller collects once afterwards (:func:`_collect`).
 
-    An in-process engine core's shutdown unfreezes the heap and then collects twice (its model runner's cleanup,
-    ``cleanup_dist_env_and_memory``), each a walk over every object of the process (0.5 s each with MiniLM's CPU
-    engine and mteb loaded); one collection afterwards frees the same.
+    An in-process engine core's shutdown unfreezes the heap (vLLM's ``EngineCore`` freezes it when it starts) and
+    then collects twice (its model runner's cleanup, ``cleanup_dist_env_and_memory``), each a walk over every object
+    of the process: 0.5 s each with MiniLM's CPU engine and mteb loaded (~1.0 M objects), more in a bigger process.
+    One collection afterwards (:func:`_collect`) frees the same.
     """
     collect = gc.collect
     gc.collect = lambda *args, **kwargs: 0
@@ -196,27 +201,26 @@ def shutdown_all() -> None:
     with _LOCK:
         entries = list(_ENGINES.values())
         _ENGINES.clear()
-    frozen = gc.get_freeze_count() > 0
     for entry in entries:
         _shutdown(entry.llm)
-    _collect(refreeze=frozen)
-
-
-def _at_exit() -> None:
-    shutdown_all()
-    gc.unfreeze()  # the interpreter's finalization frees the heap (frozen, native objects are reported as leaked)
+    _collect(refreeze=False)
 
 
 def _collect(refreeze: bool) -> None:
-    """Collect what shut-down engines left; then, where an in-process engine core had frozen this process's heap
-    (vLLM's ``EngineCore`` calls ``gc.freeze()`` when it starts and ``gc.unfreeze()`` when it shuts down), freeze it
-    again. Unfrozen, every full collection walks every object of the process: 0.51 s against 0.00 s frozen, with
-    MiniLM's CPU engine and mteb loaded (~1.0 M objects), more in a bigger process; vLLM's next engine start makes one,
-    so do Python's own collections, and a test session that closed engines spent seconds on each. GPU memory the
-    collection freed goes back to the device (vLLM's own ``empty_cache`` ran before it)."""
+    """Collect what shut-down engines left (the one collection :func:`_collections_deferred` leaves); give the GPU
+    memory it freed back to the device (vLLM's own ``empty_cache`` ran before it); and, in a process that uses no
+    GPU, freeze the heap again if ``refreeze`` (an in-process engine core had frozen it: vLLM's ``EngineCore``
+    calls ``gc.freeze()`` when it starts and ``gc.unfreeze()`` when it shuts down).
+
+    Why freeze: unfrozen, every full collection walks every object of the process, 0.51 s against 0.00 s frozen
+    with MiniLM's CPU engine and mteb loaded (~1.0 M objects), more in a bigger process, and vLLM's next engine start
+    makes one. Six engine-heavy test modules took 222.5 s as vLLM leaves it, 211.0 s with the one collection, 186.6 s
+    with the heap frozen again. The cost: what the released engine's caller still holds (the ``LLM`` object, its
+    tokenizer; vLLM has dropped the KV cache) and drops later is freed at the next engine shutdown that unfreezes, or
+    at exit, not at once. Never with a GPU in use: there that would be device memory the next engine needs."""
     gc.collect()
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
-    if refreeze:
+    elif refreeze:
         gc.freeze()

@@ -8,6 +8,7 @@ per engine, whether its core may run in this process.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -97,8 +98,8 @@ def choose_engine_core_process(in_process: bool = True) -> list[str]:
 
 
 def big_pooling_model(model: str, engine_kwargs: dict) -> bool:
-    """Whether ``model`` (a local folder, or a hub id whose snapshot is cached here) is a pooling model of at least
-    :data:`GPU_IN_PROCESS_MIN_PARAMS` parameters (its safetensors headers) on one GPU (no tensor or pipeline
+    """Whether ``model`` (a local folder, or a hub id whose snapshot is cached here) is a text-only pooling model of
+    at least :data:`GPU_IN_PROCESS_MIN_PARAMS` parameters (its safetensors headers) on one GPU (no tensor or pipeline
     parallelism)."""
     from ..utils.modelinfo import local_snapshot, safetensors_stats
 
@@ -107,8 +108,11 @@ def big_pooling_model(model: str, engine_kwargs: dict) -> bool:
     if (engine_kwargs.get("tensor_parallel_size") or 1) > 1 or (engine_kwargs.get("pipeline_parallel_size") or 1) > 1:
         return False
     folder = local_snapshot(model, engine_kwargs.get("revision"))
-    if folder is None:
+    if folder is None or not (folder / "config.json").is_file():
         return False
+    config = json.loads((folder / "config.json").read_text())
+    if any(key in config for key in ("vision_config", "audio_config")):
+        return False  # measured on text: a multimodal model's preprocessing overlaps the core's work in vLLM's process
     n_params, _ = safetensors_stats(folder)
     return (n_params or 0) >= GPU_IN_PROCESS_MIN_PARAMS
 

@@ -13,8 +13,13 @@ timeout:
   :data:`STALL_SIGNAL` makes the blocked call raise :class:`EngineStalled` there, so the command unwinds as for
   Ctrl-C (engines shut down, finished tasks and ``summary.json`` kept, exit :data:`EngineStalled.exit_code`) and a
   replica process exits with that code, which its pool counts as a lost replica;
-* where no handler could be installed, or when the signal did not end the process within :data:`GRACE_S` (a main
-  thread stuck inside a native call): the process exits at once with that code.
+* where no handler could be installed, or when the stalled step is still stuck :data:`GRACE_S` after the signal (a
+  main thread inside a native call, as an engine core in this process can be: the CPU build, and big pooling
+  models on a GPU): the process exits at once with that code; finished tasks and the ``summary.json`` written
+  after each are kept, the engine is not shut down first.
+
+Once the stalled step has returned (the exception went through it) or its engine is shut down, the watchdog goes
+on watching: a library caller that catches :class:`EngineStalled` keeps its process.
 
 ``LLM.encode``, ``LLM.score``, ``LLM.chat`` and :mod:`vllm_eval.engine.pipeline` all step through
 ``llm_engine.step`` (vLLM 0.26.0 and 0.32.0), so one wrapper sees them all.
@@ -115,9 +120,13 @@ def watch(llm: Any, model: str, timeout: float | None) -> None:
 
 
 def unwatch(llm: Any) -> None:
-    """Stop watching ``llm`` (before its shutdown, which may block longer than a step)."""
+    """Stop watching ``llm`` (before its shutdown, which may block longer than a step); its ``step`` is vLLM's own
+    again (the wrapper holds the engine, a cycle only a full collection would free)."""
     with _LOCK:
         _WATCHED.pop(llm, None)
+    engine = getattr(llm, "llm_engine", None)
+    if engine is not None and "step" in vars(engine):
+        del engine.step
 
 
 def install_handler() -> None:
@@ -133,31 +142,43 @@ def install_handler() -> None:
 
 
 def _raise_stalled(signum: int, frame: Any) -> None:
-    raise EngineStalled(stalled() or "an engine step stalled")
+    if _STALLED:  # a SIGUSR2 of someone else's (a batch scheduler's warning) is not a stall
+        raise EngineStalled(_STALLED[0])
 
 
 def _check() -> None:
     while True:
-        with _LOCK:
+        with _LOCK:  # the entries only: holding an engine here would keep it from being freed at its release
             entries = list(_WATCHED.values())
         now = time.monotonic()
-        late = [e for e in entries if e.since is not None and now - e.since > e.timeout]
-        if late:
-            _stop(late[0], now - late[0].since)  # type: ignore[operator]
-            return
+        for entry in entries:
+            since = entry.since  # read once: the step may end meanwhile
+            if since is not None and now - since > entry.timeout:
+                _stop(entry, now - since)
+                break
         time.sleep(min([1.0, *(e.timeout / 4 for e in entries)]))
 
 
 def _stop(entry: _Watch, age: float) -> None:
-    """Record the stall and end this process's work: the signal first, then the hard exit."""
+    """Record the stall and end the work: the signal first (the main thread raises :class:`EngineStalled`); once
+    the stalled step has returned or its engine is shut down, the work was stopped and this process goes on. A
+    step still stuck :data:`GRACE_S` later (a main thread inside native code, where no handler runs), or no
+    handler at all: the process exits at once with :attr:`EngineStalled.exit_code`."""
     _STALLED[:] = [
         f"the vLLM engine for {entry.model} made no progress for {age:.0f} s (one engine step; --stall-timeout "
         f"{entry.timeout:g}): stopped; finished tasks and cached outputs are kept, the same command resumes"
     ]
-    if _HANDLER[0]:  # the main thread raises EngineStalled, which says why
+    if _HANDLER[0]:
         os.kill(os.getpid(), STALL_SIGNAL)
-        time.sleep(GRACE_S)
-        logger.error("still running %.0f s after the engine stalled: exiting", GRACE_S)
+        deadline = time.monotonic() + GRACE_S
+        while time.monotonic() < deadline:
+            with _LOCK:
+                watched = any(e is entry for e in _WATCHED.values())
+            if entry.since is None or not watched:
+                _STALLED.clear()
+                return
+            time.sleep(0.2)
+        logger.error("still stalled %.0f s after the stop was signalled: exiting", GRACE_S)
     logger.error("%s", _STALLED[0])
     sys.stderr.flush()
     os._exit(EngineStalled.exit_code)

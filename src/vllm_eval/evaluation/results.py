@@ -313,8 +313,10 @@ def _one_task(
         timeline.current().task = name
         with timeline.phase("task", task=name):
             return run_one(task)
-    except Exception as exc:  # a task's own failure; bugs and interrupts still stop the run
-        if not continue_on_error or isinstance(exc, (TypeError, AttributeError, NameError)):
+    except Exception as exc:  # a task's own failure; bugs, interrupts and a stalled engine still stop the run
+        from ..engine.watchdog import EngineStalled
+
+        if not continue_on_error or isinstance(exc, (TypeError, AttributeError, NameError, EngineStalled)):
             raise
         reason = " ".join(str(exc).split()) or type(exc).__name__
         logger.warning("%s failed, the run goes on (--continue-on-error): %s", name, reason)

@@ -330,8 +330,10 @@ def _engine_core_in_process(tensor_parallel_size: int) -> dict[str, str]:
     of 59.4 s, encoding 24.3 s instead of 26.7 s, 95.8 s instead of 121.4 s from process start to
     results (docs/bench/h100-time-to-result).
     """
-    if ENGINE_CORE_PROCESS in os.environ or tensor_parallel_size != 1:
-        return {}
+    from ..engine.procenv import ENV_SET_HERE
+
+    if (ENGINE_CORE_PROCESS in os.environ and ENGINE_CORE_PROCESS not in ENV_SET_HERE) or tensor_parallel_size != 1:
+        return {}  # the user's choice (ours, for an engine of this process, is not the replicas')
     return {ENGINE_CORE_PROCESS: "0"}
 
 

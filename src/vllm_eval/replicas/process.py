@@ -143,21 +143,26 @@ def _worker(
 
 
 def _serve(llm: Any, jobs: Any, results: Any, parent: int, index: int) -> None:
-    """Run jobs ``(job_id, fn, payload)`` on ``llm`` until told to stop, each answered on ``results``."""
-    while (job := _next(jobs, parent)) is not None:
-        job_id, fn, payload = job
-        try:
-            results.send(("done", job_id, fn(llm, payload), index))
-        except EngineStalled as exc:  # the engine hangs: this replica is lost (its pool stops what it left)
-            logger.error("replica %d: %s", index, exc)
-            logging.shutdown()
-            os._exit(EngineStalled.exit_code)
-        except BaseException as exc:  # a bad job must not take the replica down
-            logger.debug("job %s failed:\n%s", job_id, traceback.format_exc())
-            # Our own errors go back as themselves (they pickle), so a refusal stays a UsageError and
-            # a failed request keeps its index; anything else is named with the replica.
-            own = isinstance(exc, VllmEvalError)
-            results.send(("error", job_id, exc if own else f"replica {index}: {type(exc).__name__}: {exc}", index))
+    """Run jobs ``(job_id, fn, payload)`` on ``llm`` until told to stop, each answered on ``results``; a stalled engine
+    (:class:`EngineStalled`, wherever this process was when it came) ends the process with its exit code: the
+    replica is lost and its pool stops what it left behind."""
+    try:
+        while (job := _next(jobs, parent)) is not None:
+            job_id, fn, payload = job
+            try:
+                results.send(("done", job_id, fn(llm, payload), index))
+            except EngineStalled:
+                raise
+            except BaseException as exc:  # a bad job must not take the replica down
+                logger.debug("job %s failed:\n%s", job_id, traceback.format_exc())
+                # Our own errors go back as themselves (they pickle), so a refusal stays a UsageError and
+                # a failed request keeps its index; anything else is named with the replica.
+                own = isinstance(exc, VllmEvalError)
+                results.send(("error", job_id, exc if own else f"replica {index}: {type(exc).__name__}: {exc}", index))
+    except EngineStalled as exc:
+        logger.error("replica %d: %s", index, exc)
+        logging.shutdown()
+        os._exit(EngineStalled.exit_code)
 
 
 def engine_in_this_process() -> bool:
