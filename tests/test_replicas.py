@@ -32,8 +32,14 @@ def test_gpu_replicas_run_their_engine_core_in_process_unless_told(monkeypatch):
     assert {p.env["VLLM_ENABLE_V1_MULTIPROCESSING"] for p in ps} == {"0"}
     spanning = plan_replicas(2, tensor_parallel_size=2, cpu=False, devices=list("0123"))
     assert all("VLLM_ENABLE_V1_MULTIPROCESSING" not in p.env for p in spanning)  # not measured: vLLM's default
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the user's choice stands
-    assert all("VLLM_ENABLE_V1_MULTIPROCESSING" not in p.env for p in plan_replicas(2, cpu=False, devices=["0", "1"]))
+    from vllm_eval.engine import procenv
+
+    name = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    monkeypatch.setenv(name, "1")  # set by an engine of this process (a small model's): not the replicas' choice
+    monkeypatch.setattr(procenv, "ENV_SET_HERE", procenv.ENV_SET_HERE | {name})
+    assert {p.env[name] for p in plan_replicas(2, cpu=False, devices=["0", "1"])} == {"0"}
+    monkeypatch.setattr(procenv, "ENV_SET_HERE", procenv.ENV_SET_HERE - {name})  # the user's choice stands
+    assert all(name not in p.env for p in plan_replicas(2, cpu=False, devices=["0", "1"]))
 
 
 def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypatch):
