@@ -14,9 +14,9 @@
 # runai_streamer safetensors"), a short bench each, the page cache dropped before each where the machine lets us
 # (said in the output); $OUT/load8b.txt. The extra loaders' wheels: .devextra (carried), installed here.
 # start8b: where an 8B engine's start goes: one fresh `bench` process (64 texts of 512 tokens) per configuration of
-# $CONFIGS (default "mp mp inproc inproc-dropped inproc-nographs inproc-eager": mp = vLLM's engine-core process, inproc
-# = VLLM_ENABLE_V1_MULTIPROCESSING=0, dropped = page cache dropped first, nographs = no CUDA graphs, eager = neither
-# torch.compile nor graphs); vLLM's INFO timings of each into $OUT/start8b.txt, whole logs in $OUT/start8b-*.log.
+# $CONFIGS (default "mp mp inproc inproc-dropped inproc-nographs inproc-eager": mp = vLLM's engine-core process
+# (VLLM_ENABLE_V1_MULTIPROCESSING=1), inproc = =0, default = neither set (ours decides), dropped = page cache dropped
+# first, nographs = no CUDA graphs, eager = neither torch.compile nor graphs); vLLM's INFO timings of each into $OUT/start8b.txt, whole logs in $OUT/start8b-*.log.
 # vlm2b: a random Qwen2-VL-2B shape (bf16, built on the GPU) with VLM2Vec's prompts on the three digit image tasks,
 # `vllm-eval run` ours then --backend hf, each timed from command to exit; $OUT/vlm2b.txt and each run's files.
 set -uo pipefail
@@ -69,6 +69,7 @@ b('$models/qwen3-reranker-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>
     for cfg in ${CONFIGS:-mp mp inproc inproc-dropped inproc-nographs inproc-eager}; do
       envs=(); extra=(); drop=no
       [[ $cfg == inproc* ]] && envs=(VLLM_ENABLE_V1_MULTIPROCESSING=0)
+      [[ $cfg == mp* ]] && envs=(VLLM_ENABLE_V1_MULTIPROCESSING=1)
       [[ $cfg == *dropped* ]] && { sync; (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null && drop=yes || drop=refused; }
       [[ $cfg == *nographs* ]] && extra=(--compilation-config '{"cudagraph_mode": "NONE"}')
       [[ $cfg == *eager* ]] && extra=(--enforce-eager)

@@ -22,6 +22,11 @@ logger = logging.getLogger(__name__)
 ENV_SET_HERE: set[str] = set()
 
 
+def set_by_user(name: str) -> bool:
+    """Whether environment variable ``name`` is set, and not by this module: the user's choice, which stands."""
+    return name in os.environ and name not in ENV_SET_HERE
+
+
 def set_env_default(name: str, value: str) -> None:
     """Set a vLLM environment variable the user has not set, and remember that we did."""
     if name not in os.environ:
@@ -84,7 +89,7 @@ def choose_engine_core_process(in_process: bool = True) -> list[str]:
         Names of the modules to leave out of ``sys.modules`` while the engine starts.
     """
     name = "VLLM_ENABLE_V1_MULTIPROCESSING"
-    if name in os.environ and name not in ENV_SET_HERE:
+    if set_by_user(name):
         return []
     culprits = modules_breaking_kernel_scan() if in_process else []
     other = [m for m in culprits if not m.startswith(_HIDEABLE_PREFIXES)]

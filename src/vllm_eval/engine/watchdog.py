@@ -43,7 +43,6 @@ __all__ = [
     "EngineStalled",
     "install_handler",
     "stall_timeout_of",
-    "stalled",
     "unwatch",
     "watch",
 ]
@@ -87,11 +86,6 @@ def stall_timeout_of(value: float | None) -> float | None:
     :func:`vllm_eval.engine.args.check_engine_values`): None (not given) is :data:`DEFAULT_STALL_TIMEOUT_S`, 0 turns
     the watchdog off (None returned)."""
     return DEFAULT_STALL_TIMEOUT_S if value is None else float(value) or None
-
-
-def stalled() -> str | None:
-    """Why this process stopped its work as stalled (one line), or None while no step stalled."""
-    return _STALLED[0] if _STALLED else None
 
 
 def watch(llm: Any, model: str, timeout: float | None) -> None:

@@ -293,7 +293,7 @@ def mteb_vllm_wrapper(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> 
     float32, eager, a fixed KV reserve), but none of the process-wide settings our engines make."""
     from mteb.models.vllm_wrapper import VllmEncoderWrapper
 
-    from ..engine.args import default_engine_kwargs
+    from ..engine.args import default_engine_kwargs, normalize_engine_kwargs
     from ..engine.procenv import without_our_env
     from ..utils.modelinfo import build_model_meta, resolve_model
 
@@ -301,7 +301,7 @@ def mteb_vllm_wrapper(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> 
     # mteb's wrapper loads ModelMeta.name with vLLM, so the name must be the local path.
     meta = build_model_meta(path).model_copy(update={"name": path})
     extra = {k: v for k, v in default_engine_kwargs(engine_kwargs).items() if k != "trust_remote_code"}
-    extra.update(engine_kwargs)
+    extra.update(normalize_engine_kwargs(engine_kwargs))  # vLLM's names only: head_dtype folded, ours left out
     extra["dtype"] = dtype
     # The peer as its users get it: without the process-wide settings our own engines made.
     with without_our_env():

@@ -166,7 +166,7 @@ def _command(backend: str, model: str, task_args: list[str], out: Path, dtype: s
         str(out),
         *(["--dtype", dtype] if dtype else []),
         "--engine",
-        json.dumps({k: v for k, v in engine.items() if k != "stall_timeout"}),  # ours (engine.watchdog)
+        json.dumps(engine),
     ]
 
 

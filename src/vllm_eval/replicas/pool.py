@@ -330,10 +330,10 @@ def _engine_core_in_process(tensor_parallel_size: int) -> dict[str, str]:
     of 59.4 s, encoding 24.3 s instead of 26.7 s, 95.8 s instead of 121.4 s from process start to
     results (docs/bench/h100-time-to-result).
     """
-    from ..engine.procenv import ENV_SET_HERE
+    from ..engine.procenv import set_by_user
 
-    if (ENGINE_CORE_PROCESS in os.environ and ENGINE_CORE_PROCESS not in ENV_SET_HERE) or tensor_parallel_size != 1:
-        return {}  # the user's choice (ours, for an engine of this process, is not the replicas')
+    if set_by_user(ENGINE_CORE_PROCESS) or tensor_parallel_size != 1:
+        return {}  # (ours, set for an engine of this process, is not the replicas' choice)
     return {ENGINE_CORE_PROCESS: "0"}
 
 
