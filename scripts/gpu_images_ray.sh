@@ -5,6 +5,11 @@
 # PART: clip | clip-profile | ray | vlm-loglik | vlm-pool | bert-profile | pipeline.
 #   clip: scripts/clip_bench.py (CLIP ViT-B/32 shape, random weights): vLLM one engine, $RPG (default 2) replicas
 #         on the GPU, sentence-transformers ($BACKENDS picks); $N images and $N texts (default 20000).
+#   clip-render: vLLM's image front end alone (scripts/clip_render_bench.py: render_cmpl serially and from 2-8
+#         threads, the HF processor on batches of 256), then scripts/clip_bench.py once per spec of $SPECS
+#         ("BACKEND:REPLICAS:ENGINE_JSON" separated by ";", e.g. vllm-replicas:4:{"renderer_num_workers":4,
+#         "mm_processor_cache_gb":0}), $N images, 1000 texts, each under $STEP_LIMIT s (default 150); with
+#         $SPY=1 the last spec runs under py-spy (raw stacks, every process). $OUT/clip-render/.
 #   ray: scripts/ray_overhead.py on a one-node Ray cluster of this machine (its GPUs), BERT-base shape (tokenizer
 #        in .devtok/bert), $N_TEXTS (default 200000) mixed 16-500 tokens; --per-gpu when the machine has one GPU.
 #   vlm-loglik: scripts/gpu_vlm.sh's log-likelihood engine alone (tiny Qwen2-VL) with vLLM's INFO log, and a
@@ -31,6 +36,27 @@ case $part in
       | grep -v "it/s\]" > "$out/clip/log.txt"
     echo "exit ${PIPESTATUS[0]}" >> "$out/clip/log.txt"
     grep -E "^(vllm|st)" "$out/clip/log.txt" > "$out/clip/result.txt" ;;
+  clip-render)
+    [ -d .devextra ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /root/site .devextra/py_spy*.whl 2>&1 | grep -vi warning
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/clip-render/gpu.txt"
+    python3 -c "from vllm_eval.testing import build_tiny_clip as b; b('$models/clip-vit-b-32', shape='vit-b-32')" > /dev/null 2>&1
+    timeout -k 10 "${STEP_LIMIT:-150}" python3 scripts/clip_render_bench.py --n-images "${N_RENDER:-2000}" \
+      --model-dir "$models/clip-vit-b-32" --out "$out/clip-render" > "$out/clip-render/render.log" 2>&1
+    grep -E "^(image|render|HF)" "$out/clip-render/render.log" | tee "$out/clip-render/result.txt"
+    IFS=';' read -ra specs <<< "${SPECS:-st:1:}"; last=$((${#specs[@]} - 1))
+    for i in "${!specs[@]}"; do
+      IFS=':' read -r b rpg ek <<< "${specs[$i]}"; ek=${ek:-\{\}}; tag="$i-$b-$rpg"
+      run=(python3 scripts/clip_bench.py --n-images "${N:-10000}" --n-texts 1000 --backends "$b" --replicas-per-gpu "$rpg"
+           --engine-kwargs "$ek" --model-dir "$models/clip-vit-b-32" --out "$out/clip-render")
+      if [ "${SPY:-0}" = 1 ] && [ "$i" = "$last" ]; then
+        run=(/root/site/bin/py-spy record -r 50 -f raw --subprocesses -o "$out/clip-render/spy-$tag.txt" -- "${run[@]}")
+      fi
+      timeout -k 10 "${STEP_LIMIT:-150}" "${run[@]}" > "$out/clip-render/$tag.log" 2>&1
+      echo "[$tag engine $ek] exit $?: $(grep -E "^(vllm|st)" "$out/clip-render/$tag.log" | tr -s ' ' | tr '\n' '|')" \
+        | tee -a "$out/clip-render/result.txt"
+      cp "$out/clip-render/clip_bench.json" "$out/clip-render/$tag.json" 2>/dev/null
+    done
+    gzip "$out"/clip-render/spy-*.txt 2>/dev/null; true ;;
   clip-profile)  # where the vLLM image path spends its time: py-spy (raw stacks, every process) over clip_bench
     spy=$(command -v py-spy || echo /root/site/bin/py-spy)
     for b in vllm vllm-replicas; do

@@ -6,7 +6,9 @@ added to ours) it embeds ``--n-texts`` texts of ``--lengths`` tokens in chunks o
 replicas receive them) twice: once timed plainly (tokens/s), once under the profiler. It prints, and writes to
 ``--out`` as JSON: wall seconds, kernel seconds (the sum of every kernel's duration), GPU busy seconds (the union
 of kernel intervals), busy fraction, the tokens/s the GPU would give if it were never idle (tokens / busy) and the
-kernels that took the most time. On a machine without CUDA it profiles the CPU side only.
+kernels that took the most time, kernel time by class (matrix products, attention, fp8 quantisation, the rest)
+and the tokens/s of the matrix products alone (the bound if everything else took no time).
+On a machine without CUDA it profiles the CPU side only.
 
 Run on the lent GPU after staging vLLM (scripts/gpu_bench.sh):
     python3 scripts/gpu_kernel_profile.py --model /root/models/bert-base --dtype float16 --out $OUT/kernels.json \\
@@ -34,6 +36,21 @@ def _busy_us(intervals: list[tuple[float, float]]) -> float:
             total += hi - end
             end = hi
     return total
+
+
+#: Kernel classes by name (first match wins): cuBLAS/CUTLASS matrix products (bf16 and fp8), attention, fp8
+#: activation quantisation, then the rest (norms, activations, rotary embeddings, torch.compile's fused Triton).
+KERNEL_CLASSES = (
+    ("gemm", ("gemm", "cutlass", "nvjet", "xmma", "matmul", "scaled_mm", "cublas", "sm90_", "wgmma")),
+    ("attention", ("flash", "attn", "fmha")),
+    ("quantize", ("quant",)),
+)
+
+
+def kernel_class(name: str) -> str:
+    """The class of a CUDA kernel by its name (:data:`KERNEL_CLASSES`), "other" when none matches."""
+    low = name.lower()
+    return next((cls for cls, keys in KERNEL_CLASSES if any(k in low for k in keys)), "other")
 
 
 def _encode_all(llm, ids: list[list[int]], chunk: int) -> None:
@@ -76,6 +93,9 @@ def profile_config(model: str, dtype: str, extra: dict, ids: list[list[int]], ch
         for e in kernels:
             by_name[e.name] = by_name.get(e.name, 0.0) + (e.time_range.end - e.time_range.start)
         top_kernels = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+        by_class: dict[str, float] = {}
+        for name, us in by_name.items():
+            by_class[kernel_class(name)] = by_class.get(kernel_class(name), 0.0) + us
         span_us = (max(hi for _, hi in intervals) - min(lo for lo, _ in intervals)) if intervals else 0.0
     finally:
         release_engine(llm)
@@ -94,6 +114,8 @@ def profile_config(model: str, dtype: str, extra: dict, ids: list[list[int]], ch
         "busy_fraction_of_profiled_wall": round(busy_us / 1e6 / wall_profiled, 3) if cuda else None,
         "tokens_per_gpu_busy_s": round(tokens / (busy_us / 1e6)) if busy_us else None,
         "kernels": len(kernels),
+        "kernel_s_by_class": {k: round(v / 1e6, 3) for k, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
+        "tokens_per_gemm_s": round(tokens / (by_class.get("gemm", 0.0) / 1e6)) if by_class.get("gemm") else None,
         "top_kernels_s": [(name[:120], round(us / 1e6, 3)) for name, us in top_kernels],
     }
 
