@@ -20,8 +20,9 @@
 # vlm2b: a random Qwen2-VL-2B shape (bf16, built on the GPU) with VLM2Vec's prompts on the three digit image tasks,
 # `vllm-eval run` ours then --backend hf, each timed from command to exit; $OUT/vlm2b.txt and each run's files.
 # profile8b: scripts/gpu_kernel_profile.py on the 8B (built by model8b): one in-process engine per configuration of
-# $CONFIGS (JSON engine options, default fp8 then bf16), $N_TEXTS (default 1000) texts of fixed 512 tokens in one
-# chunk; GPU kernel time by class (matrix products, attention, fp8 quantisation, the rest). $OUT/profile8b.{json,log}.
+# $CONFIGS (JSON engine options, default fp8 then bf16, prefix caching off), each in its own process, $N_TEXTS (default
+# 1000) texts of fixed 512 tokens in one chunk; GPU kernel time by class (matrix products, attention, fp8 quantisation,
+# the rest). $OUT/profile8b-K.{json,log}, profile8b.txt. release8b: scripts/engine_release_check.py on the 8B.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -40,18 +41,27 @@ b('$models/qwen3-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>&1 | grep
     echo "exit $?" >> "$out/$name.log"
     tr '\r' '\n' < "$out/$name.log" | grep -v "it/s\]" | grep -E "│|┃|━|tok/s|exit|rror|ready" > "$out/$name.txt"
     cp "$work/bench.json" "$out/$name.json" 2>/dev/null; cat "$out/$name.txt" ;;
-  profile8b)
-    if [ -n "${CONFIGS:-}" ]; then eval "configs=($CONFIGS)"; else configs=('{"quantization": "fp8", "max_model_len": 8192}' '{"max_model_len": 8192}'); fi
-    timeout -k 10 "${LIMIT:-560}" python3 scripts/gpu_kernel_profile.py --model "$models/qwen3-8b" --dtype bfloat16 \
-      --n-texts "${N_TEXTS:-1000}" --chunk "${N_TEXTS:-1000}" --lengths fixed:512 --top 12 --out "$out/profile8b.json" \
-      --configs "${configs[@]}" > "$out/profile8b.log" 2>&1
-    echo "exit $?" >> "$out/profile8b.log"
-    python3 -c "
+  profile8b)  # one process per configuration: an in-process engine's device memory is not all back after release
+    if [ -n "${CONFIGS:-}" ]; then eval "configs=($CONFIGS)"; else
+      configs=('{"quantization": "fp8", "max_model_len": 8192, "enable_prefix_caching": false}'
+               '{"max_model_len": 8192, "enable_prefix_caching": false}'); fi
+    for i in "${!configs[@]}"; do
+      timeout -k 10 "${LIMIT:-200}" python3 scripts/gpu_kernel_profile.py --model "$models/qwen3-8b" --dtype bfloat16 \
+        --n-texts "${N_TEXTS:-1000}" --chunk "${N_TEXTS:-1000}" --lengths fixed:512 --top 12 --out "$out/profile8b-$i.json" \
+        --configs "${configs[$i]}" > "$out/profile8b-$i.log" 2>&1
+      echo "exit $?" >> "$out/profile8b-$i.log"
+      python3 -c "
 import json
-for r in json.load(open('$out/profile8b.json')):
+for r in json.load(open('$out/profile8b-$i.json')):
     print(r['engine_options'], 'tok/s', r['tokens_per_s'], 'busy', r['busy_fraction_of_profiled_wall'],
           'tok/busy-s', r['tokens_per_gpu_busy_s'], 'tok/gemm-s', r['tokens_per_gemm_s'], r['kernel_s_by_class'])
-" | tee "$out/profile8b.txt" ;;
+" | tee -a "$out/profile8b.txt"
+    done ;;
+  release8b)  # scripts/engine_release_check.py on the 8B: its device memory after release, then a second engine
+    timeout -k 10 "${LIMIT:-200}" python3 scripts/engine_release_check.py --model "$models/qwen3-8b" --dtype bfloat16 \
+      --engine-kwargs '{"max_model_len": 8192}' > "$out/release8b.log" 2>&1
+    echo "exit $?" >> "$out/release8b.log"
+    grep -E "alive|ready|failed|exit" "$out/release8b.log" | tee "$out/release8b.txt" ;;
   load8b)
     [ -d .devextra ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /root/site .devextra/*.whl 2>&1 | grep -vi warning
     for fmt in ${FORMATS:-safetensors fastsafetensors runai_streamer safetensors}; do

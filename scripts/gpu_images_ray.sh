@@ -37,7 +37,8 @@ case $part in
     echo "exit ${PIPESTATUS[0]}" >> "$out/clip/log.txt"
     grep -E "^(vllm|st)" "$out/clip/log.txt" > "$out/clip/result.txt" ;;
   clip-render)
-    [ -d .devextra ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /root/site .devextra/py_spy*.whl 2>&1 | grep -vi warning
+    spy=$(command -v py-spy || echo /root/spy/bin/py-spy)
+    [ -x "$spy" ] || python3 -m pip install -q --no-index --no-deps --target /root/spy .devextra/py_spy*.whl 2>&1 | grep -vi warning
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/clip-render/gpu.txt"
     python3 -c "from vllm_eval.testing import build_tiny_clip as b; b('$models/clip-vit-b-32', shape='vit-b-32')" > /dev/null 2>&1
     timeout -k 10 "${STEP_LIMIT:-150}" python3 scripts/clip_render_bench.py --n-images "${N_RENDER:-2000}" \
@@ -49,7 +50,7 @@ case $part in
       run=(python3 scripts/clip_bench.py --n-images "${N:-10000}" --n-texts 1000 --backends "$b" --replicas-per-gpu "$rpg"
            --engine-kwargs "$ek" --model-dir "$models/clip-vit-b-32" --out "$out/clip-render")
       if [ "${SPY:-0}" = 1 ] && [ "$i" = "$last" ]; then
-        run=(/root/site/bin/py-spy record -r 50 -f raw --subprocesses -o "$out/clip-render/spy-$tag.txt" -- "${run[@]}")
+        run=("$spy" record -r 50 -f raw --subprocesses -o "$out/clip-render/spy-$tag.txt" -- "${run[@]}")
       fi
       timeout -k 10 "${STEP_LIMIT:-150}" "${run[@]}" > "$out/clip-render/$tag.log" 2>&1
       echo "[$tag engine $ek] exit $?: $(grep -E "^(vllm|st)" "$out/clip-render/$tag.log" | tr -s ' ' | tr '\n' '|')" \

@@ -1,0 +1,77 @@
+"""Whether a released engine's memory comes back in the same process: one engine of ``--model`` (its core in this
+process, as a big pooling model's or a replica's), a short embed, ``release_engine``, then the process's view at
+each step: device memory allocated by PyTorch (CUDA) and whether a weak reference to a model weight is still alive
+(both devices). Then a second engine of the same model is started in the same process.
+
+    python scripts/engine_release_check.py --model DIR [--dtype bfloat16] [--engine-kwargs JSON]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import time
+import weakref
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def _weight(llm):
+    """A weak reference to one weight of the in-process model (None where it cannot be reached)."""
+    try:
+        runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
+        return weakref.ref(next(runner.model.parameters()))
+    except Exception:
+        pass
+    found = []
+    llm.llm_engine.collective_rpc(lambda w: found.append(next(w.model_runner.model.parameters())))
+    return weakref.ref(found[0]) if found else None
+
+
+def main() -> None:
+    import torch
+
+    from vllm_eval.engine.build import acquire_engine, release_engine
+    from vllm_eval.engine.jobs import embed_job
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--engine-kwargs", default="{}")
+    args = parser.parse_args()
+    kwargs = json.loads(args.engine_kwargs)
+    cuda = torch.cuda.is_available()
+
+    def state(step: str, ref) -> None:
+        mem = f"allocated {torch.cuda.memory_allocated() / 2**30:6.1f} GiB, free {torch.cuda.mem_get_info()[0] / 2**30:6.1f} GiB" if cuda else ""
+        alive = None if ref is None else ref() is not None
+        print(f"{step:38s} weight alive: {alive}  {mem}", flush=True)
+
+    t = time.perf_counter()
+    llm = acquire_engine(args.model, runner="pooling", convert="embed", dtype=args.dtype, **kwargs)
+    print(f"engine ready in {time.perf_counter() - t:.1f} s", flush=True)
+    embed_job(llm, (["a short text"] * 8, None, None))
+    ref = _weight(llm)
+    state("engine running", ref)
+    release_engine(llm)
+    state("released (caller still holds LLM)", ref)
+    del llm
+    state("caller dropped LLM", ref)
+    gc.collect()
+    state("gc.collect()", ref)
+    if cuda:
+        torch.cuda.empty_cache()
+        state("empty_cache()", ref)
+    t = time.perf_counter()
+    try:
+        llm = acquire_engine(args.model, runner="pooling", convert="embed", dtype=args.dtype, **kwargs)
+        print(f"second engine ready in {time.perf_counter() - t:.1f} s", flush=True)
+        release_engine(llm)
+    except Exception as exc:
+        print(f"second engine failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
