@@ -331,3 +331,24 @@ def test_chunks_hold_one_kind_of_input():
     items = ["a", "b", image, image, image, "c"]
     assert list(chunked(items, 2, kind=_is_image)) == [["a", "b"], [image, image], [image], ["c"]]
     assert list(chunked(items, 4)) == [["a", "b", image, image], [image, "c"]]
+
+
+def test_an_image_input_crosses_processes_as_its_pixels_with_the_same_digest():
+    """What a replica receives is the pixel array (no PIL image in the pickle), equal in pixels, digest and prompt;
+    the digest is the cache's key of earlier releases: blake2b of the RGB bytes, then the size."""
+    import hashlib
+    import pickle
+
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    gray = Image.fromarray(rng.integers(0, 256, (30, 20), dtype=np.uint8), "L")
+    x = ImageInput(gray, "prompt {image}")
+    rgb = np.asarray(gray.convert("RGB"))
+    assert x.digest == hashlib.blake2b(rgb.tobytes(), digest_size=16).hexdigest() + ":20x30"
+    state = x.__getstate__()
+    assert isinstance(state[0], np.ndarray) and not any(isinstance(v, Image.Image) for v in state)
+    y = pickle.loads(pickle.dumps(x, protocol=4))
+    assert y == x and y.prompt == "prompt {image}" and y.image.mode == "RGB" and y.image.size == (20, 30)
+    assert np.array_equal(np.asarray(y.image), rgb)
+    assert not y.pixels.flags.writeable and y.with_prompt("").pixels is y.pixels

@@ -95,6 +95,7 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
                 # runs, so compute on every core (measured here: 3,791 -> 6,971 tok/s, MiniLM fp32).
                 set_env_default("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         else:
+            _collect_released_on_gpu()
             hide = choose_engine_core_process(in_process=big_pooling_model(model, kwargs))
         if not on_cpu() and kwargs.get("runner") == "generate":
             # FlashInfer's top-k/top-p sampler is compiled with nvcc while the engine warms up, on every machine
@@ -186,9 +187,32 @@ def release_engine(llm) -> None:
                 if entry.refs <= 0:
                     del _ENGINES[key]
                     frozen = gc.get_freeze_count() > 0
+                    _RELEASED_ON_GPU[0] |= _in_process(llm) and _cuda_initialized()
                     _shutdown(llm)
                     _collect(refreeze=frozen)
                 return
+
+
+#: Whether an engine whose core ran in this process on a GPU was released since the last collection.
+_RELEASED_ON_GPU = [False]
+
+
+def _cuda_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized()
+
+
+def _collect_released_on_gpu() -> None:
+    """Before a GPU engine is built: collect what engines released in this process left once their callers let go.
+
+    Why: the collection at release runs while the caller still holds the ``LLM``, and vLLM 0.26's in-process engine
+    keeps its weights in reference cycles: measured on an H200 with an 8B (``scripts/engine_release_check.py``), 15.1
+    GiB stayed allocated after the caller dropped the ``LLM`` until a ``gc.collect()``; a second engine started
+    beside them ran out of memory, as vLLM counted them as its own (and its start freezes the heap, so they would
+    never be collected)."""
+    if _RELEASED_ON_GPU[0]:
+        _RELEASED_ON_GPU[0] = False
+        _collect(refreeze=False)
 
 
 def live_engines() -> int:
@@ -219,8 +243,7 @@ def _collect(refreeze: bool) -> None:
     tokenizer; vLLM has dropped the KV cache) and drops later is freed at the next engine shutdown that unfreezes, or
     at exit, not at once. Never with a GPU in use: there that would be device memory the next engine needs."""
     gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
+    if _cuda_initialized():
+        sys.modules["torch"].cuda.empty_cache()
     elif refreeze:
         gc.freeze()

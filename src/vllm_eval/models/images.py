@@ -19,6 +19,7 @@ __all__ = [
     "image_digest",
     "prompt_of",
     "prompted_inputs",
+    "rgb_pixels",
     "texts_or_images",
     "to_pil",
     "with_prompt",
@@ -45,9 +46,20 @@ def to_pil(image: Any):
     raise OptionError(f"image of shape {arr.shape} is neither (H, W) nor (H, W, C)")
 
 
+def rgb_pixels(image: Any) -> np.ndarray:
+    """An image's RGB pixels (anything :func:`to_pil` takes) as a read-only C-contiguous uint8 array (H, W, 3)."""
+    pixels = np.ascontiguousarray(np.asarray(to_pil(image)), dtype=np.uint8)
+    pixels.setflags(write=False)
+    return pixels
+
+
+def _digest(pixels: np.ndarray) -> str:
+    return hashlib.blake2b(pixels.data, digest_size=16).hexdigest()
+
+
 def image_digest(image: Any) -> str:
     """Hex blake2b (16 bytes) of an image's RGB pixel bytes (what a generator's cache key holds)."""
-    return hashlib.blake2b(np.asarray(to_pil(image)).tobytes(), digest_size=16).hexdigest()
+    return _digest(rgb_pixels(image))
 
 
 def image_data_url(image: Any) -> str:
@@ -64,19 +76,36 @@ class ImageInput:
     """One image of an encoder's input stream, with the prompt it goes with: equal (and hashed) by its pixels,
     size and prompt, so repeats are embedded once, and keyed in the cache by :meth:`cache_form`.
 
+    Held as its RGB pixels (:attr:`pixels`, the array its digest is computed from): that is what crosses a process
+    boundary (to a replica or task process) when it is pickled, a copy of the array, where a PIL image pickles
+    through ``Image.tobytes`` (2.3x the time for a 224 px image, and on an H200 host the pickling of images in the
+    command's process was the longest part of feeding 8 CLIP replicas: py-spy, docs/bench/h200-images).
+
     Args:
         image: a PIL image or an array (see :func:`to_pil`); kept as RGB.
         prompt: the text prompt sent with it, holding the model's image placeholder (a vision-language
             embedder, see :class:`~vllm_eval.models.presets.ImagePrompts`); empty for CLIP and SigLIP, which take
             an image alone.
+
+    Attributes:
+        pixels: uint8 (H, W, 3), read-only.
+        digest: hex blake2b of the pixels, then ``:WxH``.
     """
 
-    __slots__ = ("image", "digest", "prompt")
+    __slots__ = ("pixels", "digest", "prompt")
 
     def __init__(self, image: Any, prompt: str = "") -> None:
-        self.image = to_pil(image)
-        self.digest = f"{image_digest(self.image)}:{self.image.width}x{self.image.height}"
+        self.pixels = rgb_pixels(image)
+        height, width = self.pixels.shape[:2]
+        self.digest = f"{_digest(self.pixels)}:{width}x{height}"
         self.prompt = prompt
+
+    @property
+    def image(self):
+        """The image as a new RGB PIL image (built from :attr:`pixels` at each access)."""
+        from PIL import Image
+
+        return Image.fromarray(self.pixels)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ImageInput) and (other.digest, other.prompt) == (self.digest, self.prompt)
@@ -87,16 +116,18 @@ class ImageInput:
     def __repr__(self) -> str:
         return f"<image {self.digest}{' ' + repr(self.prompt) if self.prompt else ''}>"
 
-    def __getstate__(self) -> tuple[Any, str, str]:
-        return self.image, self.digest, self.prompt
+    def __getstate__(self) -> tuple[np.ndarray, str, str]:
+        return self.pixels, self.digest, self.prompt
 
-    def __setstate__(self, state: tuple[Any, str, str]) -> None:
-        self.image, self.digest, self.prompt = state
+    def __setstate__(self, state: tuple[np.ndarray, str, str]) -> None:
+        pixels, self.digest, self.prompt = state
+        pixels.setflags(write=False)
+        self.pixels = pixels
 
     def with_prompt(self, prompt: str) -> ImageInput:
-        """The same image with another prompt (the pixels are not hashed again)."""
+        """The same image with another prompt (the pixels are neither copied nor hashed again)."""
         out = ImageInput.__new__(ImageInput)
-        out.image, out.digest, out.prompt = self.image, self.digest, prompt
+        out.pixels, out.digest, out.prompt = self.pixels, self.digest, prompt
         return out
 
     def engine_prompt(self) -> dict[str, Any]:
