@@ -38,11 +38,12 @@ def _busy_us(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-#: Kernel classes by name (first match wins): cuBLAS/CUTLASS matrix products (bf16 and fp8), attention, fp8
-#: activation quantisation, then the rest (norms, activations, rotary embeddings, torch.compile's fused Triton).
+#: Kernel classes by name (first match wins): attention (FlashAttention's kernels are CUTLASS device kernels too, so
+#: it comes first), cuBLAS/CUTLASS matrix products (bf16 and fp8), fp8 activation quantisation, then the rest (norms,
+#: activations, rotary embeddings, torch.compile's fused Triton).
 KERNEL_CLASSES = (
-    ("gemm", ("gemm", "cutlass", "nvjet", "xmma", "matmul", "scaled_mm", "cublas", "sm90_", "wgmma")),
     ("attention", ("flash", "attn", "fmha")),
+    ("gemm", ("gemm", "cutlass", "nvjet", "xmma", "matmul", "scaled_mm", "cublas", "sm90_", "wgmma")),
     ("quantize", ("quant",)),
 )
 
