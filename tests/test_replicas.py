@@ -177,6 +177,19 @@ def test_a_dead_replica_costs_time_not_results(dp_encoder, vllm_encoder):
     np.testing.assert_allclose(got, vllm_encoder.encode_texts(texts), atol=1e-5)
 
 
+def test_a_replica_whose_engine_stalls_exits_3_and_is_lost(dp_encoder):
+    # After the test above (replica 1 killed): replica 0 gets the job, and its "stalled engine" ends its process
+    # with the watchdog's exit code; nothing is left to run the job again.
+    from vllm_eval.testing.harness import stalled_job
+
+    pool = dp_encoder.pool
+    with pytest.warns(RuntimeWarning, match=r"replica 0 \(cores .*\) exited with code 3"):
+        future = pool.submit(stalled_job, "tiny")
+        with pytest.raises(ReplicaError, match="every replica has been lost"):
+            future.result(timeout=60)
+    assert sorted(pool.state().lost) == [0, 1]
+
+
 def test_replica_that_cannot_start_is_named():
     from vllm_eval import VllmEncoder
 

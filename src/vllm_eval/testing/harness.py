@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -208,3 +209,15 @@ def score_deltas(model, reference, task_names: list[str]) -> dict[str, float]:
     got = evaluate(model, get_tasks(task_names), show_progress_bar=False)
     ref = evaluate(reference, get_tasks(task_names), show_progress_bar=False)
     return {g.task: abs(g.main_score - r.main_score) for g, r in zip(got, ref)}
+
+
+def stalled_job(llm: Any, payload: Any) -> None:
+    """A replica job that ends as a stalled engine does (:class:`~vllm_eval.engine.watchdog.EngineStalled`, what the
+    watchdog raises in the process's main thread), for tests of a replica lost that way.
+
+    Raises:
+        EngineStalled: always.
+    """
+    from ..engine.watchdog import EngineStalled
+
+    raise EngineStalled(f"the vLLM engine for {payload!r} made no progress (a test's stall)")
