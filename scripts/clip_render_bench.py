@@ -5,8 +5,8 @@ is built only for its renderer.
 
     python scripts/clip_render_bench.py [--n-images 2000] [--threads 1 2 4 8] [--model-dir DIR]
 
-Prints the image processor's class, then images/s per thread count and the ratio to one thread; with
-``--backend-compare`` also sentence-transformers' processor on batches of 256 (what its ``encode`` does).
+Prints the image processor's class, then images/s per thread count and the ratio to the first count given (one
+thread by default), then the same HF processor on batches of 256 (what sentence-transformers' ``encode`` does).
 """
 
 from __future__ import annotations

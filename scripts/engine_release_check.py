@@ -27,7 +27,10 @@ def _weight(llm):
     except Exception:
         pass
     found = []
-    llm.llm_engine.collective_rpc(lambda w: found.append(next(w.model_runner.model.parameters())))
+    try:
+        llm.llm_engine.collective_rpc(lambda w: found.append(next(w.model_runner.model.parameters())))
+    except Exception:
+        return None
     return weakref.ref(found[0]) if found else None
 
 

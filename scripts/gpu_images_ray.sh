@@ -49,10 +49,11 @@ case $part in
       IFS=':' read -r b rpg ek <<< "${specs[$i]}"; ek=${ek:-\{\}}; tag="$i-$b-$rpg"
       run=(python3 scripts/clip_bench.py --n-images "${N:-10000}" --n-texts 1000 --backends "$b" --replicas-per-gpu "$rpg"
            --engine-kwargs "$ek" --model-dir "$models/clip-vit-b-32" --out "$out/clip-render")
+      rm -f "$out/clip-render/clip_bench.json"
       if [ "${SPY:-0}" = 1 ] && [ "$i" = "$last" ]; then
         run=("$spy" record -r 50 -f raw --subprocesses -o "$out/clip-render/spy-$tag.txt" -- "${run[@]}")
       fi
-      timeout -k 10 "${STEP_LIMIT:-150}" "${run[@]}" > "$out/clip-render/$tag.log" 2>&1
+      timeout -s INT -k 10 "${STEP_LIMIT:-150}" "${run[@]}" > "$out/clip-render/$tag.log" 2>&1
       echo "[$tag engine $ek] exit $?: $(grep -E "^(vllm|st)" "$out/clip-render/$tag.log" | tr -s ' ' | tr '\n' '|')" \
         | tee -a "$out/clip-render/result.txt"
       cp "$out/clip-render/clip_bench.json" "$out/clip-render/$tag.json" 2>/dev/null

@@ -154,7 +154,7 @@ def test_two_replicas_give_the_same_task_scores(dp_encoder, vllm_encoder):
 
 
 def test_a_dead_replica_costs_time_not_results(dp_encoder, vllm_encoder):
-    # Last test using the fixture: it kills one of its replicas, mid-run.
+    # Next to last test using the fixture: it kills one of its replicas, mid-run (the next one ends the other).
     import threading
     import time
 
@@ -178,8 +178,9 @@ def test_a_dead_replica_costs_time_not_results(dp_encoder, vllm_encoder):
 
 
 def test_a_replica_whose_engine_stalls_exits_3_and_is_lost(dp_encoder):
-    # After the test above (replica 1 killed): replica 0 gets the job, and its "stalled engine" ends its process
-    # with the watchdog's exit code; nothing is left to run the job again.
+    # Last test using the fixture (it leaves no replica): after the test above (replica 1 killed), replica 0 gets
+    # the job, and its "stalled engine" ends its process with the watchdog's exit code; nothing is left to run the
+    # job again. Alone (-k), both replicas take the job in turn and both exit 3.
     from vllm_eval.testing.harness import stalled_job
 
     pool = dp_encoder.pool

@@ -110,6 +110,7 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
             with modules_hidden(hide):
                 llm = LLM(model=model, **kwargs)
         except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
+            _RELEASED_ON_GPU[0] |= _cuda_initialized()  # a start that failed after loading weights leaves them too
             reason = " ".join(str(exc).split()) or type(exc).__name__
             raise EngineError(f"vLLM could not start an engine for {model!r}: {reason}") from exc
         watch(llm, model, stall)
@@ -225,6 +226,7 @@ def shutdown_all() -> None:
     with _LOCK:
         entries = list(_ENGINES.values())
         _ENGINES.clear()
+    _RELEASED_ON_GPU[0] |= _cuda_initialized() and any(_in_process(entry.llm) for entry in entries)
     for entry in entries:
         _shutdown(entry.llm)
     _collect(refreeze=False)

@@ -1,5 +1,5 @@
-"""Images as model inputs: one normal form (RGB PIL), one pixel digest, and a hashable input for the encoder
-stream (deduplicated and cached by its pixels, like a text by its characters)."""
+"""Images as model inputs: one normal form (RGB pixels, uint8 (H, W, 3)), one pixel digest, and a hashable input
+for the encoder stream (deduplicated and cached by its pixels, like a text by its characters)."""
 
 from __future__ import annotations
 
@@ -121,7 +121,10 @@ class ImageInput:
 
     def __setstate__(self, state: tuple[np.ndarray, str, str]) -> None:
         pixels, self.digest, self.prompt = state
-        pixels.setflags(write=False)
+        if isinstance(pixels, np.ndarray):
+            pixels.setflags(write=False)
+        else:  # pickled by an earlier release, which sent the PIL image
+            pixels = rgb_pixels(pixels)
         self.pixels = pixels
 
     def with_prompt(self, prompt: str) -> ImageInput:
