@@ -102,11 +102,25 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+#: The signal that interrupted the current command (None: none came).
+_SIGNALLED: list[int | None] = [None]
+
+
 def _raise_interrupted(signum: int, frame: Any) -> None:
     # Once: a second signal while the engines shut down must not cut that short.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    _SIGNALLED[0] = signum
     raise Interrupted(signum)
+
+
+def _interrupted(signum: int) -> int:
+    print(
+        f"vllm-eval: interrupted ({signal.Signals(signum).name}); finished tasks and cached outputs are kept, "
+        "the same command resumes",
+        file=sys.stderr,
+    )
+    return 128 + signum
 
 
 def _dispatch(argv: list[str]) -> int:
@@ -147,9 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
     )
     install_handler()  # a stalled engine step raises EngineStalled here (engine.watchdog)
+    _SIGNALLED[0] = None
     try:
         return _dispatch(argv)
     except VllmEvalError as exc:
+        if _SIGNALLED[0] is not None:
+            return _interrupted(_SIGNALLED[0])
         if verbose:
             import traceback
 
@@ -157,31 +174,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vllm-eval: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        print(
-            f"vllm-eval: interrupted ({signal.Signals(signum).name}); finished tasks and cached outputs are kept, "
-            "the same command resumes",
-            file=sys.stderr,
-        )
-        return 128 + signum
+        return _interrupted(getattr(exc, "signum", signal.SIGINT))
+    except Exception:
+        # The signal's exception can surface as another one: raised inside a `with lock:` it can make the lock's
+        # exit fail ("RuntimeError: cannot release un-acquired lock", seen once in a thread's Future.result()).
+        if _SIGNALLED[0] is None:
+            raise
+        return _interrupted(_SIGNALLED[0])
     finally:
-        discard_ahead()  # what no replica pool took (a bad option, or no replicas after all)
-        if main_thread:  # no second interrupt during shutdown
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                signal.signal(sig, signal.SIG_IGN)
-        if "vllm" in sys.modules:
-            from ..engine.build import live_engines, shutdown_all
+        _wind_down(main_thread, handlers)
 
-            with timeline.phase("shutdown") if live_engines() else contextlib.nullcontext():
-                shutdown_all()
-        if timeline.current().summaries:
-            from ..evaluation.results import finish_summaries
 
-            finish_summaries()
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        if handlers:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+def _wind_down(main_thread: bool, handlers: dict[int, Any]) -> None:
+    """The end of every command, however it ended: engines shut down, summaries finished, signal handlers back."""
+    discard_ahead()  # what no replica pool took (a bad option, or no replicas after all)
+    if main_thread:  # no second interrupt during shutdown
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+    if "vllm" in sys.modules:
+        from ..engine.build import live_engines, shutdown_all
+
+        with timeline.phase("shutdown") if live_engines() else contextlib.nullcontext():
+            shutdown_all()
+    if timeline.current().summaries:
+        from ..evaluation.results import finish_summaries
+
+        finish_summaries()
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+    if handlers:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run() -> None:
