@@ -281,35 +281,6 @@ def test_engine_starts_in_process_with_numba_loaded(vllm_encoder):
     assert vllm_encoder.encode_texts(TEXTS[:1]).shape == (1, 384)
 
 
-def test_a_gpu_engine_start_collects_what_a_released_engine_left(monkeypatch):
-    """vLLM 0.26 keeps a released in-process engine's weights in reference cycles (an 8B's 15.1 GiB on an H200, until
-    a collection), and a second engine started beside them ran out of memory: the next GPU engine's start collects
-    them first. Here on the CPU build, as if CUDA were in use (so the release does not freeze the heap again)."""
-    import gc
-    import weakref
-
-    from vllm_eval import VllmEncoder
-    from vllm_eval.engine import build
-
-    monkeypatch.setattr(build, "_cuda_initialized", lambda: True)
-    frozen = gc.get_freeze_count() > 0
-    gc.disable()
-    try:
-        with VllmEncoder(max_model_len=112, show_progress_bar=False) as enc:
-            llm = enc.llm
-            llm.kept_by_a_cycle = llm
-        assert build._RELEASED_ON_GPU[0]
-        ref = weakref.ref(llm)
-        del llm, enc
-        assert ref() is not None  # garbage, but only a collection frees it
-        build._collect_released_on_gpu()
-        assert ref() is None and not build._RELEASED_ON_GPU[0]
-    finally:
-        gc.enable()
-        if frozen:
-            gc.freeze()
-
-
 def test_in_process_chunks_are_pipelined(vllm_encoder, monkeypatch):
     """The next chunk's requests are in the engine before this one's outputs are collected (vllm_eval.engine.pipeline),
     with the rows of the synchronous path (one LLM.embed per chunk)."""

@@ -93,7 +93,7 @@ def test_kill_9_mid_task_then_rerun_finishes_with_equal_scores(cli_in_process, t
     assert "reusing WordSim353" in resumed.stderr and "cache: " in resumed.stdout
 
 
-def test_a_signal_whose_exception_surfaces_as_another_still_exits_128_plus_it(monkeypatch, capsys):
+def test_a_signal_whose_exception_surfaces_as_another_still_exits_128_plus_it(monkeypatch, cli_in_process):
     """SIGTERM's exception raised inside a `with lock:` can reach the command as another error (seen in CI:
     "RuntimeError: cannot release un-acquired lock" from a thread's Future.result()): still 143 and the one line."""
     import vllm_eval.cli as cli
@@ -105,15 +105,15 @@ def test_a_signal_whose_exception_surfaces_as_another_still_exits_128_plus_it(mo
             raise RuntimeError("cannot release un-acquired lock") from None
 
     monkeypatch.setattr(cli, "_dispatch", dispatch)
-    assert cli.main(["run", "--tasks", "WordSim353"]) == 143
-    assert "vllm-eval: interrupted (SIGTERM)" in capsys.readouterr().err
+    code, err = cli_in_process("run", "--tasks", "WordSim353")
+    assert code == 143 and "vllm-eval: interrupted (SIGTERM)" in err
 
     def failing(argv):
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(cli, "_dispatch", failing)
     with pytest.raises(RuntimeError, match="a bug"):  # without a signal, an error stays itself
-        cli.main(["run", "--tasks", "WordSim353"])
+        cli_in_process("run", "--tasks", "WordSim353")
 
 
 @pytest.mark.slow
