@@ -23,6 +23,9 @@
 # $CONFIGS (JSON engine options, default fp8 then bf16, prefix caching off), each in its own process, $N_TEXTS (default
 # 1000) texts of fixed 512 tokens in one chunk; GPU kernel time by class (matrix products, attention, fp8 quantisation,
 # the rest). $OUT/profile8b-K.{json,log}, profile8b.txt. release8b: scripts/engine_release_check.py on the 8B.
+# rerank2s8b: `vllm-eval rerank` on $TASKS (default "ArguAna SCIDOCS") of the MTEB(eng, v2) replica at $FRACTION (default
+# 0.02): bm25s, then $RERANKER (default qwen3-reranker-8b, from reranker8b) on each query's top $TOP_K (default 100), for
+# each of $BACKENDS (default "vllm st"), each under $STEP_LIMIT seconds (default 280); $OUT/rerank2s8b$TAG.txt and logs.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -90,6 +93,20 @@ b('$models/qwen3-reranker-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>
     tr '\r' '\n' < "$out/$name.log" | grep -E "^(backend|vllm|st|---|prefix caching|[0-9]+ queries|exit)|rror" \
       | grep -v "it/s" > "$out/$name.txt"
     cat "$out/$name.txt" ;;
+  rerank2s8b)  # two stages on the replica's retrieval tasks: bm25s, then the 8B reranker (reranker8b) on each query's top
+    # $TOP_K (default 100): ours, then sentence-transformers' CrossEncoder, each timed from command to exit
+    rep=/root/work/replica-rerank; name=rerank2s8b${TAG:-}
+    python3 -c "from vllm_eval.tasks.shaped import build_replica as b; b('$rep', 'MTEB(eng, v2)', '.devtok/bert', \
+fraction=${FRACTION:-0.02}, tasks='${TASKS:-ArguAna SCIDOCS}'.split())" 2>&1 | tail -2
+    for backend in ${BACKENDS:-vllm st}; do
+      log="$out/$name-$backend.log"; start=$(date +%s.%N)
+      timeout -k 10 "${STEP_LIMIT:-280}" python3 -m vllm_eval.cli rerank --data "$rep" --reranker "$models/${RERANKER:-qwen3-reranker-8b}" \
+        --preset qwen3-reranker --backend "$backend" --top-k "${TOP_K:-100}" --dtype "${DTYPE:-bfloat16}" ${EXTRA:-} --no-cache \
+        --no-progress --output-dir "/root/work/$name-$backend" > "$log" 2>&1
+      rc=$?
+      echo "== $backend: exit $rc, command to exit $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s" | tee -a "$out/$name.txt"
+      tr '\r' '\n' < "$log" | grep -E "│|┃|rror|ready" | grep -v "it/s" | tee -a "$out/$name.txt"
+    done ;;
   start8b)
     for cfg in ${CONFIGS:-mp mp inproc inproc-dropped inproc-nographs inproc-eager}; do
       envs=(); extra=(); drop=no

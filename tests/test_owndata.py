@@ -124,7 +124,7 @@ def test_run_data_through_the_cli(files, vllm_encoder, cli_in_process, tmp_path)
     [row] = json.loads((tmp_path / "o" / "summary.json").read_text())["scores"]
     assert row["task"] == "pairs" and row["task_type"] == "PairClassification" and row["main_score"] > 0.5
     code, err = cli_in_process("run", "--data", str(files["pairs"]), "--tasks", "SimLex999")
-    assert code == 2 and "give --data or --tasks/--benchmark, not both" in err
+    assert code == 2 and "give --data or --tasks, not both" in err
 
 
 def test_multiple_choice_files_resolve_answers_and_name_bad_rows(tmp_path):

@@ -306,3 +306,28 @@ def test_pairs_of_unequal_sides_are_refused_and_an_inputs_own_error_kept():
 
     with pytest.raises(UsageError, match="scores texts only"):
         list(_pairs(["q1", "q2"], refused()))
+
+
+def test_rerank_on_a_replicas_retrieval_task_reads_its_files(replica, vllm_cross, tmp_path):
+    """`rerank --data REPLICA --tasks NAME`: both stages read the replica's files (the second stage's task is a fresh
+    copy reading the same folder, not the class's hub dataset), the first stage's task is left as it was."""
+    import mteb
+
+    from vllm_eval.evaluation.two_stage import evaluate_two_stage
+    from vllm_eval.tasks import rerank_tasks
+
+    assert {t.metadata.type for t in rerank_tasks(None, str(replica))} == {"Retrieval", "Reranking"}
+    with pytest.raises(UsageError, match="needs retrieval tasks; STS12 is STS"):
+        rerank_tasks(["STS12"], str(replica))
+    with pytest.raises(UsageError, match="'SCIDOC' is not a task of the replica .*; its tasks: .*SCIDOCS"):
+        rerank_tasks(["SCIDOC"], str(replica))
+    with pytest.raises(UsageError, match="give --data or --tasks, not both"):
+        rerank_tasks(["SCIDOCS"], str(tmp_path / "pairs.jsonl"))
+    [task] = rerank_tasks(["scidocs"], str(replica))
+    rows = evaluate_two_stage(
+        mteb.get_model("mteb/baseline-bm25s"), vllm_cross, [task], top_k=5, output_dir=tmp_path, show_progress_bar=False
+    )
+    assert [(r.task, r.stage) for r in rows] == [("SCIDOCS", "first"), ("SCIDOCS", "rerank")]
+    assert rows[0].main_score > 0.5 and rows[1].main_score != pytest.approx(rows[0].main_score)
+    split = task.dataset["default"]["test"] if task.data_loaded else {}
+    assert split.get("top_ranked") is None  # the reranking stage's candidates went to its own copy

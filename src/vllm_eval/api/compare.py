@@ -206,15 +206,14 @@ def compare_tasks(kind: str, names: list[str] | str | None, data: str | os.PathL
     checked for the kind.
 
     Raises:
-        UsageError: a task the kind cannot run, both ``names`` and ``data``, a token classifier without data.
+        UsageError: a task the kind cannot run, ``names`` with ``data`` that is not a benchmark replica, a token
+            classifier without data.
         DataUnavailableError: a task whose data is offline and not cached.
     """
     from ..models.kinds import get_kind
     from ..tasks import check_available, get_tasks, rerank_tasks, split_names
 
     data = None if data is None else os.fspath(data)
-    if names and data:
-        raise UsageError("give --data or --tasks, not both")
     described = get_kind(kind)
     if kind == "reranker":
         return rerank_tasks(names, data, what="--kind reranker")
@@ -222,7 +221,7 @@ def compare_tasks(kind: str, names: list[str] | str | None, data: str | os.PathL
         if data:
             from ..tasks.owntasks import own_mteb_tasks
 
-            tasks = own_mteb_tasks(data)
+            tasks = own_mteb_tasks(data, names=split_names(names))
         else:
             tasks = get_tasks(split_names(names or list(described.default_tasks) or None))
             check_available(tasks)
@@ -234,6 +233,8 @@ def compare_tasks(kind: str, names: list[str] | str | None, data: str | os.PathL
     from ..tasks.registry import load_file, load_task
 
     if data:
+        if names:
+            raise UsageError("give --data or --tasks, not both")
         return [load_file(described.command, data)]
     if not names and not described.default_tasks:
         raise UsageError(f"--kind {kind} has no packaged task: give --data FILE")

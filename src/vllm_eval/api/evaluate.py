@@ -311,8 +311,8 @@ def select(
     that benchmark.
 
     Raises:
-        UsageError: ``data`` with ``tasks``/``benchmark``, ``data_type`` without ``data``; a token_embed model
-            given other task types.
+        UsageError: ``data`` with ``benchmark``, or with ``tasks`` unless ``data`` is a benchmark replica (whose
+            tasks they pick); ``data_type`` without ``data``; a token_embed model given other task types.
         UnknownNameError: an unknown task or benchmark name (close names suggested).
     """
     from ..tasks import select_tasks, split_names
@@ -321,9 +321,9 @@ def select(
     if data:
         from ..tasks.owntasks import own_mteb_tasks
 
-        if names or benchmarks:
-            raise UsageError("give --data or --tasks/--benchmark, not both")
-        selected = own_mteb_tasks(os.fspath(data), data_type)
+        if benchmarks:
+            raise UsageError("give --data or --benchmark, not both")
+        selected = own_mteb_tasks(os.fspath(data), data_type, names)
     else:
         if data_type:
             raise UsageError("--data-type goes with --data FILE")

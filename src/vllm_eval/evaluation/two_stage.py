@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..tasks.shaped import fresh_task
 from ..utils.errors import UsageError
 from .results import TaskScore, evaluate
 
@@ -100,7 +101,7 @@ def evaluate_two_stage(
                 stacklevel=2,
             )
             k = size
-        second_task = type(task)().convert_to_reranking(out / "predictions", top_k=k)
+        second_task = fresh_task(task).convert_to_reranking(out / "predictions", top_k=k)
         rows.append(first)
         rows.extend(
             evaluate(

@@ -198,20 +198,23 @@ RERANK_TYPES = ("Retrieval", "Reranking")
 
 
 def rerank_tasks(names: list[str] | str | None, data: str | None = None, what: str = "`vllm-eval rerank`") -> list[Any]:
-    """A reranker's tasks: ``data`` as an mteb task, else by name (default LeeKnownItemRetrieval);
-    retrieval or reranking only.
+    """A reranker's tasks: ``data`` as an mteb task (a benchmark replica: its retrieval and reranking tasks, or
+    those of them ``names`` picks), else by name (default LeeKnownItemRetrieval); retrieval or reranking only.
 
     Raises:
-        UsageError: both ``data`` and names, or a task of another type (``what`` names the command).
+        UsageError: ``names`` with a data file that is not a replica, or a task of another type (``what`` names
+            the command).
+        UnknownNameError: a name the replica does not have.
     """
     from ..models.kinds import get_kind
 
     if data:
-        from .owntasks import own_mteb_task
+        from .owntasks import own_mteb_tasks
+        from .shaped import is_replica
 
-        if names:
-            raise UsageError("give --data or --tasks, not both")
-        tasks = [own_mteb_task(data)]
+        tasks = own_mteb_tasks(data, names=split_names(names))
+        if is_replica(data) and not names:
+            tasks = [t for t in tasks if t.metadata.type in RERANK_TYPES]
     else:
         tasks = get_tasks(split_names(names or list(get_kind("reranker").default_tasks)))
     for task in tasks:

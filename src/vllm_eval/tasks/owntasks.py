@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..utils.errors import DataUnavailableError, UsageError
+from ..utils.errors import DataUnavailableError, UnknownNameError, UsageError
 from . import owndata
 
 #: mteb task type -> owndata schema.
@@ -144,22 +144,34 @@ def own_mteb_task(path: str | Path, task_type: str | None = None) -> Any:
     return builder(path)
 
 
-def own_mteb_tasks(path: str | Path, task_type: str | None = None) -> list[Any]:
-    """The mteb tasks of ``--data``: a benchmark replica's (:mod:`vllm_eval.tasks.shaped`), else
-    ``[own_mteb_task(path, task_type)]``.
+def own_mteb_tasks(path: str | Path, task_type: str | None = None, names: list[str] | None = None) -> list[Any]:
+    """The mteb tasks of ``--data``: a benchmark replica's (:mod:`vllm_eval.tasks.shaped`), ``names`` picking some
+    of them, else ``[own_mteb_task(path, task_type)]``.
 
     Raises:
-        UsageError: ``task_type`` given with a replica, or as :func:`own_mteb_task`.
+        UsageError: ``task_type`` given with a replica, ``names`` with a file of one task, or as
+            :func:`own_mteb_task`.
+        UnknownNameError: a name that is not a task of the replica (its tasks listed).
     """
     from .shaped import is_replica, replica_tasks
 
-    if is_replica(path):
-        if task_type:
-            raise UsageError(
-                f"--data {str(path)!r} is a benchmark replica; its tasks keep their types (no --data-type)"
-            )
-        return replica_tasks(path)
-    return [own_mteb_task(path, task_type)]
+    if not is_replica(path):
+        if names:
+            raise UsageError("give --data or --tasks, not both (--tasks picks tasks of a benchmark replica only)")
+        return [own_mteb_task(path, task_type)]
+    if task_type:
+        raise UsageError(f"--data {str(path)!r} is a benchmark replica; its tasks keep their types (no --data-type)")
+    tasks = replica_tasks(path)
+    if not names:
+        return tasks
+    by_lower = {t.metadata.name.lower(): t for t in tasks}
+    unknown = [n for n in names if n.lower() not in by_lower]
+    if unknown:
+        raise UnknownNameError(
+            f"--tasks {unknown[0]!r} is not a task of the replica {str(path)!r}; its tasks: "
+            + ", ".join(t.metadata.name for t in tasks)
+        )
+    return [by_lower[n.lower()] for n in names]
 
 
 def _instance(base: type, metadata: Any, dataset: dict, **attrs: Any) -> Any:

@@ -52,7 +52,16 @@ from ..utils.files import field, json_object, list_of, read_json
 from .replica_data import Words, _columns, _labelled, _pairs, single_token_words, write_retrieval
 from .replica_io import SPLIT, read_retrieval, read_rows, write_json, write_rows
 
-__all__ = ["Words", "build_replica", "is_replica", "read_manifest", "replica_tasks", "single_token_words", "stats_path"]
+__all__ = [
+    "Words",
+    "build_replica",
+    "fresh_task",
+    "is_replica",
+    "read_manifest",
+    "replica_tasks",
+    "single_token_words",
+    "stats_path",
+]
 
 TYPES = ("Retrieval", "Reranking", "STS", "PairClassification", "Classification", "Clustering")
 MANIFEST = "replica.json"
@@ -313,6 +322,20 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     for key, types in (("fraction", (int, float)), ("seed", (int,)), ("tokenizer", (str,)), ("left_out", (dict,))):
         field(manifest, key, (*types, type(None)), str(path))
     return manifest
+
+
+def fresh_task(task: Any) -> Any:
+    """A new object for ``task``, without data, that loads what ``task`` loads: a replica's task (whose
+    ``load_data`` is an attribute of the object, bound to it) gets a copy reading the same folder, any other task a
+    new object of its class (mteb's tasks and ours load by their class). Two-stage reranking turns this into the
+    second stage's task, leaving the first stage's alone."""
+    load = vars(task).get("load_data")
+    if not (isinstance(load, partial) and load.func is _load):
+        return type(task)()
+    clone = _unloaded_copy(task)
+    clone.dataset, clone.data_loaded = None, False
+    clone.load_data = partial(_load, clone, *load.args[1:])
+    return clone
 
 
 def replica_tasks(directory: str | Path) -> list[Any]:
