@@ -3,7 +3,8 @@
 # on the GPU) with the packaged MiniLM WordPiece tokenizer (realistic token counts; .devtok/bert), measured by
 # `vllm-eval bench` on fixed 512-token and mixed 16-2000-token texts. After staging vLLM (scripts/gpu_bench.sh):
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_bigmodel.sh $OUT PART
-# PART: model8b | bench8b | reranker8b | rerank8b. bench8b: $BACKENDS (default vllm), $QUANT (e.g. fp8: --quantization),
+# PART: model8b | bench8b | reranker8b | rerank8b. bench8b: $BACKENDS (default vllm), $LENGTHS (default "fixed:512
+# mixed:16-2000"), $QUANT (e.g. fp8: --quantization),
 # $TAG a suffix, $N_TEXTS (default 2000), $LIMIT seconds (default 300), $EXTRA more flags. Writes $OUT/bench8b$TAG.{txt,json}.
 # reranker8b: a random Qwen3-Reranker-8B shape (Qwen3ForCausalLM with its untied lm_head, 8.19 B parameters, bf16,
 # same tokenizer) into $MODELS_DIR/qwen3-reranker-8b. rerank8b: scripts/rerank_bench.py on it, $QUERIES (default 20)
@@ -39,7 +40,7 @@ b('$models/qwen3-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>&1 | grep
   bench8b)
     name=bench8b${TAG:-}; work=/root/work/$name; rm -rf "$work"
     timeout -k 10 "${LIMIT:-300}" python3 -m vllm_eval.cli bench --model "$models/qwen3-8b" --dtypes bfloat16 \
-      --backends ${BACKENDS:-vllm} --lengths fixed:512 mixed:16-2000 --n-texts "${N_TEXTS:-2000}" --batch-sizes "${N_TEXTS:-2000}" \
+      --backends ${BACKENDS:-vllm} --lengths ${LENGTHS:-fixed:512 mixed:16-2000} --n-texts "${N_TEXTS:-2000}" --batch-sizes "${N_TEXTS:-2000}" \
       --max-model-len 8192 ${QUANT:+--quantization $QUANT} ${EXTRA:-} --output-dir "$work" > "$out/$name.log" 2>&1
     echo "exit $?" >> "$out/$name.log"
     tr '\r' '\n' < "$out/$name.log" | grep -v "it/s\]" | grep -E "│|┃|━|tok/s|exit|rror|ready" > "$out/$name.txt"
@@ -100,12 +101,13 @@ b('$models/qwen3-reranker-8b', 'qwen3-8b', '.devtok/bert', dtype='bfloat16')" 2>
 fraction=${FRACTION:-0.02}, tasks='${TASKS:-ArguAna SCIDOCS}'.split())" 2>&1 | tail -2
     for backend in ${BACKENDS:-vllm st}; do
       log="$out/$name-$backend.log"; start=$(date +%s.%N)
-      timeout -k 10 "${STEP_LIMIT:-280}" python3 -m vllm_eval.cli rerank --data "$rep" --reranker "$models/${RERANKER:-qwen3-reranker-8b}" \
+      timeout -k 10 "${STEP_LIMIT:-280}" python3 -m vllm_eval.cli -v rerank --data "$rep" --reranker "$models/${RERANKER:-qwen3-reranker-8b}" \
         --preset qwen3-reranker --backend "$backend" --top-k "${TOP_K:-100}" --dtype "${DTYPE:-bfloat16}" ${EXTRA:-} --no-cache \
         --no-progress --output-dir "/root/work/$name-$backend" > "$log" 2>&1
       rc=$?
       echo "== $backend: exit $rc, command to exit $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s" | tee -a "$out/$name.txt"
-      tr '\r' '\n' < "$log" | grep -E "│|┃|rror|ready" | grep -v "it/s" | tee -a "$out/$name.txt"
+      tr '\r' '\n' < "$log" | grep -E "│|┃|rror|ready|starting a vLLM|Loading weights took|init engine|Model loading took" \
+        | grep -v "it/s" | cut -c1-200 | tee -a "$out/$name.txt"
     done ;;
   start8b)
     for cfg in ${CONFIGS:-mp mp inproc inproc-dropped inproc-nographs inproc-eager}; do

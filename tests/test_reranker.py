@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -331,3 +332,18 @@ def test_rerank_on_a_replicas_retrieval_task_reads_its_files(replica, vllm_cross
     assert rows[0].main_score > 0.5 and rows[1].main_score != pytest.approx(rows[0].main_score)
     split = task.dataset["default"]["test"] if task.data_loaded else {}
     assert split.get("top_ranked") is None  # the reranking stage's candidates went to its own copy
+
+
+def test_the_bm25_first_stage_keeps_jax_on_the_cpu_unless_the_user_chose(monkeypatch):
+    """bm25s runs a JAX top-k at import; JAX on a GPU would take 75 % of its memory from the reranker."""
+    from vllm_eval.engine import procenv
+    from vllm_eval.evaluation.two_stage import load_first_stage
+
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.setattr(procenv, "ENV_SET_HERE", set())
+    load_first_stage("bm25s")
+    assert os.environ["JAX_PLATFORMS"] == "cpu" and procenv.ENV_SET_HERE == {"JAX_PLATFORMS"}
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    monkeypatch.setattr(procenv, "ENV_SET_HERE", set())
+    load_first_stage("bm25s")
+    assert os.environ["JAX_PLATFORMS"] == "cuda"

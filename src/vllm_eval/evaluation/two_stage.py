@@ -21,6 +21,12 @@ def load_first_stage(spec: str, **encoder_kwargs: Any) -> Any:
         ModelNotFoundError: a model path that does not exist.
     """
     if is_bm25(spec):
+        from ..engine.procenv import set_env_default
+
+        # bm25s runs a JAX top-k at import where JAX is installed, and JAX on a GPU takes 75 % of its memory at
+        # once: a reranker on that GPU then ran out of memory (an 8B CrossEncoder on an H100). bm25s's scores are
+        # NumPy arrays on the CPU; JAX stays there unless the user chose otherwise.
+        set_env_default("JAX_PLATFORMS", "cpu")
         import mteb
 
         return mteb.get_model("mteb/baseline-bm25s")
