@@ -95,7 +95,7 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
                 # runs, so compute on every core (measured here: 3,791 -> 6,971 tok/s, MiniLM fp32).
                 set_env_default("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         else:
-            _collect_released_on_gpu()
+            collect_released_on_gpu()
             hide = choose_engine_core_process(in_process=big_pooling_model(model, kwargs))
         if not on_cpu() and kwargs.get("runner") == "generate":
             # FlashInfer's top-k/top-p sampler is compiled with nvcc while the engine warms up, on every machine
@@ -203,14 +203,17 @@ def _cuda_initialized() -> bool:
     return torch is not None and torch.cuda.is_initialized()
 
 
-def _collect_released_on_gpu() -> None:
-    """Before a GPU engine is built: collect what engines released in this process left once their callers let go.
+def collect_released_on_gpu() -> None:
+    """Before a GPU engine is built, here or in replicas of this process: collect what engines released in this
+    process left once their callers let go (nothing to do, and nothing done, when none was released on a GPU).
 
     Why: the collection at release runs while the caller still holds the ``LLM``, and vLLM 0.26's in-process engine
     keeps its weights in reference cycles: measured on an H200 with an 8B (``scripts/engine_release_check.py``), 15.1
     GiB stayed allocated after the caller dropped the ``LLM`` until a ``gc.collect()``; a second engine started
     beside them ran out of memory, as vLLM counted them as its own (and its start freezes the heap, so they would
-    never be collected)."""
+    never be collected). Replicas on that GPU count them too: `bench --data-parallel-size 1 2` of the 8B on two
+    H100s had the second layout's replica 0 refused (62.77 of 79.18 GiB free, 0.92 asked) while the first layout's
+    in-process engine's weights were still held."""
     if _RELEASED_ON_GPU[0]:
         _RELEASED_ON_GPU[0] = False
         _collect(refreeze=False)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.build import acquire_engine, release_engine
+from ..engine.build import acquire_engine, collect_released_on_gpu, release_engine
 from ..engine.outputs import RequestFailed, check_outputs, first_request_error, refusals_as_usage_errors
 from ..engine.pipeline import drain as drain_pipeline
 from ..utils import timeline
@@ -106,6 +106,8 @@ class VllmBackend(Resource):
         """
         started, wall = time.perf_counter(), time.time()
         tp = self.engine_kwargs.get("tensor_parallel_size") or 1
+        if ray_address or data_parallel_size * replicas_per_gpu > 1:
+            collect_released_on_gpu()  # an in-process engine's leftovers would count against the replicas' GPUs
         if ray_address:
             from ..replicas.ray import RayReplicaPool
 
