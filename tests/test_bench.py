@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from transformers import AutoTokenizer
@@ -104,5 +105,9 @@ def test_mfu_beside_each_throughput_against_the_computing_dtypes_peak(monkeypatc
     assert fp8.peak_tflops == 1979.0 and fp8.mfu < bf16.mfu
     assert bench._computing_dtype("st", "bfloat16", {"quantization": "fp8"}) == "bfloat16"  # st does not quantize
     assert "MFU 62% of NVIDIA H200's 989 TFLOP/s bfloat16 (7.57 B params)" in capsys.readouterr().out
+    # Two replicas on two H100s (80,562 tok/s measured): the fraction of both GPUs' peak, not of one (123 %).
+    two = bench._with_mfu(replace(record, tokens_per_s=80_562.0), 7_567_295_488, "bfloat16", devices=2)
+    assert two.mfu == round(80_562.0 * 2 * 7_567_295_488 / (2 * 989e12), 4) and two.peak_tflops == 1978.0
+    assert "MFU 62% of 2 x NVIDIA H200's 989 TFLOP/s bfloat16" in capsys.readouterr().out
     monkeypatch.setattr(telemetry, "device_name", lambda: "CPU: AMD EPYC (2 cores)")
     assert bench._with_mfu(record, 7_567_295_488, "float32").mfu is None  # no known peak: left out

@@ -147,6 +147,10 @@ def test_two_replicas_match_one_engine_in_order(dp_encoder, vllm_encoder):
         assert lane.start <= pool.started_at and lane.end == pytest.approx(pool.started_at + ready[i], abs=1e-6)
 
 
+def test_replicas_count_the_devices_their_mfu_divides_by(dp_encoder, vllm_encoder):
+    assert dp_encoder.accelerators == 2 and vllm_encoder.accelerators == 1
+
+
 def test_two_replicas_give_the_same_task_scores(dp_encoder, vllm_encoder):
     deltas = score_deltas(dp_encoder, vllm_encoder, ["LeeDocSimilarity", "WordSim353", "PangLeePolarity"])
     print("\n2 replicas vs 1 engine |delta main score|:", deltas)

@@ -398,7 +398,8 @@ def _measured(
         row = run()
     if counters is not None:  # before the parity check, whose own embedding is not the task's work
         delta = own if shared else counters.since(before)
-        facts = task_telemetry(delta, row.seconds, meta_params(model), device, getattr(model, "dtype", None))
+        dtype, devices = getattr(model, "dtype", None), getattr(model, "accelerators", 1)
+        facts = task_telemetry(delta, row.seconds, meta_params(model), device, dtype, devices)
         row = replace(row, **facts)
     if parity_reference is not None:
         row = replace(row, **check_parity(model, parity_reference))

@@ -122,7 +122,8 @@ class BenchRecord:
     replica_ready_s: list[float] = field(default_factory=list)
     #: Model FLOPs utilisation (0-1): ``tokens_per_s * 2 * parameters`` over :attr:`peak_tflops` (None: unknown).
     mfu: float | None = None
-    #: The device's dense peak for the computing dtype (fp8 under ``quantization="fp8"``), TFLOP/s.
+    #: The dense peak for the computing dtype (fp8 under ``quantization="fp8"``) of every GPU the backend ran on
+    #: (replicas x tensor-parallel size), TFLOP/s.
     peak_tflops: float | None = None
 
 
@@ -396,7 +397,8 @@ def run_bench(
                 for spec in lengths:
                     for bs in batch_sizes:
                         r = _measure(b, dtype, spec, texts_by_len[spec], bs, start_s, ready)
-                        records.append(_with_mfu(r, n_parameters, _computing_dtype(backend, dtype, engine_kwargs)))
+                        computing = _computing_dtype(backend, dtype, engine_kwargs)
+                        records.append(_with_mfu(r, n_parameters, computing, getattr(b.obj, "accelerators", 1)))
             finally:
                 b.close()
     if output_dir:
@@ -410,18 +412,21 @@ def _computing_dtype(backend: str, dtype: str, engine_kwargs: dict[str, Any]) ->
     return "fp8" if quantized else dtype
 
 
-def _with_mfu(r: BenchRecord, n_parameters: int | None, dtype: str) -> BenchRecord:
-    """``r`` with its MFU against the device's peak for ``dtype`` (utils.telemetry), printed beside it."""
+def _with_mfu(r: BenchRecord, n_parameters: int | None, dtype: str, devices: int = 1) -> BenchRecord:
+    """``r`` with its MFU against the peak of its ``devices`` for ``dtype`` (utils.telemetry), printed beside it;
+    ``peak_tflops`` is theirs together."""
     from ..utils.telemetry import device_name, mfu, peak_flops
 
     device = device_name()
-    util, peak = mfu(r.tokens_per_s, n_parameters, device, dtype), peak_flops(device, dtype)
+    util, peak = mfu(r.tokens_per_s, n_parameters, device, dtype, devices), peak_flops(device, dtype)
     if util is None or peak is None:
         return r
+    many = f"{devices} x " if devices > 1 else ""
     print(
-        f"{'':10s} MFU {util:.0%} of {device}'s {peak / 1e12:,.0f} TFLOP/s {dtype} ({n_parameters / 1e9:.2f} B params)"
+        f"{'':10s} MFU {util:.0%} of {many}{device}'s {peak / 1e12:,.0f} TFLOP/s {dtype} "
+        f"({n_parameters / 1e9:.2f} B params)"
     )
-    return replace(r, mfu=round(util, 4), peak_tflops=round(peak / 1e12, 1))
+    return replace(r, mfu=round(util, 4), peak_tflops=round(peak * devices / 1e12, 1))
 
 
 def _measure(

@@ -82,6 +82,7 @@ class VllmBackend(Resource):
     pool: Any = None
     engine_kwargs: dict[str, Any]
     _engine_start_s: float = 0.0
+    _data_parallel_size: int = 1
     #: A chunk of this backend went through the in-process pipeline (:mod:`vllm_eval.engine.pipeline`).
     _pipelining: bool = False
 
@@ -106,6 +107,7 @@ class VllmBackend(Resource):
         """
         started, wall = time.perf_counter(), time.time()
         tp = self.engine_kwargs.get("tensor_parallel_size") or 1
+        self._data_parallel_size = data_parallel_size
         if ray_address or data_parallel_size * replicas_per_gpu > 1:
             collect_released_on_gpu()  # an in-process engine's leftovers would count against the replicas' GPUs
         if ray_address:
@@ -145,6 +147,13 @@ class VllmBackend(Resource):
             counters.engine_start_seconds = self._engine_start_s
         self.dtype, self.quantization = info["dtype"], info["quantization"]
         return info
+
+    @property
+    def accelerators(self) -> int:
+        """GPUs the engines run on: each replica's tensor-parallel size times the GPUs the replicas spread over
+        (replicas sharing a GPU count it once); 1 for one engine without tensor parallelism (and on the CPU)."""
+        tp = self.engine_kwargs.get("tensor_parallel_size") or 1
+        return tp * (self._data_parallel_size if self.pool is not None else 1)
 
     @property
     def parallel_jobs(self) -> int:

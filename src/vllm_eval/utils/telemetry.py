@@ -5,11 +5,12 @@ inputs, cache hits and misses, seconds spent encoding or scoring, engine start s
 results record, per task, the difference before and after the task (see
 :func:`vllm_eval.evaluation.results.evaluate`).
 
-**MFU** (model FLOPs utilisation) is estimated as ``tokens/s × FLOPs/token ÷ peak FLOP/s``, with
+**MFU** (model FLOPs utilisation) is estimated as ``tokens/s × FLOPs/token ÷ (peak FLOP/s × devices)``, with
 FLOPs/token ≈ 2 × parameters, the forward-pass approximation of Kaplan et al. 2020 ("Scaling Laws
 for Neural Language Models", §2.1: C_forward ≈ 2N, leaving out the attention term
 2·n_layer·n_ctx·d_attn, small next to 2N at these lengths). Peak FLOP/s come from
-:data:`PEAK_FLOPS` (the vendors' dense, non-sparse figures); on any other device the MFU is left out.
+:data:`PEAK_FLOPS` (the vendors' dense, non-sparse figures); on any other device the MFU is left out. ``devices``
+is the GPUs the throughput came from (replicas × tensor-parallel size): the fraction of all of them.
 """
 
 from __future__ import annotations
@@ -131,12 +132,15 @@ def peak_flops(device: str, dtype: str | None) -> float | None:
     return None
 
 
-def mfu(tokens_per_s: float | None, n_parameters: int | None, device: str, dtype: str | None) -> float | None:
-    """Model FLOPs utilisation (0-1) by the module docstring's formula, or None when a term is unknown."""
+def mfu(
+    tokens_per_s: float | None, n_parameters: int | None, device: str, dtype: str | None, devices: int = 1
+) -> float | None:
+    """Model FLOPs utilisation (0-1) of ``devices`` accelerators by the module docstring's formula, or None when a
+    term is unknown."""
     peak = peak_flops(device, dtype)
     if not tokens_per_s or not n_parameters or peak is None:
         return None
-    return tokens_per_s * 2 * n_parameters / peak
+    return tokens_per_s * 2 * n_parameters / (peak * max(devices, 1))
 
 
 def rate(tokens: int, seconds: float) -> float | None:
@@ -145,11 +149,11 @@ def rate(tokens: int, seconds: float) -> float | None:
 
 
 def task_telemetry(
-    delta: Counters, task_seconds: float, n_parameters: int | None, device: str, dtype: str | None
+    delta: Counters, task_seconds: float, n_parameters: int | None, device: str, dtype: str | None, devices: int = 1
 ) -> dict[str, Any]:
-    """The telemetry fields of one task's result from the backend's counters during it."""
+    """The telemetry fields of one task's result from the backend's counters during it (MFU over ``devices``)."""
     tps = rate(delta.compute_tokens, delta.compute_seconds)
-    util = mfu(tps, n_parameters, device, dtype)
+    util = mfu(tps, n_parameters, device, dtype, devices)
     return {
         "inputs": delta.inputs,
         "distinct_inputs": delta.distinct,
