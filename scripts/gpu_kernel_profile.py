@@ -39,10 +39,12 @@ def _busy_us(intervals: list[tuple[float, float]]) -> float:
 
 
 #: Kernel classes by name (first match wins): attention (FlashAttention's kernels are CUTLASS device kernels too, so
-#: it comes first), cuBLAS/CUTLASS matrix products (bf16 and fp8), fp8 activation quantisation, then the rest (norms,
-#: activations, rotary embeddings, torch.compile's fused Triton).
+#: it comes first), torch.compile's fused Triton kernels (named after every op they fuse, a quantisation feeding a
+#: ``cutlass_scaled_mm`` among them: never a matrix product themselves), cuBLAS/CUTLASS matrix products (bf16 and fp8),
+#: fp8 activation quantisation, then the rest (norms, activations, rotary embeddings).
 KERNEL_CLASSES = (
     ("attention", ("flash", "attn", "fmha")),
+    ("fused", ("triton_",)),
     ("gemm", ("gemm", "cutlass", "nvjet", "xmma", "matmul", "scaled_mm", "cublas", "sm90_", "wgmma")),
     ("quantize", ("quant",)),
 )
