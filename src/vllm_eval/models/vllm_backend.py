@@ -150,8 +150,9 @@ class VllmBackend(Resource):
 
     @property
     def accelerators(self) -> int:
-        """GPUs the engines run on: each replica's tensor-parallel size times the GPUs the replicas spread over
-        (replicas sharing a GPU count it once); 1 for one engine without tensor parallelism (and on the CPU)."""
+        """GPUs the engines run on (the MFU divides by their peak): each replica's tensor-parallel size times the
+        GPUs the replicas spread over (replicas sharing a GPU count it once); on the CPU build, the core sets of the
+        replicas; 1 for one engine without tensor parallelism."""
         tp = self.engine_kwargs.get("tensor_parallel_size") or 1
         return tp * (self._data_parallel_size if self.pool is not None else 1)
 
