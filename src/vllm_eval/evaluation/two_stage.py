@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..tasks.shaped import fresh_task
 from ..utils.errors import UsageError
 from .results import TaskScore, evaluate
 
@@ -107,7 +106,8 @@ def evaluate_two_stage(
                 stacklevel=2,
             )
             k = size
-        second_task = fresh_task(task).convert_to_reranking(out / "predictions", top_k=k)
+        fresh = getattr(task, "fresh_copy", None)  # a task its class cannot make anew says how (a replica's)
+        second_task = (fresh() if fresh else type(task)()).convert_to_reranking(out / "predictions", top_k=k)
         rows.append(first)
         rows.extend(
             evaluate(

@@ -52,16 +52,7 @@ from ..utils.files import field, json_object, list_of, read_json
 from .replica_data import Words, _columns, _labelled, _pairs, single_token_words, write_retrieval
 from .replica_io import SPLIT, read_retrieval, read_rows, write_json, write_rows
 
-__all__ = [
-    "Words",
-    "build_replica",
-    "fresh_task",
-    "is_replica",
-    "read_manifest",
-    "replica_tasks",
-    "single_token_words",
-    "stats_path",
-]
+__all__ = ["Words", "build_replica", "is_replica", "read_manifest", "replica_tasks", "single_token_words", "stats_path"]
 
 TYPES = ("Retrieval", "Reranking", "STS", "PairClassification", "Classification", "Clustering")
 MANIFEST = "replica.json"
@@ -324,18 +315,22 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     return manifest
 
 
-def fresh_task(task: Any) -> Any:
-    """A new object for ``task``, without data, that loads what ``task`` loads: a replica's task (whose
-    ``load_data`` is an attribute of the object, bound to it) gets a copy reading the same folder, any other task a
-    new object of its class (mteb's tasks and ours load by their class). Two-stage reranking turns this into the
-    second stage's task, leaving the first stage's alone."""
-    load = vars(task).get("load_data")
-    if not (isinstance(load, partial) and load.func is _load):
-        return type(task)()
+def _reading(task: Any, folder: Path) -> Any:
+    """``task`` (a copy of the benchmark's own, without data) made to read its replica from ``folder``.
+
+    Its ``load_data`` is an attribute of the object, bound to it (a partial pickles: task processes), so a new
+    object of the class would read the hub: ``fresh_copy()`` gives another copy reading the same folder, for
+    whoever needs the task anew without its data (two-stage reranking makes the second stage's task so)."""
+    task.local_data = True  # no hub dataset needed (vllm_eval.tasks.unavailable)
+    task.load_data = partial(_load, task, folder)
+    task.fresh_copy = partial(_fresh_copy, task, folder)
+    return task
+
+
+def _fresh_copy(task: Any, folder: Path) -> Any:
     clone = _unloaded_copy(task)
     clone.dataset, clone.data_loaded = None, False
-    clone.load_data = partial(_load, clone, *load.args[1:])
-    return clone
+    return _reading(clone, folder)
 
 
 def replica_tasks(directory: str | Path) -> list[Any]:
@@ -362,6 +357,5 @@ def replica_tasks(directory: str | Path) -> list[Any]:
             for split, _ in _splits(task):
                 if not (file := _split_file(task, folder, f"{subset}.{split}")).is_file():
                     raise UsageError(f"{file}: no such file (a replica split of {path})")
-        task.local_data = True  # no hub dataset needed (vllm_eval.tasks.unavailable)
-        task.load_data = partial(_load, task, folder)  # a partial pickles (task processes)
+        _reading(task, folder)
     return tasks
