@@ -127,13 +127,22 @@ def test_dead_endpoint_skipped_and_all_dead_fails(stubs):
 
 
 @pytest.fixture(scope="module")
-def vllm_server():
-    """A real `vllm serve` of the packaged MiniLM on loopback (fp32, eager, small KV reserve)."""
-    from vllm_eval.testing import serve_model
+def servers(test_models):
+    """Real `vllm serve` processes on loopback (fp32, eager, small KV reserve), started side by side: two of the
+    packaged MiniLM (the second is killed by a test), the seeded MiniLM cross-encoder and the tiny Qwen3."""
+    from vllm_eval.testing import serve_models
     from vllm_eval.utils.modelinfo import packaged_model_path
 
-    with serve_model(packaged_model_path(), timeout=240) as url:
-        yield url
+    names = ("minilm", "minilm-2", "cross", "qwen3")
+    models = (packaged_model_path(), packaged_model_path(), test_models["cross"], test_models["qwen3"])
+    with serve_models(*models, timeout=240) as urls:
+        yield dict(zip(names, urls))
+
+
+@pytest.fixture(scope="module")
+def vllm_server(servers):
+    """The packaged MiniLM's server."""
+    return servers["minilm"]
 
 
 def test_remote_suite_matches_in_process(vllm_server, vllm_encoder):
@@ -150,38 +159,35 @@ def test_remote_suite_matches_in_process(vllm_server, vllm_encoder):
     assert max(deltas.values()) <= 1e-4
 
 
-def test_a_server_killed_mid_run_hands_its_requests_to_the_other(vllm_server, vllm_encoder):
+def test_a_server_killed_mid_run_hands_its_requests_to_the_other(servers, vllm_encoder):
     """Two real `vllm serve` processes; one is killed while requests are in flight: the run completes through
     the other with the same vectors."""
     import threading
 
     import psutil
 
-    from vllm_eval.testing import serve_model
-    from vllm_eval.utils.modelinfo import packaged_model_path
+    vllm_server, second = servers["minilm"], servers["minilm-2"]  # the second dies here; no later test uses it
+    port = second.rsplit(":", 1)[1]
+    (server,) = [p for p in psutil.Process().children() if port in p.cmdline()]
+    texts = [f"request text {i} on {w}" for i, w in enumerate(["rivers", "towers", "birds"] * 150)]
+    opts = _http([vllm_server, second], batch_size=8, max_concurrency=4, retries=2, backoff=0.05, timeout=20)
+    with RemoteEncoder(opts, show_progress_bar=False) as remote:
+        used = remote.http.endpoints.used
 
-    with serve_model(packaged_model_path(), timeout=240) as second:
-        port = second.rsplit(":", 1)[1]
-        (server,) = [p for p in psutil.Process().children() if port in p.cmdline()]
-        texts = [f"request text {i} on {w}" for i, w in enumerate(["rivers", "towers", "birds"] * 150)]
-        opts = _http([vllm_server, second], batch_size=8, max_concurrency=4, retries=2, backoff=0.05, timeout=20)
-        with RemoteEncoder(opts, show_progress_bar=False) as remote:
-            used = remote.http.endpoints.used
+        def kill_when_busy() -> None:
+            deadline = time.monotonic() + 60
+            while used[second] < 4 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            for proc in [*server.children(recursive=True), server]:
+                proc.kill()
 
-            def kill_when_busy() -> None:
-                deadline = time.monotonic() + 60
-                while used[second] < 4 and time.monotonic() < deadline:
-                    time.sleep(0.005)
-                for proc in [*server.children(recursive=True), server]:
-                    proc.kill()
-
-            killer = threading.Thread(target=kill_when_busy, daemon=True)
-            killer.start()
-            with pytest.warns(RuntimeWarning, match=f"endpoint {second} skipped after retries"):
-                got = remote.encode_texts(texts)
-            killer.join(10)
-            print(f"\nrequests per endpoint: {dict(used)}")
-            assert used[second] >= 4 and used[vllm_server] > used[second]
+        killer = threading.Thread(target=kill_when_busy, daemon=True)
+        killer.start()
+        with pytest.warns(RuntimeWarning, match=f"endpoint {second} skipped after retries"):
+            got = remote.encode_texts(texts)
+        killer.join(10)
+        print(f"\nrequests per endpoint: {dict(used)}")
+        assert used[second] >= 4 and used[vllm_server] > used[second]
     np.testing.assert_allclose(got, vllm_encoder.encode_texts(texts), atol=1e-5)
 
 
@@ -239,71 +245,68 @@ def test_images_travel_as_png_data_urls():
     np.testing.assert_array_equal(back, img)
 
 
-def test_remote_reranker_matches_in_process(cli_in_process, test_models, vllm_cross, tmp_path):
+def test_remote_reranker_matches_in_process(cli_in_process, servers, vllm_cross, tmp_path):
     """A real `vllm serve` of the seeded MiniLM cross-encoder: /score and /rerank give the in-process scores."""
     from vllm_eval.tasks.data import lee_documents
-    from vllm_eval.testing import serve_model
 
     docs = list(lee_documents()[:12])
     qs = [d.split(".")[0] for d in docs[:4] for _ in docs]
     ds = [d for _ in range(4) for d in docs]
     ref = vllm_cross.score_pairs(qs, ds)
-    with serve_model(test_models["cross"], timeout=240) as url:
-        for api in ("score", "rerank"):
-            with RemoteReranker(_http(url, batch_size=16), api=api, show_progress_bar=False) as rc:
-                got = rc.score_pairs(qs, ds)
-            print(f"\nremote /{api} vs in-process: max |delta| {np.abs(got - ref).max():.2e}")
-            np.testing.assert_allclose(got, ref, atol=1e-5)
-        code, err = cli_in_process(
-            "rerank",
-            "--backend",
-            "remote",
-            "--endpoint",
-            url,
-            "--top-k",
-            "10",
-            "--no-progress",
-            "--output-dir",
-            str(tmp_path),
-        )
+    url = servers["cross"]
+    for api in ("score", "rerank"):
+        with RemoteReranker(_http(url, batch_size=16), api=api, show_progress_bar=False) as rc:
+            got = rc.score_pairs(qs, ds)
+        print(f"\nremote /{api} vs in-process: max |delta| {np.abs(got - ref).max():.2e}")
+        np.testing.assert_allclose(got, ref, atol=1e-5)
+    code, err = cli_in_process(
+        "rerank",
+        "--backend",
+        "remote",
+        "--endpoint",
+        url,
+        "--top-k",
+        "10",
+        "--no-progress",
+        "--output-dir",
+        str(tmp_path),
+    )
     assert code == 0, err[-2000:]
     assert "LeeKnownItemRetrieval" in cli_in_process.stdout and (tmp_path / "stage2").is_dir()
 
 
-def test_remote_generator_matches_in_process(cli_in_process, test_models, generator, tmp_path):
+def test_remote_generator_matches_in_process(cli_in_process, servers, generator, tmp_path):
     """A real `vllm serve` of the tiny Qwen3: greedy chat answers equal the in-process ones."""
-    from vllm_eval.testing import serve_model
-
     samples = [
         (f"Review {i}: the film was {w}. Positive or negative?", ())
         for i, w in enumerate(["dull", "bright", "long", "moving", "flat", "funny"])
     ]
     ref = generator.generate(samples)
-    with serve_model(test_models["qwen3"], timeout=240) as url:
-        with RemoteGenerator(
-            _http(url), sampling={"max_tokens": 12}, system_prompt="Answer in one word.", show_progress_bar=False
-        ) as rg:
-            got_sys = rg.generate(samples[:2])
-        with RemoteGenerator(_http(url), sampling={"max_tokens": 12}, show_progress_bar=False) as rg:
-            got = rg.generate(samples)
-        code, err = cli_in_process(
-            "generate",
-            "--backend",
-            "remote",
-            "--endpoint",
-            url,
-            "--task",
-            "PangLeePolarity",
-            "--limit",
-            "6",
-            "--max-missing",
-            "6",
-            "--max-tokens",
-            "8",
-            "--no-progress",
-            "--output-dir",
-            str(tmp_path),
-        )
+    url = servers["qwen3"]
+    with RemoteGenerator(
+        _http(url), sampling={"max_tokens": 12}, system_prompt="Answer in one word.", show_progress_bar=False
+    ) as rg:
+        got_sys = rg.generate(samples[:2])
+    with RemoteGenerator(_http(url), sampling={"max_tokens": 12}, show_progress_bar=False) as rg:
+        got = rg.generate(samples)
+    code, err = cli_in_process(
+        "generate",
+        "--backend",
+        "remote",
+        "--endpoint",
+        url,
+        "--task",
+        "PangLeePolarity",
+        "--limit",
+        "6",
+        "--max-missing",
+        "6",
+        "--max-tokens",
+        "8",
+        "--no-progress",
+        "--output-dir",
+        str(tmp_path),
+    )
     assert [g.output for g in got] == [r.output for r in ref]
     assert [g.prompt_tokens for g in got] == [r.prompt_tokens for r in ref]
     assert all(g.prompt.startswith('[{"role": "system"') for g in got_sys)

