@@ -164,3 +164,14 @@ def test_old_import_paths_are_the_moved_modules():
         assert importlib.import_module("vllm_eval.results") is results
     assert importlib.import_module("vllm_eval.encoder.base") is base  # one module object, not a copy
     assert vllm_eval.evaluate is importlib.import_module("vllm_eval.api.evaluate").evaluate
+
+
+def test_tasks_pick_among_a_replicas_tasks(replica):
+    from vllm_eval.api.evaluate import select
+
+    assert [t.metadata.name for t in select("encoder", tasks="sts12, SCIDOCS", data=replica)] == ["STS12", "SCIDOCS"]
+    assert len(select("encoder", data=replica)) > 2  # all of them
+    with pytest.raises(UnknownNameError, match="'STS99' is not a task of the replica"):
+        select("encoder", tasks="STS99", data=replica)
+    with pytest.raises(UsageError, match="give --data or --benchmark, not both"):
+        select("encoder", benchmark="MTEB(eng, v2)", data=replica)
