@@ -204,11 +204,14 @@ class _Backend:
         from ..models.backends import is_remote, load_backend
 
         self.name = self.label = name
+        #: GPUs the throughput comes from (the MFU divides by their peak): ours' replicas x tensor-parallel size.
+        self.devices = 1
         if flavour is not None:
             self._sparse(name, model, dtype, engine_kwargs, st_batch_size, replicas)
             return
         if name == PEER:
             self.obj, self.encode = _mteb_vllm(model, dtype, engine_kwargs)
+            self.devices = engine_kwargs.get("tensor_parallel_size") or 1
             return
         if name == "vllm":
             r = {k: v for k, v in (replicas or {}).items() if v != 1}
@@ -216,6 +219,7 @@ class _Backend:
             self.obj = load_backend(
                 "encoder", "vllm", model, dtype=dtype, show_progress_bar=False, **r, **engine_kwargs
             )
+            self.devices = self.obj.accelerators
             # Distinct texts only: dedup must not flatter the numbers.
             self.encode = self.obj.encode_texts
         elif name == "st":
@@ -255,6 +259,7 @@ class _Backend:
             r = {k: v for k, v in (replicas or {}).items() if v != 1}
             self.label = _replica_label(r)
             self.obj = load_backend("sparse_encoder", "vllm", model, **quiet, **r, **engine_kwargs)
+            self.devices = self.obj.accelerators
             self.encode = self.obj.encode_sparse  # distinct texts, rows kept sparse (CSR)
         elif name == "st":
             self.obj = load_backend("sparse_encoder", "st", model, **quiet, batch_size=st_batch_size)
@@ -398,7 +403,7 @@ def run_bench(
                     for bs in batch_sizes:
                         r = _measure(b, dtype, spec, texts_by_len[spec], bs, start_s, ready)
                         computing = _computing_dtype(backend, dtype, engine_kwargs)
-                        records.append(_with_mfu(r, n_parameters, computing, getattr(b.obj, "accelerators", 1)))
+                        records.append(_with_mfu(r, n_parameters, computing, b.devices))
             finally:
                 b.close()
     if output_dir:
