@@ -5,6 +5,10 @@
 #   .venv/bin/python -c "from transformers import AutoTokenizer; from vllm_eval.utils.modelinfo import packaged_model_path; \
 #     AutoTokenizer.from_pretrained(packaged_model_path()).save_pretrained('.devtok/bert'); \
 #     from vllm_eval.testing import tiny_tokenizer; tiny_tokenizer().save_pretrained('.devtok/qwen')"
+# The staging script's 60 MiB parts plus this repo's tracked files (12 MB) exceed one call's 64 MiB: re-split them
+#   cat .devstage/p*/part* > /tmp/all.tar && rm -rf .devstage/p* && split -b 48000000 -d -a 1 /tmp/all.tar /tmp/part \
+#     && for i in $(seq 0 9); do [ -f /tmp/part$i ] && mkdir -p .devstage/p$i && mv /tmp/part$i .devstage/p$i/; done
+# and carry .devstage/p0 ... p9 one call each (mkdir -p /root/parts && mv .devstage/pN/part* /root/parts/).
 # Then, on the device (carry .devstage/bin and .devtok):
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_bench.sh $OUT PART [N_TEXTS]
 # PART: models | bert-fixed | bert-mixed | qwen3 | dp (the last needs 2 GPUs). Each part is its own
