@@ -153,8 +153,7 @@ class VllmBackend(Resource):
         """GPUs the engines run on (the MFU divides by their peak): each replica's tensor-parallel size times the
         GPUs the replicas spread over (replicas sharing a GPU count it once); on the CPU build, the core sets of the
         replicas; 1 for one engine without tensor parallelism."""
-        tp = self.engine_kwargs.get("tensor_parallel_size") or 1
-        return tp * (self._data_parallel_size if self.pool is not None else 1)
+        return (self.engine_kwargs.get("tensor_parallel_size") or 1) * self._data_parallel_size
 
     @property
     def parallel_jobs(self) -> int:
