@@ -3,8 +3,8 @@
 # on the GPU) with the packaged MiniLM WordPiece tokenizer (realistic token counts; .devtok/bert), measured by
 # `vllm-eval bench` on fixed 512-token and mixed 16-2000-token texts. After staging vLLM (scripts/gpu_bench.sh):
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_bigmodel.sh $OUT PART
-# PART: model8b | bench8b | reranker8b | rerank8b | rerank2s8b | load8b | start8b | vlm2b | profile8b | release8b. bench8b: $BACKENDS (default vllm), $LENGTHS (default "fixed:512
-# mixed:16-2000"), $QUANT (e.g. fp8: --quantization),
+# PART: model8b | bench8b | reranker8b | rerank8b | rerank2s8b | load8b | start8b | vlm2b | profile8b | release8b.
+# bench8b: $BACKENDS (default vllm), $LENGTHS (default "fixed:512 mixed:16-2000"), $QUANT (e.g. fp8: --quantization),
 # $TAG a suffix, $N_TEXTS (default 2000), $LIMIT seconds (default 300), $EXTRA more flags. Writes $OUT/bench8b$TAG.{txt,json}.
 # reranker8b: a random Qwen3-Reranker-8B shape (Qwen3ForCausalLM with its untied lm_head, 8.19 B parameters, bf16,
 # same tokenizer) into $MODELS_DIR/qwen3-reranker-8b. rerank8b: scripts/rerank_bench.py on it, $QUERIES (default 20)
