@@ -57,3 +57,88 @@ def test_the_timeout_option():
     for bad in (-1, "60", True):
         with pytest.raises(OptionError, match="--stall-timeout must be a number of seconds >= 0"):
             check_engine_values({"stall_timeout": bad})
+
+
+_PROGRESS_SCRIPT = """
+import threading, time, types
+from vllm_eval.engine import watchdog
+
+class Engine:  # llm.llm_engine as far as the watchdog looks: step(), has_unfinished_requests()
+    def __init__(self):
+        self.answer_every = 5
+        self.steps = 0
+
+    def step(self):
+        time.sleep(0.05)
+        self.steps += 1
+        return ["out"] if self.answer_every and self.steps % self.answer_every == 0 else []
+
+    def has_unfinished_requests(self):
+        return True
+
+class LLM:
+    llm_engine = Engine()
+
+llm = LLM()
+
+def work():
+    watchdog.watch(llm, "tiny-model", 60, progress=1.0)
+    for _ in range(60):  # 3 s of steps, an output every 5th
+        llm.llm_engine.step()
+    print("answering ok", flush=True)
+    llm.llm_engine.answer_every = 0  # steps return, nothing is ever answered again
+    for _ in range(400):
+        llm.llm_engine.step()
+    print("not stopped", flush=True)
+
+thread = threading.Thread(target=work)
+thread.start()
+thread.join()
+"""
+
+
+def test_steps_that_return_without_answering_end_the_process_with_exit_3():
+    proc = subprocess.run([sys.executable, "-c", _PROGRESS_SCRIPT], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == "answering ok\n"
+    assert re.search(
+        r"the vLLM engine for tiny-model held requests and answered none for \d+ s while its steps returned "
+        r"\(--progress-timeout 1; longest step 0.\d s\)",
+        proc.stderr,
+    ), proc.stderr
+
+
+def test_the_progress_limit_grows_with_the_longest_step():
+    from vllm_eval.engine.watchdog import DEFAULT_PROGRESS_TIMEOUT_S, STEP_FACTOR, _Watch, progress_timeout_of
+
+    assert progress_timeout_of(None) == DEFAULT_PROGRESS_TIMEOUT_S and progress_timeout_of(0) is None
+    entry = _Watch("m", 600, 30.0, object.__new__(type("E", (), {})))
+    assert entry.progress_limit() == 30.0
+    entry.longest = 12.0  # a big model on a CPU: its steps take long, so may a quiet spell
+    assert entry.progress_limit() == STEP_FACTOR * 12.0
+    for bad in (-1, "30", True):
+        with pytest.raises(OptionError, match="--progress-timeout must be a number of seconds >= 0"):
+            check_engine_values({"progress_timeout": bad})
+
+
+def test_a_real_engine_whose_steps_schedule_nothing_is_stopped_and_goes_on_after(vllm_encoder, monkeypatch):
+    # vLLM's engine core made to schedule nothing (each step returns, no request ever runs), as an H100's 8B engine
+    # did for minutes: the watchdog raises EngineStalled in this (the main) thread within its limit, naming what the
+    # scheduler holds; the aborted requests leave the engine usable once it schedules again.
+    import time
+
+    from vllm_eval.engine import watchdog
+
+    llm = vllm_encoder.llm
+    core = llm.llm_engine.engine_core.engine_core  # the CPU build's engine core runs in this process
+    monkeypatch.setattr(watchdog._WATCHED[llm], "progress", 2.0)
+    monkeypatch.setattr(watchdog._WATCHED[llm], "longest", 0.0)  # the session's earlier steps do not count here
+    monkeypatch.setattr(core, "step_fn", lambda: ({}, False))
+    texts = [f"text number {i}" for i in range(40)]
+    began = time.monotonic()
+    with pytest.raises(watchdog.EngineStalled, match=r"held requests and answered none .*40 waiting, 0 running") as e:
+        vllm_encoder.encode_texts(texts)
+    assert time.monotonic() - began < 2.0 + 5, e.value
+    monkeypatch.undo()
+    assert not llm.llm_engine.has_unfinished_requests()
+    assert vllm_encoder.encode_texts(texts).shape == (40, 384)

@@ -278,7 +278,8 @@ def _suite(
     for name, values in layout.items():
         if len(values or [1]) > 1:
             raise UsageError(f"--suite runs one layout: give one --{name.replace('_', '-')}")
-        one[name] = (values or [1])[0]
+        if values:  # not given: the run chooses (every GPU, replicas per GPU by the model's size)
+            one[name] = values[0]
     if options["ray_address"]:
         one["ray_address"] = options["ray_address"]
     engine = dict(session.engine)

@@ -69,6 +69,12 @@ ENGINE_FLAGS: list[tuple[str, Any, str]] = [
         "seconds one engine step may take before the run stops as stalled, results kept (default 600; 0: never)",
     ),
     (
+        "progress_timeout",
+        nonneg_float,
+        "seconds the engine may hold requests and answer none while its steps return before the run stops as "
+        "stalled, results kept (default 30, or 10x the longest step; 0: never)",
+    ),
+    (
         "io_processor_plugin",
         str,
         "pooling models: a vLLM IO-processor plugin by its entry-point name (group vllm.io_processor_plugins)",

@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..utils.errors import OptionError
+from .sizing import GPU_POOLING_MAX_NUM_BATCHED_TOKENS, GPU_POOLING_MAX_NUM_SEQS  # noqa: F401 - their old home
 
 #: KV-cache reserve on the CPU build when the user names neither ``gpu_memory_utilization`` nor
 #: ``kv_cache_memory_bytes``. vLLM's default (0.92 of *total* RAM) fails on any shared machine;
@@ -18,17 +19,14 @@ from ..utils.errors import OptionError
 CPU_KV_CACHE_BYTES = 2 * 1024**3
 
 
-#: Pooling defaults on GPU (vLLM's are 256 / 8192-16384, sized for generation). With them an H100
-#: embedded 2x more tokens/s for BERT-base fp16 (253k -> 505k tok/s, ``vllm-eval bench``).
-GPU_POOLING_MAX_NUM_SEQS = 1024
-GPU_POOLING_MAX_NUM_BATCHED_TOKENS = 131072
 #: Machines with at most this many cores compute on all of them (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``).
 SMALL_CPU_CORES = 4
 
 
 #: EngineArgs names the commands list as flags of their own (typed there): known names, so checking them needs no
 #: vLLM import (8 s on an H100 machine, which a parent of replicas never needs otherwise). ``head_dtype`` is
-#: ours: it becomes ``hf_overrides["head_dtype"]``; so is ``stall_timeout`` (:mod:`vllm_eval.engine.watchdog`).
+#: ours: it becomes ``hf_overrides["head_dtype"]``; so are ``stall_timeout`` and ``progress_timeout``
+#: (:mod:`vllm_eval.engine.watchdog`).
 LISTED_ENGINE_ARGS = frozenset(
     {
         "dtype",
@@ -49,10 +47,11 @@ LISTED_ENGINE_ARGS = frozenset(
         "trust_remote_code",
         "io_processor_plugin",
         "stall_timeout",
+        "progress_timeout",
     }
 )
 #: Engine options of ours, not ``EngineArgs`` fields (:func:`normalize_engine_kwargs` folds them away).
-OWN_ENGINE_OPTIONS = frozenset({"head_dtype", "stall_timeout"})
+OWN_ENGINE_OPTIONS = frozenset({"head_dtype", "stall_timeout", "progress_timeout"})
 #: The entry-point group vLLM loads IO-processor plugins from (``vllm.plugins.IO_PROCESSOR_PLUGINS_GROUP``).
 IO_PROCESSOR_GROUP = "vllm.io_processor_plugins"
 
@@ -99,6 +98,7 @@ _BOOLS = ("enforce_eager", "enable_prefix_caching", "trust_remote_code", "enable
 _NUMBERS: dict[str, tuple[Any, Callable[[Any], bool], str]] = {
     "gpu_memory_utilization": (int | float, lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
     "stall_timeout": (int | float, lambda v: v >= 0, "a number of seconds >= 0 (0: no watchdog)"),
+    "progress_timeout": (int | float, lambda v: v >= 0, "a number of seconds >= 0 (0: no progress watch)"),
     "seed": (int, lambda v: True, "an integer"),
 }
 #: ``dtype`` values vLLM's ``ModelConfig`` accepts.
@@ -175,11 +175,12 @@ def normalize_engine_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Fold our conveniences into vLLM's own options.
 
     ``head_dtype`` is not an ``EngineArgs`` field: vLLM reads it from the HF config, so it goes into
-    ``hf_overrides["head_dtype"]``. ``stall_timeout`` (ours too: :mod:`vllm_eval.engine.watchdog`) is left
-    out. A ``pooler_config`` given as a dict becomes vLLM's ``PoolerConfig``.
+    ``hf_overrides["head_dtype"]``. ``stall_timeout`` and ``progress_timeout`` (ours too:
+    :mod:`vllm_eval.engine.watchdog`) are left out. A ``pooler_config`` given as a dict becomes vLLM's ``PoolerConfig``.
     """
     out = dict(kwargs)
     out.pop("stall_timeout", None)  # the watchdog's (engine.watchdog), not vLLM's
+    out.pop("progress_timeout", None)
     head_dtype = out.pop("head_dtype", None)
     if head_dtype is not None:
         out["hf_overrides"] = {**(out.get("hf_overrides") or {}), "head_dtype": head_dtype}
@@ -247,14 +248,17 @@ def on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
-def default_engine_kwargs(user: dict[str, Any]) -> dict[str, Any]:
+def default_engine_kwargs(user: dict[str, Any], model: str | None = None) -> dict[str, Any]:
     """Engine options we set when the user has not: safe offline defaults per platform.
 
     - ``trust_remote_code=False`` always (mteb's wrapper defaults to True; running a model
       repository's code must be asked for).
-    - GPU, pooling runner: ``max_num_seqs`` / ``max_num_batched_tokens`` raised to
-      :data:`GPU_POOLING_MAX_NUM_SEQS` / :data:`GPU_POOLING_MAX_NUM_BATCHED_TOKENS`, and ``enforce_eager=True``
-      (no compile at start: faster to results end to end, measured on a whole benchmark).
+    - GPU, pooling runner: ``max_num_batched_tokens`` / ``max_num_seqs`` sized for ``model`` (a folder or a cached
+      hub id) and the GPU (:func:`vllm_eval.engine.sizing.pooling_step`: BERT-base's 131,072 tokens a step, an 8B
+      model's 32,768), ``gpu_memory_utilization`` leaving room for the command's own scoring on that GPU
+      (:func:`vllm_eval.engine.sizing.memory_share`) unless ``gpu_memory_utilization`` or ``kv_cache_memory_bytes``
+      is given, and ``enforce_eager=True`` (no compile at start: faster to results end to end, measured on a whole
+      benchmark).
     - CPU build: ``dtype="float32"`` (vLLM's ``auto`` picks float16 there for fp32 checkpoints,
       whose matmuls fall back from oneDNN to a slow path: the demo ran ~8x slower), ``enforce_eager=True``
       (engine start ~21 s instead of ~40 s, same throughput) and a fixed KV-cache reserve
@@ -262,10 +266,7 @@ def default_engine_kwargs(user: dict[str, Any]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {"trust_remote_code": False}
     if user.get("runner") == "pooling" and not on_cpu():
-        # Encoder-sized models on a GPU are bound by per-request overhead, not FLOPs: admit many
-        # more sequences and tokens per step than vLLM's generation-oriented defaults.
-        out["max_num_seqs"] = GPU_POOLING_MAX_NUM_SEQS
-        out["max_num_batched_tokens"] = GPU_POOLING_MAX_NUM_BATCHED_TOKENS
+        out.update(_gpu_pooling_defaults(user, model))
         # A first run compiles (a BERT-base's 4 replicas ready after 39 s on a fresh H200, 19 s with a warm cache,
         # 17 s eager) and gains nothing back: the whole MTEB(eng, v2) replica took 307 s compiled on a fresh
         # machine, 304 s with a warm cache, 274 s eager (docs/bench/h200-full-benchmark). --no-enforce-eager compiles.
@@ -278,7 +279,26 @@ def default_engine_kwargs(user: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def effective_engine_kwargs(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+def _gpu_pooling_defaults(user: dict[str, Any], model: str | None) -> dict[str, Any]:
+    """A pooling engine's step and memory share on a GPU (see :func:`default_engine_kwargs`); the fixed maxima when
+    the model's config or the GPU cannot be read."""
+    from . import sizing
+
+    out: dict[str, Any] = {}
+    shape = sizing.model_shape(model, user) if model else None
+    try:
+        total = sizing.gpu_memory()[1]
+    except Exception:  # no GPU to ask (options read where no engine runs): vLLM's own default share
+        total = 0
+    share = user.get("gpu_memory_utilization")
+    if share is None and "kv_cache_memory_bytes" not in user and total:
+        share = out["gpu_memory_utilization"] = sizing.memory_share(total)
+    memory = int(float(share or sizing.GPU_MEMORY_SHARE) * total) or None
+    out.update(sizing.pooling_step(shape, user.get("max_model_len"), memory))
+    return out
+
+
+def effective_engine_kwargs(engine_kwargs: dict[str, Any], model: str | None = None) -> dict[str, Any]:
     """The engine options in force: the user's (checked, normalized) over our platform defaults.
 
     This is what :func:`acquire_engine` builds engines with, and what results record as provenance.
@@ -288,12 +308,12 @@ def effective_engine_kwargs(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
     """
     check_engine_values(engine_kwargs)
     check_engine_kwargs(normalize_engine_kwargs(engine_kwargs))
-    return engine_options_in_force(engine_kwargs)
+    return engine_options_in_force(engine_kwargs, model)
 
 
-def engine_options_in_force(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+def engine_options_in_force(engine_kwargs: dict[str, Any], model: str | None = None) -> dict[str, Any]:
     """:func:`effective_engine_kwargs` of options already checked (those an engine was built with), without
     checking their names again: that imports vLLM, which a parent of GPU replicas has no other use for (its
     first summary.json took 8 s on an H100 while four tasks waited for the GIL)."""
     engine_kwargs = normalize_engine_kwargs(engine_kwargs)
-    return {**default_engine_kwargs(engine_kwargs), **engine_kwargs}
+    return {**default_engine_kwargs(engine_kwargs, model), **engine_kwargs}

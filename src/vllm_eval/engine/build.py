@@ -29,7 +29,7 @@ from ..utils.errors import EngineError
 from ..utils.modelinfo import ModelRef, resolve_model
 from .args import SMALL_CPU_CORES, effective_engine_kwargs, on_cpu
 from .procenv import big_pooling_model, choose_engine_core_process, modules_hidden, set_env_default
-from .watchdog import stall_timeout_of, unwatch, watch
+from .watchdog import progress_timeout_of, stall_timeout_of, unwatch, watch
 
 __all__ = ["EngineError", "acquire_engine", "live_engines", "release_engine", "resolve_model", "shutdown_all"]
 
@@ -65,8 +65,10 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
 
     ``head_dtype`` and a dict ``pooler_config`` are accepted too (see :func:`normalize_engine_kwargs`), and
     ``stall_timeout``: seconds one engine step may take before the work stops as stalled (default
-    :data:`~vllm_eval.engine.watchdog.DEFAULT_STALL_TIMEOUT_S`, 0 never; :mod:`vllm_eval.engine.watchdog`); an engine
-    shared by later callers keeps its first caller's.
+    :data:`~vllm_eval.engine.watchdog.DEFAULT_STALL_TIMEOUT_S`, 0 never; :mod:`vllm_eval.engine.watchdog`) and
+    ``progress_timeout``: seconds the engine may hold requests without answering any while its steps return (default
+    :data:`~vllm_eval.engine.watchdog.DEFAULT_PROGRESS_TIMEOUT_S`, 0 never); an engine shared by later callers keeps
+    its first caller's.
 
     Raises:
         ModelNotFoundError: a model path that does not exist (see :func:`resolve_model`).
@@ -75,8 +77,9 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
     """
     global _ATEXIT
     model = model.path if isinstance(model, ModelRef) else resolve_model(model)
-    kwargs = effective_engine_kwargs(engine_kwargs)  # checks stall_timeout and leaves it out
+    kwargs = effective_engine_kwargs(engine_kwargs, model)  # checks stall_timeout and leaves it out
     stall = stall_timeout_of(engine_kwargs.get("stall_timeout"))
+    progress = progress_timeout_of(engine_kwargs.get("progress_timeout"))
     key = _key(model, kwargs)
     with _LOCK:
         entry = _ENGINES.get(key)
@@ -113,7 +116,7 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
             _RELEASED_ON_GPU[0] |= _cuda_initialized()  # a start that failed after loading weights leaves them too
             reason = " ".join(str(exc).split()) or type(exc).__name__
             raise EngineError(f"vLLM could not start an engine for {model!r}: {reason}") from exc
-        watch(llm, model, stall)
+        watch(llm, model, stall, progress)
         _ENGINES[key] = _Entry(llm=llm, refs=1)
         if not _ATEXIT:
             # Last (atexit runs in reverse): a heap left frozen (:func:`_collect`) is freed by the interpreter's exit,

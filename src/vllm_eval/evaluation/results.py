@@ -566,12 +566,18 @@ def provenance(model: Any) -> dict[str, Any]:
         from ..engine.args import engine_options_in_force
 
         try:
-            out["engine_options_in_force"] = engine_options_in_force(dict(engine_kwargs))
+            path = getattr(model, "model", None)
+            out["engine_options_in_force"] = engine_options_in_force(
+                dict(engine_kwargs), path if isinstance(path, str) else None
+            )
         except Exception as exc:  # provenance must not fail a finished run
             out["engine_options_in_force"] = f"unavailable: {exc}"
     counters = getattr(model, "counters", None)
     if counters is not None:
         out["engine_start_seconds"] = round(counters.engine_start_seconds, 2)
+    layout = getattr(model, "layout", None)
+    if layout is not None and hasattr(layout, "as_json"):  # GPUs, replicas per GPU, tensor-parallel size
+        out["layout"] = layout.as_json()
     pool = getattr(model, "pool", None)
     if pool is not None and hasattr(pool, "state"):  # where the replicas ran, what each did, what was lost
         out["replicas"] = asdict(pool.state())

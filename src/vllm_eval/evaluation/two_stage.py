@@ -31,7 +31,9 @@ def load_first_stage(spec: str, **encoder_kwargs: Any) -> Any:
         return mteb.get_model("mteb/baseline-bm25s")
     from ..models.backends import load_backend
 
-    return load_backend("encoder", "vllm", spec, **encoder_kwargs)
+    # One engine, as before layouts were chosen: the reranker's engines share the GPUs with it.
+    layout = {"data_parallel_size": 1, "replicas_per_gpu": 1}
+    return load_backend("encoder", "vllm", spec, **{**layout, **encoder_kwargs})
 
 
 def is_bm25(spec: str) -> bool:

@@ -306,7 +306,7 @@ def mteb_vllm_wrapper(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> 
     path = resolve_model(model)
     # mteb's wrapper loads ModelMeta.name with vLLM, so the name must be the local path.
     meta = build_model_meta(path).model_copy(update={"name": path})
-    extra = {k: v for k, v in default_engine_kwargs(engine_kwargs).items() if k != "trust_remote_code"}
+    extra = {k: v for k, v in default_engine_kwargs(engine_kwargs, path).items() if k != "trust_remote_code"}
     extra.update(normalize_engine_kwargs(engine_kwargs))  # vLLM's names only: head_dtype folded, ours left out
     extra["dtype"] = dtype
     # The peer as its users get it: without the process-wide settings our own engines made.

@@ -52,6 +52,7 @@ def read_summary(path: str | Path) -> dict[str, Any]:
     for key in ("model", "backend"):
         field(summary, key, (str, _NONE), str(path))
     field(summary, "engine_options_in_force", (dict, str, _NONE), str(path))
+    field(summary, "layout", (dict, _NONE), str(path))
     if field(summary, "command", (list, _NONE), str(path)) is not None:
         list_of(summary["command"], (str,), f"{path}: field 'command'")
     for i, row in enumerate(field(summary, "scores", (list, _NONE), str(path)) or []):

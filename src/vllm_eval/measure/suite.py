@@ -70,6 +70,9 @@ class SuiteRecord:
     stopped: str | None = None
     #: Task -> ``computed`` or ``reused`` (read back from an earlier attempt) in the last attempt (or ``failed: ...``).
     task_status: dict[str, str] | None = None
+    #: Where ours ran, from its ``summary.json``: ``gpus``, ``replicas_per_gpu``, ``tensor_parallel_size`` ... (None
+    #: for the peers, or a run without one).
+    layout: dict[str, Any] | None = None
 
 
 def build_synthetic_retrieval(
@@ -178,10 +181,13 @@ def _record(backend: str, run_dir: Path, attempts: list[Any]) -> SuiteRecord:
 
     scores: dict[str, float] = {}
     status: dict[str, str] | None = None
+    layout = None
     if (run_dir / "summary.json").is_file():
         scores = read_run_dir(run_dir).scores
-        rows = read_summary(run_dir / "summary.json").get("scores") or []
+        summary = read_summary(run_dir / "summary.json")
+        rows = summary.get("scores") or []
         status = {r["task"]: str(r.get("status") or "computed") for r in rows}
+        layout = summary.get("layout") if isinstance(summary.get("layout"), dict) else None
     times = totals(run_dir, attempts)
     last = attempts[-1]
     return SuiteRecord(
@@ -197,6 +203,7 @@ def _record(backend: str, run_dir: Path, attempts: list[Any]) -> SuiteRecord:
         times["attempt_seconds"],
         last.stopped,
         status,
+        layout,
     )
 
 
@@ -286,7 +293,7 @@ def run_suite(
     records: list[SuiteRecord] = []
     stop = False
     for backend in backends:
-        layout = {k: v for k, v in (replicas or {}).items() if v != 1} if backend == "vllm" else {}
+        layout = {k: v for k, v in (replicas or {}).items() if v is not None} if backend == "vllm" else {}
         cmd = _command(backend, model, task_args, out / backend, dtype, {**engine, **layout})
         try:
             record = _run_backend(backend, out / backend, cmd, time_limit, run=not stop)

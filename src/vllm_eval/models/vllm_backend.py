@@ -83,6 +83,8 @@ class VllmBackend(Resource):
     engine_kwargs: dict[str, Any]
     _engine_start_s: float = 0.0
     _data_parallel_size: int = 1
+    #: Where the engines run (:class:`vllm_eval.engine.sizing.Layout`), set by :meth:`start`.
+    layout: Any = None
     #: A chunk of this backend went through the in-process pipeline (:mod:`vllm_eval.engine.pipeline`).
     _pipelining: bool = False
 
@@ -90,12 +92,13 @@ class VllmBackend(Resource):
         self,
         ref: Any,
         setup: Callable[[Any], dict[str, Any]],
-        data_parallel_size: int = 1,
-        replicas_per_gpu: int = 1,
+        data_parallel_size: int | None = None,
+        replicas_per_gpu: int | None = None,
         ray_address: str | None = None,
     ) -> dict[str, Any]:
         """One shared engine in this process, or ``data_parallel_size`` × ``replicas_per_gpu`` > 1 replicas
-        (local processes; with ``ray_address``, Ray actors on that cluster, however many);
+        (local processes; with ``ray_address``, Ray actors on that cluster, however many); either size None: chosen
+        for the model and the GPUs on a GPU machine, else 1 (:mod:`vllm_eval.replicas.layout`);
         returns ``setup(llm)`` of the engine (of the first replica). Records the wall seconds until ready
         (``engine_start_seconds`` in the counters, also when they exist already) and keeps ``dtype`` and
         ``quantization`` from the info.
@@ -106,7 +109,9 @@ class VllmBackend(Resource):
             EngineError: the in-process engine failed to start.
         """
         started, wall = time.perf_counter(), time.time()
-        tp = self.engine_kwargs.get("tensor_parallel_size") or 1
+        self.layout = self._layout(ref, data_parallel_size, replicas_per_gpu, ray_address)
+        data_parallel_size, replicas_per_gpu = self.layout.data_parallel_size, self.layout.replicas_per_gpu
+        tp = self.layout.tensor_parallel_size
         self._data_parallel_size = data_parallel_size
         if ray_address or data_parallel_size * replicas_per_gpu > 1:
             collect_released_on_gpu()  # an in-process engine's leftovers would count against the replicas' GPUs
@@ -147,6 +152,20 @@ class VllmBackend(Resource):
             counters.engine_start_seconds = self._engine_start_s
         self.dtype, self.quantization = info["dtype"], info["quantization"]
         return info
+
+    def _layout(self, ref: Any, dp: int | None, rpg: int | None, ray_address: str | None) -> Any:
+        """The layout to start (:func:`vllm_eval.replicas.layout.resolve_layout`), printed on a GPU machine; a
+        tensor-parallel size it chose goes into the engine options."""
+        from ..engine.args import on_cpu
+        from ..replicas.layout import resolve_layout
+        from ..utils.progress import echo
+
+        layout = resolve_layout(ref.path, self.engine_kwargs, dp, rpg, ray_address)
+        if layout.tensor_parallel_size != (self.engine_kwargs.get("tensor_parallel_size") or 1):
+            self.engine_kwargs = {**self.engine_kwargs, "tensor_parallel_size": layout.tensor_parallel_size}
+        if not ray_address and not on_cpu():
+            echo(f"vllm-eval: {layout.describe()}")
+        return layout
 
     @property
     def accelerators(self) -> int:

@@ -33,10 +33,15 @@ ENGINE_COMMANDS = ("run", "rerank", "generate", "classify", "reward", "token-cla
 _AHEAD: list[ReplicaProcess] = []
 
 
+#: The flag naming the model whose replicas a command starts (``rerank``'s engines are its reranker's).
+_MODEL_FLAG = {"rerank": "--reranker"}
+
+
 def layout_of(argv: Sequence[str]) -> tuple[int, int, int] | None:
     """``(data_parallel_size, replicas_per_gpu, tensor_parallel_size)`` of a command line (without the program
-    name) that will start more than one local vLLM replica; None for any other, or one it cannot read (the
-    command's own parser then speaks)."""
+    name) that will start more than one local vLLM replica: its layout flags, what they leave out chosen as the
+    backend will (:func:`vllm_eval.replicas.layout.resolve_layout`, from the model's ``config.json`` and the GPUs);
+    None for any other, or one it cannot read (the command's own parser then speaks)."""
     if os.environ.get(ENV_SWITCH, "1") == "0":
         return None
     command = next((a for a in argv if not a.startswith("-")), None)
@@ -44,8 +49,10 @@ def layout_of(argv: Sequence[str]) -> tuple[int, int, int] | None:
         return None
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     for name in ("--data-parallel-size", "--replicas-per-gpu", "--tensor-parallel-size"):
-        parser.add_argument(name, type=int, default=1)
+        parser.add_argument(name, type=int, default=None)
     parser.add_argument("--backend", default="vllm")
+    for name in ("--model", "--reranker", "--dtype", "--quantization"):
+        parser.add_argument(name, default=None)
     for name in ("--ray-address", "--endpoint"):
         parser.add_argument(name, nargs="*")
     parser.add_argument("-h", "--help", action="store_true")
@@ -54,9 +61,26 @@ def layout_of(argv: Sequence[str]) -> tuple[int, int, int] | None:
     except (argparse.ArgumentError, SystemExit, ValueError):
         return None
     sizes = (args.data_parallel_size, args.replicas_per_gpu, args.tensor_parallel_size)
-    if args.help or args.ray_address or args.endpoint or args.backend != "vllm" or min(sizes) < 1:
+    if args.help or args.ray_address or args.endpoint or args.backend != "vllm" or min(s or 1 for s in sizes) < 1:
         return None
-    return sizes if sizes[0] * sizes[1] > 1 else None
+    layout = _resolved(command, args)
+    return layout if layout[0] * layout[1] > 1 else None
+
+
+def _resolved(command: str, args: argparse.Namespace) -> tuple[int, int, int]:
+    """The layout of parsed layout flags, what they leave out chosen (the CPU build: 1)."""
+    from .layout import resolve_layout
+
+    model = getattr(args, _MODEL_FLAG.get(command, "--model").lstrip("-"))
+    if model is None and command == "run":
+        from ..utils.modelinfo import packaged_model_path
+
+        model = packaged_model_path()
+    options = {"runner": "generate" if command == "generate" else "pooling", "dtype": args.dtype}
+    options.update(quantization=args.quantization, tensor_parallel_size=args.tensor_parallel_size)
+    options = {k: v for k, v in options.items() if v is not None}
+    layout = resolve_layout(model, options, args.data_parallel_size, args.replicas_per_gpu)
+    return layout.data_parallel_size, layout.replicas_per_gpu, layout.tensor_parallel_size
 
 
 def start_ahead(argv: Sequence[str]) -> None:

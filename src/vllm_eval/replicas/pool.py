@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..engine.sizing import GPU_MEMORY_SHARE, gpu_memory, memory_share, model_shape, pooling_step, visible_gpus
 from ..utils.errors import ReplicaError, UsageError
 from .jobpool import JobPool
 from .process import ReplicaProcess, kill_group, spawn, start_breakdown
@@ -39,8 +40,6 @@ __all__ = ["ReplicaError", "ReplicaPool", "plan_replicas"]
 
 logger = logging.getLogger(__name__)
 
-#: Default share of GPU memory all replicas on one GPU use together (vLLM's own default, 0.9).
-GPU_MEMORY_SHARE = 0.9
 #: First port vLLM searches from in replica 0 (``VLLM_PORT``); replica *i* starts 100 ports higher.
 REPLICA_BASE_PORT = 38000
 #: KV-cache reserve per replica on the CPU build (pooling needs little; 2 GiB each would add up).
@@ -69,24 +68,8 @@ class Placement:
 
 
 def _visible_gpus() -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES``, else NVML's count (no torch import: replicas are
-    planned before the command's own imports, :mod:`vllm_eval.replicas.ahead`), else torch's."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [d.strip() for d in env.split(",") if d.strip()]
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVML here: torch knows
-        pass
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
+    """The GPUs this process may use (:func:`vllm_eval.engine.sizing.visible_gpus`)."""
+    return visible_gpus()
 
 
 def _cpu_cores() -> list[int]:
@@ -130,56 +113,46 @@ def pooling_kv_cache_bytes(model: str, engine_kwargs: dict[str, Any], replica_by
 
     A pooling request is answered in the step that reads it, so the cache needs to hold one step:
     ``max_num_batched_tokens`` tokens plus one partly filled 16-token block per sequence
-    (``max_num_seqs``), at :func:`_kv_bytes_per_token`. Capped at half of ``replica_bytes`` (the
-    replica's share of the GPU) to leave room for weights and activations; vLLM schedules fewer
-    tokens per step when the cap binds. Encoder-only models (BERT) allocate no KV cache at all.
+    (``max_num_seqs``), at :func:`_kv_bytes_per_token`; both as given, else as the replica's engine will size them
+    (:func:`vllm_eval.engine.sizing.pooling_step`). Capped at half of ``replica_bytes`` (the replica's share of the
+    GPU) to leave room for weights and activations; vLLM schedules fewer tokens per step when the cap binds.
+    Encoder-only models (BERT) allocate no KV cache at all.
     """
-    from ..engine.args import GPU_POOLING_MAX_NUM_BATCHED_TOKENS, GPU_POOLING_MAX_NUM_SEQS
-
-    tokens = int(engine_kwargs.get("max_num_batched_tokens") or GPU_POOLING_MAX_NUM_BATCHED_TOKENS)
-    tokens += 16 * int(engine_kwargs.get("max_num_seqs") or GPU_POOLING_MAX_NUM_SEQS)
+    step = pooling_step(model_shape(model, engine_kwargs), engine_kwargs.get("max_model_len"), replica_bytes)
+    tokens = int(engine_kwargs.get("max_num_batched_tokens") or step["max_num_batched_tokens"])
+    tokens += 16 * int(engine_kwargs.get("max_num_seqs") or step["max_num_seqs"])
     return min(tokens * _kv_bytes_per_token(model, engine_kwargs), replica_bytes // 2)
 
 
 def _gpu_total_bytes() -> int:
-    """Total memory of the first visible GPU (the GPUs of one machine are taken to be alike), through
-    NVML (``pynvml``, which vLLM requires): no CUDA context is made in this process, and vLLM is not
-    imported (5 s before the first replica could start, on an H100 machine). vLLM's platform answers
-    when NVML cannot."""
-    import subprocess
+    """Total memory of the first visible GPU (:func:`vllm_eval.engine.sizing.gpu_memory`)."""
+    return gpu_memory()[1]
 
-    visible = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
+
+def _gpu_free_bytes() -> int | None:
+    """Free memory of the first visible GPU now, None where it cannot be read."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            by = pynvml.nvmlDeviceGetHandleByIndex if visible.isdigit() else pynvml.nvmlDeviceGetHandleByUUID
-            return int(pynvml.nvmlDeviceGetMemoryInfo(by(int(visible) if visible.isdigit() else visible)).total)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no nvidia-ml-py here: NVML's own command line
-        pass
-    try:
-        query = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", visible]
-        out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=True).stdout
-        return int(float(out.split()[0]) * 1024**2)  # MiB
-    except Exception:  # no NVML (another vendor's GPU): ask vLLM
-        from vllm.platforms import current_platform
-
-        return int(current_platform.get_device_total_memory(0))
+        return gpu_memory()[0]
+    except Exception:  # the total is what matters; vLLM checks what is free when it starts
+        return None
 
 
 def _gpu_memory_options(replicas_per_gpu: int, engine_kwargs: dict[str, Any], model: str | None) -> dict:
     """Each replica's share of its GPU and, for pooling models, its KV-cache size (see :func:`plan_replicas`)."""
-    if replicas_per_gpu == 1 or "gpu_memory_utilization" in engine_kwargs:
+    pooling = engine_kwargs.get("runner") == "pooling"
+    if "gpu_memory_utilization" in engine_kwargs or (replicas_per_gpu == 1 and not pooling):
         return {}
-    share = round(GPU_MEMORY_SHARE / replicas_per_gpu, 4)
+    if "kv_cache_memory_bytes" in engine_kwargs and replicas_per_gpu == 1:
+        return {}
+    if not pooling:  # generation: vLLM's own share, split (no scoring of ours beside it)
+        return {"gpu_memory_utilization": round(GPU_MEMORY_SHARE / replicas_per_gpu, 4)}
+    total = _gpu_total_bytes()
+    share = memory_share(total, _gpu_free_bytes(), replicas_per_gpu)
     extra: dict[str, Any] = {"gpu_memory_utilization": share}
-    if "kv_cache_memory_bytes" in engine_kwargs or model is None or engine_kwargs.get("runner") != "pooling":
+    if "kv_cache_memory_bytes" in engine_kwargs or model is None or replicas_per_gpu == 1:
         return extra
     try:
-        extra["kv_cache_memory_bytes"] = pooling_kv_cache_bytes(model, engine_kwargs, int(share * _gpu_total_bytes()))
+        extra["kv_cache_memory_bytes"] = pooling_kv_cache_bytes(model, engine_kwargs, int(share * total))
     except Exception as exc:  # no size, no harm: the replicas start one after another
         logger.info("replicas start one after another: no KV-cache size for %s (%s)", model, exc)
     return extra
@@ -198,9 +171,10 @@ def plan_replicas(
     """Place ``data_parallel_size * replicas_per_gpu`` replicas on this machine's GPUs or cores.
 
     GPU build: replica group *i* (of ``data_parallel_size``) gets GPUs ``devices[i*tp:(i+1)*tp]``;
-    the ``replicas_per_gpu`` replicas of a group share them, each with
-    ``gpu_memory_utilization`` (default 0.9) divided by ``replicas_per_gpu`` unless the user set
-    ``gpu_memory_utilization``, which is then taken per replica. Replicas sharing a GPU start
+    the ``replicas_per_gpu`` replicas of a group share them, each with its part of
+    ``gpu_memory_utilization`` unless the user set it (then taken per replica): for a pooling model
+    :func:`vllm_eval.engine.sizing.memory_share` (what is free, less the room the command's scoring keeps), else
+    vLLM's 0.9 divided by ``replicas_per_gpu``. Replicas sharing a GPU start
     together when each has an explicit KV-cache size: the user's ``kv_cache_memory_bytes``, or, for
     a pooling ``model`` (``runner="pooling"``) whose user set neither that nor
     ``gpu_memory_utilization``, :func:`pooling_kv_cache_bytes`. Otherwise they start one after another.

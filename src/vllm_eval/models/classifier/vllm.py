@@ -61,8 +61,8 @@ class VllmClassifier(VllmBackend, ClassifierBase):
         show_progress_bar: bool = True,
         model_name: str | None = None,
         trust_remote_code: bool = False,
-        data_parallel_size: int = 1,
-        replicas_per_gpu: int = 1,
+        data_parallel_size: int | None = None,
+        replicas_per_gpu: int | None = None,
         ray_address: str | None = None,
         **engine_kwargs: Any,
     ) -> None:

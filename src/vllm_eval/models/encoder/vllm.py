@@ -60,7 +60,8 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             ``tensor_parallel_size`` GPUs), or over disjoint core sets on the CPU build; chunks are
             spread over them and results kept in input order. See :mod:`vllm_eval.replicas.pool`.
         replicas_per_gpu: engines sharing each GPU (group), for models too small to keep one busy;
-            ``gpu_memory_utilization`` is divided among them unless given.
+            ``gpu_memory_utilization`` is divided among them unless given. Either left out (None): on a GPU
+            machine, chosen for the model and the GPUs (:mod:`vllm_eval.replicas.layout`), else 1.
         ray_address: run the ``data_parallel_size`` × ``replicas_per_gpu`` replicas as actors on the Ray
             cluster there (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``); see :mod:`vllm_eval.replicas.ray`.
         device: part of mteb's signature; vLLM's build decides the device.
@@ -99,8 +100,8 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
         chunk_size: int = 1024,
         show_progress_bar: bool = True,
         pretokenize: bool = True,
-        data_parallel_size: int = 1,
-        replicas_per_gpu: int = 1,
+        data_parallel_size: int | None = None,
+        replicas_per_gpu: int | None = None,
         ray_address: str | None = None,
         device: str | None = None,
         trust_remote_code: bool = False,

@@ -54,7 +54,8 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
         data_parallel_size: engine replicas over the machine's GPUs (each with
             ``tensor_parallel_size`` GPUs; on the CPU build, over disjoint core sets); each chunk of
             samples is split over them. See :mod:`vllm_eval.replicas.pool`.
-        replicas_per_gpu: engines sharing each GPU (group), for models too small to keep one busy.
+        replicas_per_gpu: engines sharing each GPU (group), for models too small to keep one busy. Either left
+            out (None): on a GPU machine every GPU is used (:mod:`vllm_eval.replicas.layout`), else 1.
         ray_address: the replicas as actors on this Ray cluster (see :mod:`vllm_eval.replicas.ray`).
         sampling: ``SamplingParams`` overrides of :data:`~vllm_eval.models.generator.base.DEFAULT_SAMPLING`.
         chunk_size: conversations handed to the engine per call.
@@ -91,8 +92,8 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
         chunk_size: int = 256,
         show_progress_bar: bool = True,
         trust_remote_code: bool = False,
-        data_parallel_size: int = 1,
-        replicas_per_gpu: int = 1,
+        data_parallel_size: int | None = None,
+        replicas_per_gpu: int | None = None,
         ray_address: str | None = None,
         **engine_kwargs: Any,
     ) -> None:

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Default layouts and engine sizes on 1, 2 or 4 GPUs: `vllm-eval run` on the MTEB(eng, v2) replica as a new user
+# types it (no layout flag), timed from command to exit, with the GPUs' memory sampled every second.
+# Random-weight models of real shapes are built on the machine; the tokenizer travels (.devtok/bert: see
+# scripts/gpu_bench.sh's header for making it and for staging vLLM with ../shared/device/stage-vllm.sh; add py-spy
+# to the staged packages for the `spy` samples). On the device (carry .devstage/bin and .devtok):
+#   source .devstage/bin/on-device.sh && bash scripts/gpu_scale.sh $OUT PART
+# PART:
+#   setup    models ($MODELS, default "bert-base qwen3-8b": build_random_embedding_model shapes, bf16 except
+#            BERT-base fp16) into $MODELS_DIR (default /root/models), the replica at $FRACTION (default 0.02) into
+#            /root/work/replica-$FRACTION; $OUT/setup.txt (GPUs, versions, build seconds).
+#   run      `vllm-eval run --data <replica> --model $MODEL` (default qwen3-8b) on the GPUs of $GPUS (default: all,
+#            through CUDA_VISIBLE_DEVICES), $DTYPE (default: bfloat16, float16 for bert-base), $EXTRA more flags,
+#            $FRACTION, under $LIMIT seconds (default 420); $NAME (default run) names its files: $OUT/NAME.txt (exit,
+#            wall, the layout line, the stall line if any, peak GPU memory), NAME-summary.json, NAME.log.gz (the run's
+#            vllm-eval.log), NAME-smi.csv (memory every second). With $SPY=N, py-spy dumps of the command's process
+#            tree N seconds in (NAME-spy.txt).
+#   bench    `vllm-eval bench` of $MODEL, fixed:512 texts, $N_TEXTS (default 2000), one backend per configuration of
+#            $CONFIGS (extra flags per configuration, separated by ';'), each its own process on $GPUS;
+#            $OUT/bench-NAME.txt.
+set -uo pipefail
+out=${1:?output dir}; part=${2:?part}
+export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+models=${MODELS_DIR:-/root/models}
+fraction=${FRACTION:-0.02}; replica=/root/work/replica-$fraction
+model=${MODEL:-qwen3-8b}; dtype=${DTYPE:-$([ "$model" = bert-base ] && echo float16 || echo bfloat16)}
+gpus=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
+secs() { python3 -c "print(round($(date +%s.%N) - $1, 1))"; }
+case $part in
+  setup)
+    { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
+      python3 -c "import vllm, mteb, torch; print('vllm', vllm.__version__, 'mteb', mteb.__version__, 'torch', torch.__version__)"
+    } 2>/dev/null | tee "$out/setup.txt"
+    for m in ${MODELS:-bert-base qwen3-8b}; do
+      start=$(date +%s.%N); d=$([ "$m" = bert-base ] && echo float16 || echo bfloat16)
+      python3 -c "from vllm_eval.testing import build_random_embedding_model as b; b('$models/$m', '$m', '.devtok/bert', dtype='$d')" \
+        2>&1 | grep -v "it/s" | tail -2
+      echo "model $m ($d) built in $(secs "$start") s" | tee -a "$out/setup.txt"
+    done
+    start=$(date +%s.%N)
+    python3 -c "from vllm_eval.tasks.shaped import build_replica as b; b('$replica', 'MTEB(eng, v2)', '.devtok/bert', fraction=$fraction)" \
+      2>&1 | tail -2
+    echo "replica at $fraction built in $(secs "$start") s ($(du -sh "$replica" | cut -f1))" | tee -a "$out/setup.txt" ;;
+  run)
+    name=${NAME:-run}; work=/root/work/runs/$name; rm -rf "$work"; mkdir -p "$work"
+    nvidia-smi --query-gpu=timestamp,index,memory.used,utilization.gpu --format=csv,noheader -l 1 > "$out/$name-smi.csv" &
+    smi=$!
+    start=$(date +%s.%N)
+    CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 "${LIMIT:-420}" python3 -m vllm_eval.cli run --data "$replica" \
+      --model "$models/$model" --dtype "$dtype" --no-cache --no-progress ${EXTRA:-} --output-dir "$work" \
+      > "$work/stdout.txt" 2>&1 &
+    cmd=$!
+    if [ -n "${SPY:-}" ]; then
+      ( sleep "$SPY"; for p in $(pgrep -f "vllm_eval" ); do echo "== pid $p: $(tr '\0' ' ' < /proc/$p/cmdline | cut -c1-150)"; \
+        timeout 20 py-spy dump --pid "$p" 2>&1 | head -60; done > "$out/$name-spy.txt" ) &
+    fi
+    wait $cmd; rc=$?; wall=$(secs "$start"); kill $smi 2>/dev/null
+    { echo "run $name: model $model $dtype, GPUs $gpus, fraction $fraction, extra '${EXTRA:-}': exit $rc, wall $wall s"
+      grep -E "layout:|error|stalled|answered none|made no progress|Traceback|OutOfMemory" "$work/stdout.txt" | cut -c1-600 | head -8
+      python3 - "$out/$name-smi.csv" <<'PY'
+import sys, collections
+peak = collections.defaultdict(int)
+for line in open(sys.argv[1]):
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) >= 3 and parts[2].endswith("MiB"):
+        peak[parts[1]] = max(peak[parts[1]], int(parts[2].split()[0]))
+print("peak GPU memory (MiB):", dict(peak))
+PY
+    } | tee "$out/$name.txt"
+    tail -3 "$work/stdout.txt" >> "$out/$name.txt"
+    cp "$work/summary.json" "$out/$name-summary.json" 2>/dev/null
+    [ -f "$work/vllm-eval.log" ] && gzip -c "$work/vllm-eval.log" > "$out/$name.log.gz"
+    gzip -f "$out/$name-smi.csv" ;;
+  bench)
+    name=${NAME:-bench}; IFS=';' read -ra configs <<< "${CONFIGS:-}"; [ ${#configs[@]} = 0 ] && configs=("")
+    for i in "${!configs[@]}"; do
+      CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 "${LIMIT:-240}" python3 -m vllm_eval.cli bench --model "$models/$model" \
+        --dtypes "$dtype" --backends vllm --lengths fixed:512 --n-texts "${N_TEXTS:-2000}" --batch-sizes "${N_TEXTS:-2000}" \
+        --max-model-len 8192 ${configs[$i]} --output-dir "/root/work/$name-$i" > "$out/$name-$i.log" 2>&1
+      echo "== config $i '${configs[$i]}': exit $?" | tee -a "$out/bench-$name.txt"
+      tr '\r' '\n' < "$out/$name-$i.log" | grep -v "it/s\]" | grep -E "│|tok/s|rror|ready" | tee -a "$out/bench-$name.txt"
+    done ;;
+  *) echo "unknown part $part" >&2; exit 2 ;;
+esac

@@ -1,0 +1,306 @@
+"""Engine sizes derived from the model and the GPU: tokens and sequences per pooling step, each engine's share of
+GPU memory, and the layout (GPUs, replicas per GPU, tensor-parallel size) a run takes when the user names none.
+
+Why: one fixed pooling budget (131,072 tokens a step, chosen on BERT-base, whose steps are bound by per-request
+work) made an 8B embedder's steps 6 GiB matrices (``gate_up_proj``: 131,072 x 24,576 x 2 bytes) on top of a
+profile that the command's own scoring processes then broke; the run died out of memory on an 80 GB H100. Here a
+step holds about the FLOPs of BERT-base's 131,072 tokens (a step that size keeps an H100's matrix units busy
+already), never fewer tokens than one whole prompt, and its activations fit the engine's share; that share leaves
+room for the scoring this command runs on the same GPU (:data:`SCORING_RESERVE_BYTES`).
+
+Everything is read from the model's ``config.json`` as plain JSON and from NVML: no vLLM, no torch, no CUDA context
+(a parent of GPU replicas plans them before its own imports).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Most tokens and sequences per pooling step (vLLM's are 8,192-16,384 / 256, sized for generation): with them an
+#: H100 embedded 2x more tokens/s for BERT-base fp16 (253k -> 505k tok/s, ``vllm-eval bench``).
+GPU_POOLING_MAX_NUM_BATCHED_TOKENS = 131072
+GPU_POOLING_MAX_NUM_SEQS = 1024
+#: Fewest tokens per pooling step we choose (a smaller step of a big model idles the GPU between steps).
+GPU_POOLING_MIN_NUM_BATCHED_TOKENS = 32768
+#: FLOPs of one pooling step: BERT-base's layers (85 M parameters, 2 FLOPs each per token) at 131,072 tokens.
+STEP_FLOPS = 2 * 85_000_000 * GPU_POOLING_MAX_NUM_BATCHED_TOKENS
+#: Share of a GPU's memory the engines on it take when it is free (vLLM's own default).
+GPU_MEMORY_SHARE = 0.9
+#: What one process of ours scoring on the GPU beside the engines may hold: its CUDA context (~0.5 GiB), a block
+#: of scores (``models.encoder.search.DEVICE_BYTES``, 1 GiB) and its headroom (0.5 GiB).
+SCORER_BYTES = 2 * 1024**3
+#: Processes that may score on the GPU beside an engine: the command's and up to four task processes
+#: (``evaluation.concurrency.MAX_DEFAULT_WORKERS``). Two task processes next to an 8B engine held 1.3 and 2.2 GB
+#: of an H100 and the engine's next step ran out of memory.
+SCORING_PROCESSES = 5
+SCORING_RESERVE_BYTES = SCORING_PROCESSES * SCORER_BYTES
+#: Parameters at or below which a GPU gets 4 replicas of a pooling model, and 2: one engine cannot keep a GPU
+#: busy with a small model (per-request CPU work bounds it).
+FOUR_REPLICAS_MAX_PARAMS = 300_000_000
+TWO_REPLICAS_MAX_PARAMS = 2_000_000_000
+#: Most of one GPU's memory a replica's weights may take before the layout splits the model over GPUs.
+WEIGHTS_SHARE_MAX = 0.6
+
+#: ``model_type``s whose feed-forward block has no gate (two matrices, not three).
+_UNGATED = ("bert", "roberta", "xlm-roberta", "distilbert", "electra", "mpnet", "nomic_bert", "new", "deberta-v2")
+_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What sizing needs of a transformer, from its ``config.json`` (a multimodal model's ``text_config``).
+
+    Attributes:
+        layer_params: parameters of the transformer layers (embeddings left out); a token costs 2 FLOPs each.
+        params: all parameters (``layer_params`` plus the token embeddings).
+        weight_bytes: bytes of the weights at ``dtype_bytes`` each (fp8 quantisation: 1 per layer parameter).
+        hidden, intermediate, layers: the widths and depth.
+        dtype_bytes: bytes per activation value (2 for float16/bfloat16, 4 for float32).
+        max_positions: ``max_position_embeddings`` (None when the config has none).
+    """
+
+    layer_params: int
+    params: int
+    weight_bytes: int
+    hidden: int
+    intermediate: int
+    layers: int
+    dtype_bytes: int
+    max_positions: int | None
+
+    @property
+    def activation_bytes_per_token(self) -> int:
+        """Bytes one token's activations take at the widest point of a layer: the gated feed-forward input and
+        output (3 x intermediate), the residual, norm and attention projections (6 x hidden)."""
+        return self.dtype_bytes * (3 * self.intermediate + 6 * self.hidden)
+
+
+def _config(model: str | os.PathLike, revision: str | None = None) -> dict[str, Any] | None:
+    from ..utils.modelinfo import local_snapshot
+
+    folder = local_snapshot(os.fspath(model), revision)
+    if folder is None:
+        return None
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def model_shape(model: str | os.PathLike, engine_kwargs: dict[str, Any] | None = None) -> ModelShape | None:
+    """The :class:`ModelShape` of ``model`` (a folder, or a hub id's cached snapshot), or None where its
+    ``config.json`` is missing, unreadable or lacks the sizes (sizing then falls back to the fixed defaults).
+
+    Parameters are counted from the config, as a dense transformer has them (attention with grouped keys and
+    values, a gated or plain feed-forward block): within a few percent of the safetensors count for BERT-base
+    and Qwen3-8B. The dtype is ``engine_kwargs["dtype"]``, else the config's, else 2 bytes.
+    """
+    engine_kwargs = engine_kwargs or {}
+    config = _config(model, engine_kwargs.get("revision"))
+    if config is None:
+        return None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    try:
+        hidden, layers = int(text["hidden_size"]), int(text["num_hidden_layers"])
+        intermediate = int(text.get("intermediate_size") or 4 * hidden)
+        heads = int(text["num_attention_heads"])
+        kv_heads = int(text.get("num_key_value_heads") or heads)
+        head_dim = int(text.get("head_dim") or hidden // heads)
+        vocab = int(text.get("vocab_size") or 0)
+        max_positions = text.get("max_position_embeddings")
+        max_positions = int(max_positions) if max_positions else None
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    gated = str(text.get("model_type") or "") not in _UNGATED
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    layer_params = layers * (attention + (3 if gated else 2) * hidden * intermediate)
+    dtype = str(engine_kwargs.get("dtype") or text.get("torch_dtype") or text.get("dtype") or "bfloat16")
+    width = _DTYPE_BYTES.get(dtype.removeprefix("torch."), 2)
+    fp8 = str(engine_kwargs.get("quantization") or "").startswith("fp8")
+    weight_bytes = layer_params * (1 if fp8 else width) + vocab * hidden * width
+    return ModelShape(
+        layer_params=layer_params,
+        params=layer_params + vocab * hidden,
+        weight_bytes=weight_bytes,
+        hidden=hidden,
+        intermediate=intermediate,
+        layers=layers,
+        dtype_bytes=width,
+        max_positions=max_positions,
+    )
+
+
+def _pow2_near(x: float) -> int:
+    """The power of two nearest ``x`` on a log scale (at least 1)."""
+    return 1 << max(0, round(math.log2(max(x, 1.0))))
+
+
+def pooling_step(shape: ModelShape | None, max_model_len: int | None, memory_bytes: int | None) -> dict[str, int]:
+    """``max_num_batched_tokens`` and ``max_num_seqs`` for a pooling engine on a GPU.
+
+    Tokens: :data:`STEP_FLOPS` worth of ``shape``'s layers, as a power of two between
+    :data:`GPU_POOLING_MIN_NUM_BATCHED_TOKENS` and :data:`GPU_POOLING_MAX_NUM_BATCHED_TOKENS`; halved while a step's
+    activations would take more than a quarter of what ``memory_bytes`` (the engine's share) leaves beside the
+    weights; never below ``max_model_len`` (a bidirectional model cannot split a prompt over steps). Sequences:
+    :data:`GPU_POOLING_MAX_NUM_SEQS`, at most one per 16 tokens. Without a shape: the maxima (BERT-sized).
+
+    Returns:
+        ``{"max_num_batched_tokens": int, "max_num_seqs": int}``.
+    """
+    tokens = GPU_POOLING_MAX_NUM_BATCHED_TOKENS
+    if shape is not None:
+        tokens = _pow2_near(STEP_FLOPS / (2 * max(shape.layer_params, 1)))
+        tokens = min(max(tokens, GPU_POOLING_MIN_NUM_BATCHED_TOKENS), GPU_POOLING_MAX_NUM_BATCHED_TOKENS)
+        if memory_bytes:
+            room = max(memory_bytes - shape.weight_bytes, 0) // 4
+            while tokens > 1024 and tokens * shape.activation_bytes_per_token > room:
+                tokens //= 2
+    if max_model_len:
+        tokens = max(tokens, int(max_model_len))
+    return {"max_num_batched_tokens": tokens, "max_num_seqs": min(GPU_POOLING_MAX_NUM_SEQS, max(tokens // 16, 1))}
+
+
+def memory_share(total: int, free: int | None = None, replicas: int = 1, scoring: bool = True) -> float:
+    """Each of ``replicas`` engines' ``gpu_memory_utilization`` on a GPU of ``total`` bytes, ``free`` of them free
+    now: :data:`GPU_MEMORY_SHARE` of it, less what another program holds and (``scoring``) the room the command's
+    own scoring keeps (:data:`SCORING_RESERVE_BYTES`), split evenly, rounded down to 4 decimals. At least 0.05."""
+    usable = GPU_MEMORY_SHARE * total
+    if free is not None:
+        usable = min(usable, free - (1 - GPU_MEMORY_SHARE) * total)
+    if scoring:
+        usable = min(usable, total - (1 - GPU_MEMORY_SHARE) * total / 2 - SCORING_RESERVE_BYTES)
+    return max(math.floor(usable / total / replicas * 1e4) / 1e4, 0.05)
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES``, else NVML's count (no torch import: replicas are
+    planned before the command's own imports), else torch's."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip()]
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML here: torch knows
+        pass
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def gpu_memory(device: str | None = None) -> tuple[int, int]:
+    """``(free, total)`` bytes of GPU ``device`` (default: the first visible; the GPUs of one machine are taken to
+    be alike) through NVML (``pynvml``, which vLLM requires): no CUDA context is made in this process, and vLLM is
+    not imported. NVML's command line answers when the module cannot, then vLLM's platform (total only)."""
+    import subprocess
+
+    visible = device or (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            by = pynvml.nvmlDeviceGetHandleByIndex if visible.isdigit() else pynvml.nvmlDeviceGetHandleByUUID
+            info = pynvml.nvmlDeviceGetMemoryInfo(by(int(visible) if visible.isdigit() else visible))
+            return int(info.free), int(info.total)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no nvidia-ml-py here: NVML's own command line
+        pass
+    try:
+        query = ["nvidia-smi", "--query-gpu=memory.free,memory.total", "--format=csv,noheader,nounits", "-i", visible]
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=True).stdout
+        free, total = (int(float(v) * 1024**2) for v in out.replace(",", " ").split()[:2])  # MiB
+        return free, total
+    except Exception:  # no NVML (another vendor's GPU): ask vLLM
+        from vllm.platforms import current_platform
+
+        total = int(current_platform.get_device_total_memory(0))
+        return total, total
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a run's engines go: ``gpus`` GPUs in all, ``replicas_per_gpu`` engines on each group of
+    ``tensor_parallel_size`` GPUs; ``data_parallel_size`` groups. ``chosen`` says whether we chose it (no layout
+    flag given) or the user did."""
+
+    data_parallel_size: int
+    replicas_per_gpu: int
+    tensor_parallel_size: int
+    chosen: bool
+
+    @property
+    def gpus(self) -> int:
+        return self.data_parallel_size * self.tensor_parallel_size
+
+    @property
+    def replicas(self) -> int:
+        return self.data_parallel_size * self.replicas_per_gpu
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "gpus": self.gpus,
+            "data_parallel_size": self.data_parallel_size,
+            "replicas_per_gpu": self.replicas_per_gpu,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "chosen": "default" if self.chosen else "user",
+        }
+
+    def describe(self) -> str:
+        tp = f", tensor parallel {self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
+        how = "chosen for the model and the GPUs" if self.chosen else "as given"
+        return (
+            f"layout: {self.gpus} GPU{'s' if self.gpus > 1 else ''}, {self.replicas_per_gpu} "
+            f"replica{'s' if self.replicas_per_gpu > 1 else ''} per GPU{tp} ({how})"
+        )
+
+
+def default_layout(
+    shape: ModelShape | None,
+    gpus: int,
+    gpu_total: int,
+    *,
+    pooling: bool,
+    data_parallel_size: int | None = None,
+    replicas_per_gpu: int | None = None,
+    tensor_parallel_size: int | None = None,
+) -> Layout:
+    """The layout of a run on a machine of ``gpus`` alike GPUs of ``gpu_total`` bytes: what the user gave, the
+    rest chosen so that every GPU is used.
+
+    - Tensor parallel size: the user's, else 1 unless the weights exceed :data:`WEIGHTS_SHARE_MAX` of one GPU
+      (then the smallest power of two that holds them).
+    - Data parallel size: the user's, else every GPU (``gpus // tensor_parallel_size``, at least 1).
+    - Replicas per GPU: the user's, else for a pooling model of at most :data:`FOUR_REPLICAS_MAX_PARAMS` 4, of at
+      most :data:`TWO_REPLICAS_MAX_PARAMS` 2, else 1 (generation keeps 1: its engine batches enough by itself);
+      1 under tensor parallelism.
+    """
+    chosen = data_parallel_size is None and replicas_per_gpu is None
+    tp = tensor_parallel_size
+    if tp is None:
+        tp = 1
+        if shape is not None and gpu_total > 0:
+            while tp < max(gpus, 1) and shape.weight_bytes / tp > WEIGHTS_SHARE_MAX * gpu_total:
+                tp *= 2
+    dp = data_parallel_size if data_parallel_size is not None else max(1, max(gpus, 1) // tp)
+    rpg = replicas_per_gpu
+    if rpg is None:
+        rpg = 1
+        if pooling and tp == 1 and shape is not None and data_parallel_size is None:
+            rpg = 4 if shape.params <= FOUR_REPLICAS_MAX_PARAMS else 2 if shape.params <= TWO_REPLICAS_MAX_PARAMS else 1
+    return Layout(data_parallel_size=dp, replicas_per_gpu=rpg, tensor_parallel_size=tp, chosen=chosen)

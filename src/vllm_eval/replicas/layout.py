@@ -1,0 +1,56 @@
+"""The layout a command's vLLM backend runs: the user's layout flags, and on a GPU machine whatever they leave
+out chosen for the model and the GPUs (:func:`vllm_eval.engine.sizing.default_layout`): every visible GPU used,
+small pooling models several replicas per GPU, tensor parallelism only for a model one GPU cannot hold. The CPU
+build and Ray clusters keep what is given (1 where nothing is).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from ..engine.args import on_cpu
+from ..engine.sizing import Layout, default_layout, gpu_memory, model_shape, visible_gpus
+
+__all__ = ["Layout", "resolve_layout"]
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_layout(
+    model: str | os.PathLike | None,
+    engine_kwargs: dict[str, Any],
+    data_parallel_size: int | None = None,
+    replicas_per_gpu: int | None = None,
+    ray_address: str | None = None,
+) -> Layout:
+    """The :class:`~vllm_eval.engine.sizing.Layout` of a vLLM backend of ``model`` with ``engine_kwargs`` (its
+    ``runner`` and ``tensor_parallel_size``, dtype and quantisation for the weights' size).
+
+    ``data_parallel_size`` / ``replicas_per_gpu`` None: not given. On the CPU build, with ``ray_address`` (Ray
+    places the actors), or where no GPU can be counted, what is not given is 1, as it always was; on a GPU machine
+    it is chosen (see the module doc). Never raises: a model whose size cannot be read gets one replica per GPU.
+    """
+    tp = engine_kwargs.get("tensor_parallel_size")
+    given = Layout(data_parallel_size or 1, replicas_per_gpu or 1, tp or 1, chosen=False)
+    if ray_address or on_cpu():
+        return given
+    try:
+        gpus = visible_gpus()
+        total = gpu_memory(gpus[0])[1] if gpus else 0
+    except Exception as exc:  # no NVML, no torch CUDA: nothing to choose from
+        logger.info("layout as given: the GPUs could not be counted (%s)", exc)
+        return given
+    if not gpus:
+        return given
+    shape = model_shape(model, engine_kwargs) if model is not None else None
+    return default_layout(
+        shape,
+        len(gpus),
+        total,
+        pooling=engine_kwargs.get("runner") == "pooling",
+        data_parallel_size=data_parallel_size,
+        replicas_per_gpu=replicas_per_gpu,
+        tensor_parallel_size=tp,
+    )

@@ -1,0 +1,122 @@
+"""Engine sizes from the model and the GPU (``engine.sizing``): tokens per pooling step, the memory share beside the
+command's own scoring, and the layout a run takes when no layout flag is given. Read from ``config.json`` files of
+real shapes (no weights, no engine, no GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vllm_eval.engine.sizing import Layout, default_layout, memory_share, model_shape, pooling_step
+from vllm_eval.testing.text_models import RANDOM_SHAPES
+
+GiB = 1024**3
+H100 = 80 * GiB
+
+
+def _folder(tmp_path, name: str, **extra) -> str:
+    """A model folder holding only the ``config.json`` of :data:`RANDOM_SHAPES` entry ``name`` (``extra`` over it)."""
+    spec = dict(RANDOM_SHAPES[name])
+    arch = spec.pop("arch")
+    spec.pop("pooling")
+    if arch == "bert":
+        spec |= {"model_type": "bert", "vocab_size": 30522, "max_position_embeddings": 512}
+    else:
+        spec |= {"model_type": "qwen3", "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}
+    folder = tmp_path / name
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({**spec, **extra}))
+    return str(folder)
+
+
+def test_the_shape_counts_the_parameters_of_real_models(tmp_path):
+    bert = model_shape(_folder(tmp_path, "bert-base"), {"dtype": "float16"})
+    assert bert.layer_params == 84_934_656 and bert.params == 108_375_552  # BERT-base: 110 M with its biases
+    qwen = model_shape(_folder(tmp_path, "qwen3-8b"))
+    assert round(qwen.params / 1e9, 2) == 7.57  # Qwen3-Embedding-8B's 7.57 billion
+    assert qwen.weight_bytes == 2 * qwen.params and qwen.max_positions == 40960
+    fp8 = model_shape(_folder(tmp_path, "qwen3-8b"), {"quantization": "fp8"})
+    assert fp8.weight_bytes == qwen.layer_params + 2 * (qwen.params - qwen.layer_params)  # embeddings stay 16-bit
+    assert model_shape(tmp_path / "nowhere") is None
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    assert model_shape(tmp_path / "broken") is None
+
+
+def test_a_pooling_step_holds_bert_bases_flops_and_fits_the_gpu(tmp_path):
+    bert = model_shape(_folder(tmp_path, "bert-base"), {"dtype": "float16"})
+    qwen06 = model_shape(_folder(tmp_path, "qwen3-0.6b"))
+    qwen8 = model_shape(_folder(tmp_path, "qwen3-8b"))
+    share = memory_share(H100) * H100
+    assert pooling_step(bert, None, share) == {"max_num_batched_tokens": 131072, "max_num_seqs": 1024}
+    assert pooling_step(qwen06, None, share)["max_num_batched_tokens"] == 32768
+    # An 8B step: 32,768 tokens (its gate_up_proj 1.5 GiB), not the 131,072 (6 GiB) that ran out of memory.
+    assert pooling_step(qwen8, None, share) == {"max_num_batched_tokens": 32768, "max_num_seqs": 1024}
+    assert pooling_step(qwen8, 40960, share)["max_num_batched_tokens"] == 40960  # one whole prompt per step
+    # A GPU too small for the step's activations beside the weights: halved until they fit a quarter of the room.
+    small = pooling_step(qwen8, None, 20 * GiB)["max_num_batched_tokens"]
+    assert small * qwen8.activation_bytes_per_token <= (20 * GiB - qwen8.weight_bytes) // 4 < 2 * small * 122880
+    assert pooling_step(None, None, None) == {"max_num_batched_tokens": 131072, "max_num_seqs": 1024}
+
+
+def test_the_memory_share_leaves_room_for_the_commands_scoring():
+    # 0.9 of an H100 less the five scoring processes' 10 GiB (and half the remaining tenth): 0.8237
+    assert memory_share(H100) == pytest.approx((80 - 4 - 10) / 80, abs=1e-4)
+    assert memory_share(141 * GiB) == 0.879  # an H200: (141 - 7.05 - 10) / 141
+    assert memory_share(H100, scoring=False) == 0.9 and memory_share(H100, replicas=4) == 0.2062
+    assert memory_share(H100, free=30 * GiB) == 0.275  # another program holds 50 GiB: (30 - 8) / 80
+    assert memory_share(4 * GiB) == 0.05  # never nothing: vLLM then says what is missing
+
+
+@pytest.mark.parametrize(
+    "name, gpus, given, layout",
+    [
+        ("bert-base", 1, {}, (1, 4, 1)),
+        ("bert-base", 4, {}, (4, 4, 1)),
+        ("qwen3-0.6b", 2, {}, (2, 2, 1)),
+        ("qwen3-8b", 2, {}, (2, 1, 1)),
+        ("bert-base", 2, {"data_parallel_size": 1}, (1, 1, 1)),  # the user's flags stand
+        ("bert-base", 2, {"replicas_per_gpu": 2}, (2, 2, 1)),
+        ("qwen3-8b", 4, {"tensor_parallel_size": 2}, (2, 1, 2)),
+    ],
+)
+def test_the_layout_uses_every_gpu_and_replicas_by_the_models_size(tmp_path, name, gpus, given, layout):
+    shape = model_shape(_folder(tmp_path, name))
+    got = default_layout(shape, gpus, H100, pooling=True, **given)
+    assert (got.data_parallel_size, got.replicas_per_gpu, got.tensor_parallel_size) == layout
+    assert got.chosen == ("data_parallel_size" not in given and "replicas_per_gpu" not in given)
+
+
+def test_tensor_parallelism_only_for_a_model_one_gpu_cannot_hold(tmp_path):
+    big = model_shape(_folder(tmp_path, "qwen3-8b", hidden_size=8192, num_hidden_layers=80, intermediate_size=28672))
+    assert big.weight_bytes > H100  # a 70B
+    assert default_layout(big, 4, H100, pooling=True) == Layout(1, 1, 4, chosen=True)
+    assert default_layout(big, 8, H100, pooling=True) == Layout(2, 1, 4, chosen=True)
+    generate = default_layout(model_shape(_folder(tmp_path, "bert-base")), 2, H100, pooling=False)
+    assert (generate.data_parallel_size, generate.replicas_per_gpu) == (2, 1)  # generation: one engine per GPU
+    assert generate.as_json() == {
+        "gpus": 2,
+        "data_parallel_size": 2,
+        "replicas_per_gpu": 1,
+        "tensor_parallel_size": 1,
+        "chosen": "default",
+    }
+
+
+def test_the_cpu_build_and_ray_keep_the_layout_given(tmp_path, monkeypatch):
+    from vllm_eval.replicas import layout as layouts
+
+    model = _folder(tmp_path, "bert-base")
+    assert layouts.resolve_layout(model, {"runner": "pooling"}) == Layout(1, 1, 1, chosen=False)  # this CPU
+    monkeypatch.setattr(layouts, "on_cpu", lambda: False)
+    monkeypatch.setattr(layouts, "visible_gpus", lambda: ["0", "1"])
+    monkeypatch.setattr(layouts, "gpu_memory", lambda device=None: (H100, H100))
+    chosen = layouts.resolve_layout(model, {"runner": "pooling"})
+    assert chosen == Layout(2, 4, 1, chosen=True)
+    assert "2 GPUs, 4 replicas per GPU (chosen for the model and the GPUs)" in chosen.describe()
+    assert layouts.resolve_layout(model, {"runner": "pooling"}, ray_address="auto") == Layout(1, 1, 1, chosen=False)
+    from vllm_eval.replicas.ahead import layout_of
+
+    assert layout_of(["run", "--model", model]) == (2, 4, 1)  # replicas started ahead: the same choice
+    assert layout_of(["run", "--model", model, "--data-parallel-size", "1"]) is None  # one engine, in process
