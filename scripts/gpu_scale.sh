@@ -3,7 +3,7 @@
 # types it (no layout flag), timed from command to exit, with the GPUs' memory sampled every second.
 # Random-weight models of real shapes are built on the machine; the tokenizer travels (.devtok/bert: see
 # scripts/gpu_bench.sh's header for making it and for staging vLLM with ../shared/device/stage-vllm.sh; add py-spy
-# to the staged packages for the `spy` samples). On the device (carry .devstage/bin and .devtok):
+# to the staged packages for the `spy` samples: $PYSPY, e.g. /root/site/bin/py-spy). On the device (carry .devstage/bin and .devtok):
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_scale.sh $OUT PART
 # PART:
 #   setup    models ($MODELS, default "bert-base qwen3-8b": build_random_embedding_model shapes, bf16 except
@@ -52,7 +52,7 @@ case $part in
     cmd=$!
     if [ -n "${SPY:-}" ]; then
       ( sleep "$SPY"; for p in $(pgrep -f "vllm_eval" ); do echo "== pid $p: $(tr '\0' ' ' < /proc/$p/cmdline | cut -c1-150)"; \
-        timeout 20 py-spy dump --pid "$p" 2>&1 | head -60; done > "$out/$name-spy.txt" ) &
+        timeout 20 "${PYSPY:-py-spy}" dump --pid "$p" 2>&1 | head -60; done > "$out/$name-spy.txt" ) &
     fi
     wait $cmd; rc=$?; wall=$(secs "$start"); kill $smi 2>/dev/null
     { echo "run $name: model $model $dtype, GPUs $gpus, fraction $fraction, extra '${EXTRA:-}': exit $rc, wall $wall s"

@@ -98,6 +98,15 @@ def test_run_end_to_end_writes_results_and_exits_zero(tmp_path):
     assert summary["started_at"] <= summary["finished_at"] and "tok/s" in proc.stdout
     assert all(r["parity_n"] == 0 and r["parity_min_cosine"] is None for r in summary["scores"])
     assert summary["engine_kwargs"]["max_num_seqs"] == 64
+    # The CPU build keeps the layout given (none: one engine); no layout line is printed there.
+    assert summary["layout"] == {
+        "gpus": 0,
+        "data_parallel_size": 1,
+        "replicas_per_gpu": 1,
+        "tensor_parallel_size": 1,
+        "chosen": "default",
+    }
+    assert "layout:" not in proc.stderr
     # The timeline: every phase of the run, the data loaded while the engine started.
     phases = summary["timeline"]["phases"]
     expected = {"interpreter", "imports", "model", "tasks", "engine", "load", "encode", "write", "shutdown"}

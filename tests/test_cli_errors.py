@@ -113,6 +113,7 @@ CASES = [
     (["run", "--gpu-memory-utilization", "1.5"], "must be a number in (0, 1]"),
     (["run", "--dimensions", "-3"], "--dimensions: must be a positive integer"),
     (["run", "--stall-timeout", "-1"], "--stall-timeout: must be a number >= 0, got '-1'"),
+    (["run", "--progress-timeout", "-5"], "--progress-timeout: must be a number >= 0, got '-5'"),
     (["run", "--backend", "st", "--stall-timeout", "60"], "--backend st does not take vLLM engine options"),
     (["run", "--kv-cache-memory-bytes", "-5"], "--kv-cache-memory-bytes must be a positive integer, got -5"),
     (["run", "--enforce-eager", "--swap-space", "x"], "--swap-space must be a positive integer"),

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from vllm_eval.engine import sizing
 from vllm_eval.engine.sizing import Layout, default_layout, memory_share, model_shape, pooling_step
 from vllm_eval.testing.text_models import RANDOM_SHAPES
 
@@ -74,7 +75,8 @@ def test_the_memory_share_leaves_room_for_the_commands_scoring():
     [
         ("bert-base", 1, {}, (1, 4, 1)),
         ("bert-base", 4, {}, (4, 4, 1)),
-        ("qwen3-0.6b", 2, {}, (2, 2, 1)),
+        ("qwen3-0.6b", 2, {}, (2, 4, 1)),
+        ("qwen3-4b", 1, {}, (1, 2, 1)),
         ("qwen3-8b", 2, {}, (2, 1, 1)),
         ("bert-base", 2, {"data_parallel_size": 1}, (1, 1, 1)),  # the user's flags stand
         ("bert-base", 2, {"replicas_per_gpu": 2}, (2, 2, 1)),
@@ -108,15 +110,36 @@ def test_the_cpu_build_and_ray_keep_the_layout_given(tmp_path, monkeypatch):
     from vllm_eval.replicas import layout as layouts
 
     model = _folder(tmp_path, "bert-base")
-    assert layouts.resolve_layout(model, {"runner": "pooling"}) == Layout(1, 1, 1, chosen=False)  # this CPU
+    assert layouts.resolve_layout(model, {"runner": "pooling"}) == Layout(1, 1, 1, chosen=True, on_gpu=False)  # CPU
     monkeypatch.setattr(layouts, "on_cpu", lambda: False)
     monkeypatch.setattr(layouts, "visible_gpus", lambda: ["0", "1"])
     monkeypatch.setattr(layouts, "gpu_memory", lambda device=None: (H100, H100))
     chosen = layouts.resolve_layout(model, {"runner": "pooling"})
     assert chosen == Layout(2, 4, 1, chosen=True)
     assert "2 GPUs, 4 replicas per GPU (chosen for the model and the GPUs)" in chosen.describe()
-    assert layouts.resolve_layout(model, {"runner": "pooling"}, ray_address="auto") == Layout(1, 1, 1, chosen=False)
+    assert layouts.resolve_layout(model, {"runner": "pooling"}, ray_address="auto") == Layout(1, 1, 1, chosen=True)
     from vllm_eval.replicas.ahead import layout_of
 
     assert layout_of(["run", "--model", model]) == (2, 4, 1)  # replicas started ahead: the same choice
     assert layout_of(["run", "--model", model, "--data-parallel-size", "1"]) is None  # one engine, in process
+
+
+def test_pooling_engines_on_a_gpu_schedule_each_prompt_whole(tmp_path, monkeypatch):
+    # vLLM 0.26 never finished a chunked pooling prompt of exactly max_model_len tokens (an 8B on an H100 held one at
+    # 8,191 of 8,192): where the step holds the longest prompt, chunked prefill is off; a user's choice stands.
+    from vllm_eval.engine import args
+
+    folder = _folder(tmp_path, "qwen3-8b")
+    (tmp_path / "qwen3-8b" / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8192}))
+    monkeypatch.setattr(args, "on_cpu", lambda: False)
+    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (H100, H100))
+    pooling = {"runner": "pooling", "dtype": "bfloat16"}
+    forced = args.engine_options_in_force(pooling, folder)
+    assert forced["max_num_batched_tokens"] == 32768 and forced["enable_chunked_prefill"] is False
+    assert forced["gpu_memory_utilization"] == memory_share(H100) and forced["enforce_eager"] is True
+    assert model_shape(folder).max_len == 8192  # sentence-transformers' limit, as vLLM reads it
+    small = args.engine_options_in_force({**pooling, "max_num_batched_tokens": 4096}, folder)  # prompts must split
+    assert "enable_chunked_prefill" not in small and small["max_num_batched_tokens"] == 4096
+    mine = args.engine_options_in_force({**pooling, "enable_chunked_prefill": True, "max_model_len": 40960}, folder)
+    assert mine["enable_chunked_prefill"] is True and mine["max_num_batched_tokens"] == 40960
+    assert "enable_chunked_prefill" not in args.engine_options_in_force({"runner": "generate"}, folder)

@@ -234,7 +234,8 @@ def add_scale_flags(parser: argparse.ArgumentParser, many: bool = False) -> None
         default=None,
         **extra,
         help="engine replicas over this machine's GPUs (each with --tensor-parallel-size GPUs) "
-        "or over disjoint CPU core sets; inputs are sharded, order kept (default 1)",
+        "or over disjoint CPU core sets; inputs are sharded, order kept "
+        + ("(default 1; --suite: as run chooses)" if many else "(default: every GPU; 1 on the CPU build)"),
     )
     dp.add_argument(
         "--replicas-per-gpu",
@@ -242,7 +243,12 @@ def add_scale_flags(parser: argparse.ArgumentParser, many: bool = False) -> None
         default=None,
         **extra,
         help="engines sharing each GPU, for models too small to keep one busy; "
-        "--gpu-memory-utilization is split among them unless given (default 1)",
+        "--gpu-memory-utilization is split among them unless given "
+        + (
+            "(default 1; --suite: as run chooses)"
+            if many
+            else "(default: by the model's size on a GPU, 4 for a BERT-base, 1 for an 8B; 1 on the CPU build)"
+        ),
     )
     dp.add_argument(
         "--ray-address",

@@ -257,8 +257,9 @@ def default_engine_kwargs(user: dict[str, Any], model: str | None = None) -> dic
       hub id) and the GPU (:func:`vllm_eval.engine.sizing.pooling_step`: BERT-base's 131,072 tokens a step, an 8B
       model's 32,768), ``gpu_memory_utilization`` leaving room for the command's own scoring on that GPU
       (:func:`vllm_eval.engine.sizing.memory_share`) unless ``gpu_memory_utilization`` or ``kv_cache_memory_bytes``
-      is given, and ``enforce_eager=True`` (no compile at start: faster to results end to end, measured on a whole
-      benchmark).
+      is given, ``enable_chunked_prefill=False`` where a step holds the longest prompt (vLLM 0.26 never finished a
+      chunked prompt of exactly ``max_model_len`` tokens: docs/vllm-issues.md), and ``enforce_eager=True`` (no
+      compile at start: faster to results end to end, measured on a whole benchmark).
     - CPU build: ``dtype="float32"`` (vLLM's ``auto`` picks float16 there for fp32 checkpoints,
       whose matmuls fall back from oneDNN to a slow path: the demo ran ~8x slower), ``enforce_eager=True``
       (engine start ~21 s instead of ~40 s, same throughput) and a fixed KV-cache reserve
@@ -294,7 +295,13 @@ def _gpu_pooling_defaults(user: dict[str, Any], model: str | None) -> dict[str, 
     if share is None and "kv_cache_memory_bytes" not in user and total:
         share = out["gpu_memory_utilization"] = sizing.memory_share(total)
     memory = int(float(share or sizing.GPU_MEMORY_SHARE) * total) or None
-    out.update(sizing.pooling_step(shape, user.get("max_model_len"), memory))
+    max_len = user.get("max_model_len") or (shape.max_len if shape is not None else None)
+    out.update(sizing.pooling_step(shape, max_len, memory))
+    budget = user.get("max_num_batched_tokens") or out["max_num_batched_tokens"]
+    if "enable_chunked_prefill" not in user and max_len and budget >= max_len:
+        # vLLM 0.26's scheduler never finishes a chunked prompt of exactly max_model_len tokens: it stops one token
+        # short (docs/vllm-issues.md). Whole prompts per step, the budget holding the longest.
+        out["enable_chunked_prefill"] = False
     return out
 
 

@@ -43,9 +43,11 @@ SCORER_BYTES = 2 * 1024**3
 SCORING_PROCESSES = 5
 SCORING_RESERVE_BYTES = SCORING_PROCESSES * SCORER_BYTES
 #: Parameters at or below which a GPU gets 4 replicas of a pooling model, and 2: one engine cannot keep a GPU
-#: busy with a small model (per-request CPU work bounds it).
-FOUR_REPLICAS_MAX_PARAMS = 300_000_000
-TWO_REPLICAS_MAX_PARAMS = 2_000_000_000
+#: busy with a small model (per-request CPU work bounds it). On an H200: BERT-base fp16 1,275,592 tok/s with 4
+#: replicas against 443,656 with one (side by side, docs/throughput.md); Qwen3-0.6B 436,021 with 4 against
+#: 343,702 with one (two sessions); the 8B's one engine is at 62 % MFU already.
+FOUR_REPLICAS_MAX_PARAMS = 1_000_000_000
+TWO_REPLICAS_MAX_PARAMS = 5_000_000_000
 #: Most of one GPU's memory a replica's weights may take before the layout splits the model over GPUs.
 WEIGHTS_SHARE_MAX = 0.6
 
@@ -65,6 +67,9 @@ class ModelShape:
         hidden, intermediate, layers: the widths and depth.
         dtype_bytes: bytes per activation value (2 for float16/bfloat16, 4 for float32).
         max_positions: ``max_position_embeddings`` (None when the config has none).
+        max_len: the longest prompt vLLM will take without ``max_model_len`` given: sentence-transformers'
+            ``max_seq_length`` where the folder has one and it is shorter (vLLM reads it too), else
+            ``max_positions``.
     """
 
     layer_params: int
@@ -75,6 +80,7 @@ class ModelShape:
     layers: int
     dtype_bytes: int
     max_positions: int | None
+    max_len: int | None = None
 
     @property
     def activation_bytes_per_token(self) -> int:
@@ -83,17 +89,18 @@ class ModelShape:
         return self.dtype_bytes * (3 * self.intermediate + 6 * self.hidden)
 
 
-def _config(model: str | os.PathLike, revision: str | None = None) -> dict[str, Any] | None:
+def _json_file(model: str | os.PathLike, name: str, revision: str | None = None) -> dict[str, Any] | None:
+    """The JSON object in file ``name`` of ``model``'s folder (a hub id: its cached snapshot), else None."""
     from ..utils.modelinfo import local_snapshot
 
     folder = local_snapshot(os.fspath(model), revision)
     if folder is None:
         return None
     try:
-        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+        value = json.loads((Path(folder) / name).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return config if isinstance(config, dict) else None
+    return value if isinstance(value, dict) else None
 
 
 def model_shape(model: str | os.PathLike, engine_kwargs: dict[str, Any] | None = None) -> ModelShape | None:
@@ -105,7 +112,7 @@ def model_shape(model: str | os.PathLike, engine_kwargs: dict[str, Any] | None =
     and Qwen3-8B. The dtype is ``engine_kwargs["dtype"]``, else the config's, else 2 bytes.
     """
     engine_kwargs = engine_kwargs or {}
-    config = _config(model, engine_kwargs.get("revision"))
+    config = _json_file(model, "config.json", engine_kwargs.get("revision"))
     if config is None:
         return None
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
@@ -127,7 +134,10 @@ def model_shape(model: str | os.PathLike, engine_kwargs: dict[str, Any] | None =
     width = _DTYPE_BYTES.get(dtype.removeprefix("torch."), 2)
     fp8 = str(engine_kwargs.get("quantization") or "").startswith("fp8")
     weight_bytes = layer_params * (1 if fp8 else width) + vocab * hidden * width
+    st_len = (_json_file(model, "sentence_bert_config.json", engine_kwargs.get("revision")) or {}).get("max_seq_length")
+    lengths = [n for n in (max_positions, st_len) if isinstance(n, int) and not isinstance(n, bool) and n > 0]
     return ModelShape(
+        max_len=min(lengths) if lengths else None,
         layer_params=layer_params,
         params=layer_params + vocab * hidden,
         weight_bytes=weight_bytes,
@@ -236,23 +246,27 @@ def gpu_memory(device: str | None = None) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Layout:
     """Where a run's engines go: ``gpus`` GPUs in all, ``replicas_per_gpu`` engines on each group of
-    ``tensor_parallel_size`` GPUs; ``data_parallel_size`` groups. ``chosen`` says whether we chose it (no layout
-    flag given) or the user did."""
+    ``tensor_parallel_size`` GPUs; ``data_parallel_size`` groups. ``chosen``: no layout flag was given (on a GPU
+    machine the sizes were then chosen for the model, elsewhere they are 1); ``on_gpu`` False: the CPU build's
+    replicas (core sets, no GPU)."""
 
     data_parallel_size: int
     replicas_per_gpu: int
     tensor_parallel_size: int
     chosen: bool
+    on_gpu: bool = True
 
     @property
     def gpus(self) -> int:
-        return self.data_parallel_size * self.tensor_parallel_size
+        """GPUs the engines use (0 on the CPU build)."""
+        return self.data_parallel_size * self.tensor_parallel_size if self.on_gpu else 0
 
     @property
     def replicas(self) -> int:
         return self.data_parallel_size * self.replicas_per_gpu
 
     def as_json(self) -> dict[str, Any]:
+        """What ``summary.json`` and ``suite.json`` keep of it."""
         return {
             "gpus": self.gpus,
             "data_parallel_size": self.data_parallel_size,
@@ -262,6 +276,7 @@ class Layout:
         }
 
     def describe(self) -> str:
+        """The line printed at start: ``layout: 2 GPUs, 1 replica per GPU (chosen for the model and the GPUs)``."""
         tp = f", tensor parallel {self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
         how = "chosen for the model and the GPUs" if self.chosen else "as given"
         return (

@@ -33,8 +33,11 @@ def resolve_layout(
     it is chosen (see the module doc). Never raises: a model whose size cannot be read gets one replica per GPU.
     """
     tp = engine_kwargs.get("tensor_parallel_size")
-    given = Layout(data_parallel_size or 1, replicas_per_gpu or 1, tp or 1, chosen=False)
-    if ray_address or on_cpu():
+    default = data_parallel_size is None and replicas_per_gpu is None
+    given = Layout(data_parallel_size or 1, replicas_per_gpu or 1, tp or 1, chosen=default)
+    if on_cpu():
+        return Layout(given.data_parallel_size, given.replicas_per_gpu, given.tensor_parallel_size, default, False)
+    if ray_address:
         return given
     try:
         gpus = visible_gpus()
