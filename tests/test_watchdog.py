@@ -87,6 +87,9 @@ def work():
         llm.llm_engine.step()
     print("answering ok", flush=True)
     llm.llm_engine.answer_every = 0  # steps return, nothing is ever answered again
+    llm.llm_engine.step()
+    time.sleep(7)  # ... but nobody steps the engine (its caller is busy elsewhere): not a stall
+    print("idle ok", flush=True)
     for _ in range(400):
         llm.llm_engine.step()
     print("not stopped", flush=True)
@@ -100,7 +103,7 @@ thread.join()
 def test_steps_that_return_without_answering_end_the_process_with_exit_3():
     proc = subprocess.run([sys.executable, "-c", _PROGRESS_SCRIPT], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stderr
-    assert proc.stdout == "answering ok\n"
+    assert proc.stdout == "answering ok\nidle ok\n"
     assert re.search(
         r"the vLLM engine for tiny-model held requests and answered none for \d+ s while its steps returned "
         r"\(--progress-timeout 1; longest step 0.\d s\)",

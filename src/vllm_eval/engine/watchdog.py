@@ -69,6 +69,9 @@ DEFAULT_STALL_TIMEOUT_S = 600.0
 DEFAULT_PROGRESS_TIMEOUT_S = 30.0
 #: The longest step an engine took, times this, is its least progress timeout (slow steps: big models on a CPU).
 STEP_FACTOR = 10.0
+#: An engine counts as being stepped while a step is in flight or the last one ended at most this many seconds ago: a
+#: caller busy elsewhere (an engine left with requests while another is used) is not a stall.
+STEPPED_GAP_S = 5.0
 #: Seconds the signalled process gets to unwind (shut its engines down, write its summary) before it is ended.
 GRACE_S = 60.0
 STALL_SIGNAL = signal.SIGUSR2
@@ -93,6 +96,7 @@ class _Watch:
         self.quiet_since: float | None = None
         self.moved = False
         self.longest = 0.0
+        self.last_end = 0.0
         try:
             self.engine: Any = weakref.ref(engine)
         except TypeError:  # not weakly referable (a test's stand-in): nothing to read from it
@@ -145,7 +149,8 @@ def watch(llm: Any, model: str, timeout: float | None, progress: float | None = 
             outputs = step(*args, **kwargs)
         finally:
             entry.since = None
-            entry.longest = max(entry.longest, time.monotonic() - began)
+            entry.last_end = time.monotonic()
+            entry.longest = max(entry.longest, entry.last_end - began)
         if outputs or entry.moved or not _pending(engine):
             entry.quiet_since = None
         return outputs
@@ -224,17 +229,19 @@ def _check() -> None:
                 _stop(entry, now - since)
                 break
             limit = entry.progress_limit()
-            # Quiet for longer than the limit over steps that keep returning: one long step is the step timeout's.
-            if (
-                quiet is not None
-                and limit is not None
-                and now - quiet > limit
-                and (since is None or now - since < limit)
-            ):
+            # Quiet for longer than the limit over steps that keep coming and returning (one long step is the step
+            # timeout's; an engine nobody steps now is not stalled).
+            if quiet is not None and limit is not None and now - quiet > limit and _stepped(entry, since, now, limit):
                 _stop(entry, now - quiet, progress=True)
                 break
         waits = [e.timeout / 4 for e in entries if e.timeout] + [e.progress / 4 for e in entries if e.progress]
         time.sleep(min([1.0, *waits]))
+
+
+def _stepped(entry: _Watch, since: float | None, now: float, limit: float) -> bool:
+    """Whether ``entry``'s engine is being stepped: a step in flight for less than ``limit``, or one that ended at
+    most :data:`STEPPED_GAP_S` (a quarter of ``limit`` where that is less) ago."""
+    return now - since < limit if since is not None else now - entry.last_end < min(STEPPED_GAP_S, limit / 4)
 
 
 def _scheduler_state(engine: Any) -> str:
