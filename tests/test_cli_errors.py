@@ -68,7 +68,16 @@ def _paths(tmp_path):
     afile.write_text("x")
     empty = tmp_path / "not-a-model"
     empty.mkdir(exist_ok=True)
-    return {"FILE": str(afile), "UNDER_FILE": str(afile / "sub"), "EMPTY_DIR": str(empty)}
+    # Model folders users have: a config.json that is not JSON, one with no weights beside it.
+    broken = tmp_path / "broken-config"
+    broken.mkdir(exist_ok=True)
+    (broken / "config.json").write_text('{"architectures": ["BertModel"],\n "hidden_size": 384,,\n}')
+    (broken / "model.safetensors").write_bytes(b"")
+    bare = tmp_path / "no-weights"
+    bare.mkdir(exist_ok=True)
+    (bare / "config.json").write_text('{"architectures": ["BertModel"]}')
+    paths = {"FILE": str(afile), "UNDER_FILE": str(afile / "sub"), "EMPTY_DIR": str(empty)}
+    return {**paths, "BROKEN_CONFIG": str(broken), "NO_WEIGHTS": str(bare)}
 
 
 CASES = [
@@ -79,6 +88,9 @@ CASES = [
     (["run", "--model", "/no/such/model"], "model path '/no/such/model' does not exist"),
     (["run", "--model", "{FILE}"], "is a file; give the model's directory"),
     (["run", "--model", "{EMPTY_DIR}"], "has no config.json"),
+    (["run", "--model", "{BROKEN_CONFIG}"], "config.json:2: not valid JSON: expecting property name enclosed in"),
+    (["run", "--model", "{NO_WEIGHTS}"], "has a config.json but no weights (*.safetensors, *.bin, *.pt ...)"),
+    (["generate", "--model", "{NO_WEIGHTS}", "--tasks", "PangLeePolarity"], "has a config.json but no weights"),
     (["run", "--model", "someorg/not-cached-model"], "not in the Hugging Face cache, and the hub is offline"),
     (["rerank", "--reranker", "/no/such/reranker"], "'/no/such/reranker' does not exist"),
     (["rerank", "--reranker", MINILM, "--first-stage", "/no/first"], "'/no/first' does not exist"),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..utils.errors import UsageError
 from ..utils.timeline import phase
-from .checks import resolve_model
+from .checks import check_model_argument, resolve_model
 from .session import Session, prepare
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def bench(
     """
     from ..measure.bench import PEER, default_backends
 
-    backends = sparse_backends(model, backends, suite) or list(backends or default_backends())
+    backends = sparse_backends(check_model_argument(model), backends, suite) or list(backends or default_backends())
     layout = {"data_parallel_size": _values(data_parallel_size), "replicas_per_gpu": _values(replicas_per_gpu)}
     options = {
         "remote_batch_size": remote_batch_size,

@@ -98,6 +98,19 @@ def resolve_model(model: str | None, remote: bool, what: str = "--model", revisi
     return ModelRef.resolve(model, revision)
 
 
+def check_model_argument(model: Any, what: str = "model") -> Any:
+    """``model``, refused where it is neither None, a str nor an ``os.PathLike`` (a path or a hub id), before
+    anything loads.
+
+    Raises:
+        UsageError: naming ``what`` and the value's type.
+    """
+    if model is not None and not isinstance(model, str | os.PathLike):
+        shown = f"{type(model).__name__} {model!r:.40}"
+        raise UsageError(f"{what} must be a model directory or a hub id (a str or a path), got {shown}")
+    return model
+
+
 def require_model(model: str | None, remote: bool) -> None:
     """Raises UsageError when a local backend is given no ``--model`` (a server's is optional)."""
     if not remote and not model:

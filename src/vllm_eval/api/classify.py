@@ -16,7 +16,7 @@ from typing import Any
 
 from ..utils.errors import UsageError
 from .checks import chat_template as read_chat_template
-from .checks import open_cache, require_model, resolve_model, task_output_dirs
+from .checks import check_model_argument, open_cache, require_model, resolve_model, task_output_dirs
 from .session import prepare, split_options
 
 
@@ -72,6 +72,7 @@ def classify(
         DataUnavailableError: a hub task offline and not cached.
         EngineError, EndpointError: a failure while running.
     """
+    check_model_argument(model)
     from ..tasks.classification import run_classification
 
     return _run_tasks(
@@ -117,6 +118,7 @@ def reward(
     Raises:
         UsageError: as :func:`classify`; a chat template that is neither a file nor a template.
     """
+    check_model_argument(model)
     from ..tasks.preference import run_reward
     from .spec import capability
 
@@ -164,6 +166,7 @@ def token_classify(
     Raises:
         UsageError: as :func:`classify`.
     """
+    check_model_argument(model)
     from ..tasks.ner import run_token_classification
     from ..tasks.registry import load_file
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..utils.errors import UsageError
 from ..utils.timeline import phase
-from .checks import open_cache, resolve_model
+from .checks import check_model_argument, open_cache, resolve_model
 from .session import Session, prepare
 
 if TYPE_CHECKING:
@@ -103,6 +103,7 @@ def compare(
         ModelNotFoundError: a local model that does not exist.
         EngineError: a failure of an engine while running.
     """
+    check_model_argument(model)
     from ..measure import compare as cmp
 
     session, backends = _session(kind, (model, backends), options, output_dir, verbose, started)

@@ -21,7 +21,7 @@ from typing import Any
 from ..evaluation.scoring import check_scoring
 from ..utils.errors import UsageError, VllmEvalError
 from ..utils.timeline import phase
-from .checks import check_image_tasks, open_cache, resolve_model
+from .checks import check_image_tasks, check_model_argument, open_cache, resolve_model
 from .session import Session, prepare, split_options
 
 #: The kinds ``evaluate`` runs, by vLLM pooling task.
@@ -209,6 +209,7 @@ def _prepare(
     """The kind of model and the checked :class:`Session`, before anything loads."""
     from ..utils.hub import ensure_offline_if_unreachable
 
+    check_model_argument(model)
     with phase("imports"):  # mostly the backend's and mteb's imports, then the option checks
         # First: the hub libraries read offline mode once, when imported; the kind may be read from a model's files.
         ensure_offline_if_unreachable()

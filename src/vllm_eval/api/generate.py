@@ -18,7 +18,7 @@ from typing import Any
 from ..tasks import split_names
 from ..utils.errors import UsageError
 from ..utils.timeline import phase
-from .checks import chat_template, open_cache, require_model, resolve_model, task_output_dirs
+from .checks import chat_template, check_model_argument, open_cache, require_model, resolve_model, task_output_dirs
 from .session import Session, prepare, split_options
 
 #: Backend options ``generate`` passes on when given; the capability options (``device``, ``endpoint`` ...) too.
@@ -143,6 +143,7 @@ def generate(
         ModelNotFoundError: a local model that does not exist.
         EngineError, EndpointError: a failure of the engine or a server while running.
     """
+    check_model_argument(model)
     _check_values(answer_format, scoring, limit, max_missing)
     with phase("imports"):  # mostly the backend's imports, then the option checks
         session = _prepare(backend, options, output_dir, verbose, started)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..utils.errors import UsageError
 from ..utils.timeline import phase
-from .checks import open_cache, resolve_model
+from .checks import check_model_argument, open_cache, resolve_model
 from .evaluate import EvaluationResult
 from .session import Session, prepare, split_options
 
@@ -124,6 +124,7 @@ def rerank(
         ModelNotFoundError: a reranker or first-stage model that does not exist.
         EngineError, EndpointError: a failure of the engine or a server while running.
     """
+    check_model_argument(model)
     if top_k < 1:
         raise UsageError(f"--top-k: must be a positive integer, got {top_k!r}")
     with phase("imports"):  # mostly the backend's and mteb's imports, then the option checks

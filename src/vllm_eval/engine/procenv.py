@@ -8,7 +8,6 @@ per engine, whether its core may run in this process.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -106,7 +105,7 @@ def big_pooling_model(model: str, engine_kwargs: dict) -> bool:
     """Whether ``model`` (a local folder, or a hub id whose snapshot is cached here) is a text-only pooling model of
     at least :data:`GPU_IN_PROCESS_MIN_PARAMS` parameters (its safetensors headers) on one GPU (no tensor or pipeline
     parallelism)."""
-    from ..utils.modelinfo import local_snapshot, safetensors_stats
+    from ..utils.modelinfo import local_snapshot, model_json, safetensors_stats
 
     if engine_kwargs.get("runner") != "pooling":
         return False
@@ -115,7 +114,7 @@ def big_pooling_model(model: str, engine_kwargs: dict) -> bool:
     folder = local_snapshot(model, engine_kwargs.get("revision"))
     if folder is None or not (folder / "config.json").is_file():
         return False
-    config = json.loads((folder / "config.json").read_text())
+    config = model_json(folder / "config.json")
     if any(key in config for key in ("vision_config", "audio_config")):
         return False  # measured on text: a multimodal model's preprocessing overlaps the core's work in vLLM's process
     n_params, _ = safetensors_stats(folder)

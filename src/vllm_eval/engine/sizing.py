@@ -14,7 +14,6 @@ Everything is read from the model's ``config.json`` as plain JSON and from NVML:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -90,17 +89,18 @@ class ModelShape:
 
 
 def _json_file(model: str | os.PathLike, name: str, revision: str | None = None) -> dict[str, Any] | None:
-    """The JSON object in file ``name`` of ``model``'s folder (a hub id: its cached snapshot), else None."""
-    from ..utils.modelinfo import local_snapshot
+    """The JSON object in file ``name`` of ``model``'s folder (a hub id: its cached snapshot, read by the checked
+    reader), else None: no such file, or one the checked reader refuses (the command's own checks name it)."""
+    from ..utils.errors import VllmEvalError
+    from ..utils.modelinfo import local_snapshot, model_json
 
     folder = local_snapshot(os.fspath(model), revision)
-    if folder is None:
+    if folder is None or not (Path(folder) / name).is_file():
         return None
     try:
-        value = json.loads((Path(folder) / name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return model_json(Path(folder) / name)
+    except VllmEvalError:
         return None
-    return value if isinstance(value, dict) else None
 
 
 def model_shape(model: str | os.PathLike, engine_kwargs: dict[str, Any] | None = None) -> ModelShape | None:

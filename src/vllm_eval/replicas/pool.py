@@ -21,7 +21,6 @@ replica with the fewest jobs outstanding; a replica that dies has its jobs moved
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -33,6 +32,7 @@ from typing import Any
 
 from ..engine.sizing import GPU_MEMORY_SHARE, gpu_memory, memory_share, model_shape, pooling_step, visible_gpus
 from ..utils.errors import ReplicaError, UsageError
+from ..utils.modelinfo import model_json
 from .jobpool import JobPool
 from .process import ReplicaProcess, kill_group, spawn, start_breakdown
 
@@ -86,7 +86,8 @@ def _kv_bytes_per_token(model: str, engine_kwargs: dict[str, Any]) -> int:
     transformers config object took tens of seconds with transformers 5.17 on a GPU machine.
 
     Raises:
-        OSError, KeyError, ValueError: no readable ``config.json``, or one without these fields.
+        UsageError: a ``config.json`` the checked reader refuses.
+        KeyError, ValueError: no ``config.json``, or one without these fields.
     """
     path = Path(model) / "config.json"
     if not path.is_file():  # a hub id: the cached copy, never the network
@@ -94,7 +95,7 @@ def _kv_bytes_per_token(model: str, engine_kwargs: dict[str, Any]) -> int:
 
         cached = try_to_load_from_cache(model, "config.json")
         path = Path(cached) if isinstance(cached, str) else path
-    config = json.loads(path.read_text())
+    config = model_json(path)
     text = config.get("text_config") or config
     heads = int(text["num_attention_heads"])
     kv_heads = int(text.get("num_key_value_heads") or heads)

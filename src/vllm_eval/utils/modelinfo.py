@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DataUnavailableError, ModelNotFoundError, UsageError
+from .files import field as checked_field
+from .files import json_object, list_of, read_json
 
 
 def packaged_model_path() -> str:
@@ -33,13 +35,18 @@ def looks_like_path(model: str) -> bool:
     return model.startswith(("/", "./", "../", "~", ".")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model)
 
 
+#: Files of weights in a model directory, in the formats vLLM, transformers and sentence-transformers load.
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.ckpt", "*.msgpack", "*.h5", "*.onnx")
+
+
 def resolve_model(model: str | os.PathLike) -> str:
     """Absolute path of a local model directory, or the hub id unchanged.
 
     Raises:
         UsageError: ``model`` is empty.
         ModelNotFoundError: ``model`` looks like a path (``/x``, ``./x``, ``a/b/c``) that does not
-            exist, or names a file or a directory without ``config.json``.
+            exist, or names a file, a directory without ``config.json``, or one without weight files
+            (:data:`WEIGHT_FILES`).
     """
     text = os.fspath(model)
     if not text.strip():
@@ -50,6 +57,11 @@ def resolve_model(model: str | os.PathLike) -> str:
             raise ModelNotFoundError(f"model path {text!r} is a file; give the model's directory")
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"model path {text!r} has no config.json; is it a Hugging Face model directory?")
+        if not any(next(path.glob(pattern), None) for pattern in WEIGHT_FILES):
+            raise ModelNotFoundError(
+                f"model path {text!r} has a config.json but no weights ({', '.join(WEIGHT_FILES[:3])} ...): "
+                "copy the weight files next to it"
+            )
         return str(path.resolve())
     if looks_like_path(text):
         raise ModelNotFoundError(f"model path {text!r} does not exist")
@@ -96,7 +108,7 @@ class ModelRef:
                     "offline; download it where there is network (huggingface-cli download) or give its directory"
                 )
             return cls(path=path, revision=revision)
-        config = _json(snap / "config.json")
+        config = model_json(snap / "config.json")
         return cls(
             path=path,
             revision=revision,
@@ -119,11 +131,35 @@ def served_model_ref(name: str) -> ModelRef:
 _SIMILARITY = {"cosine": "cosine", "dot": "dot", "dot_product": "dot"}
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+def model_json(path: str | os.PathLike) -> dict[str, Any]:
+    """A JSON object file of a model folder (``config.json``, ``sentence_bert_config.json``, a module's config ...),
+    read by the checked readers; ``{}`` when the file is not there.
+
+    Raises:
+        UsageError: an unreadable or empty file, one that is not UTF-8 or not valid JSON (line and column named),
+            or JSON of another type than an object.
+    """
+    path = Path(path)
+    if not path.is_file():
         return {}
+    return json_object(path, read_json(path), "a model's configuration")
+
+
+def model_modules(model_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """sentence-transformers' ``modules.json`` of ``model_dir`` (its list of modules; ``[]`` when absent), checked:
+    a list of objects whose ``path`` and ``type`` are strings where given.
+
+    Raises:
+        UsageError: not valid JSON, not a list of objects, or a ``path`` / ``type`` of another type (index named).
+    """
+    path = Path(model_dir) / "modules.json"
+    if not path.is_file():
+        return []
+    modules = list_of(read_json(path), (dict,), f"{path}: the modules")
+    for i, module in enumerate(modules):
+        for key in ("path", "type"):
+            checked_field(module, key, (str, type(None)), f"{path}: module {i}")
+    return modules
 
 
 def local_snapshot(model: str, revision: str | None = None) -> Path | None:
@@ -174,18 +210,16 @@ def safetensors_stats(model_dir: Path) -> tuple[int | None, int | None]:
 def embedding_dim(model_dir: Path, config: dict[str, Any]) -> int | None:
     """Output width: the last sentence-transformers ``Dense`` layer's ``out_features``, else ``hidden_size``."""
     dim = config.get("hidden_size") or config.get("d_model")
-    for module in (
-        json.loads((model_dir / "modules.json").read_text()) if (model_dir / "modules.json").is_file() else []
-    ):
-        if module.get("type", "").endswith("Dense"):
-            dense = _json(model_dir / module["path"] / "config.json")
+    for module in model_modules(model_dir):
+        if (module.get("type") or "").endswith("Dense") and module.get("path") is not None:
+            dense = model_json(model_dir / module["path"] / "config.json")
             dim = dense.get("out_features", dim)
     return dim
 
 
 def max_tokens(model_dir: Path, config: dict[str, Any]) -> int | None:
     """sentence-transformers ``max_seq_length`` if present (vLLM uses it too), else ``max_position_embeddings``."""
-    st = _json(model_dir / "sentence_bert_config.json")
+    st = model_json(model_dir / "sentence_bert_config.json")
     return st.get("max_seq_length") or config.get("max_position_embeddings")
 
 
@@ -258,7 +292,7 @@ def build_model_meta(
     if revision is None:
         revision = known[1] if known else (_content_revision(snapshot) if snapshot else "unknown")
     n_params, n_bytes = safetensors_stats(snapshot) if snapshot else (None, None)
-    st_config = _json(snapshot / "config_sentence_transformers.json") if snapshot else {}
+    st_config = model_json(snapshot / "config_sentence_transformers.json") if snapshot else {}
     similarity = _SIMILARITY.get(str(st_config.get("similarity_fn_name", "cosine")).lower(), "cosine")
     meta = ModelMeta(
         loader=None,
