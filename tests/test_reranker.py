@@ -129,12 +129,14 @@ def test_random_reranker_shape_scores_p_yes_in_sentence_transformers(tmp_path):
 
 
 def _seq_cls_dir(tmp_path):
-    """A sequence-classification reranker folder (config only: refused before anything loads)."""
+    """A sequence-classification reranker folder (its config and an empty weights file: refused before anything
+    loads)."""
     import json
 
     path = tmp_path / "seq-cls"
     path.mkdir()
     (path / "config.json").write_text(json.dumps({"architectures": ["BertForSequenceClassification"]}))
+    (path / "model.safetensors").write_bytes(b"")
     return path
 
 
