@@ -46,8 +46,7 @@ def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypa
     import vllm_eval.replicas.pool as replicas
     from vllm_eval.utils.modelinfo import packaged_model_path
 
-    monkeypatch.setattr(replicas, "_gpu_total_bytes", lambda: 80 * 1024**3)
-    monkeypatch.setattr(replicas, "_gpu_free_bytes", lambda: 79 * 1024**3)
+    monkeypatch.setattr(replicas, "_gpu_memory", lambda: (79 * 1024**3, 80 * 1024**3))
     model = packaged_model_path()  # MiniLM-L6: 6 layers, 12 heads of 32
     pooling = {"runner": "pooling", "dtype": "float16"}
     ps = plan_replicas(1, 4, engine_kwargs=pooling, cpu=False, devices=["0"], model=model)
@@ -56,10 +55,10 @@ def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypa
     assert {p.engine_kwargs["kv_cache_memory_bytes"] for p in ps} == {(131072 + 16 * 1024) * 2 * 6 * 12 * 32 * 2}
     # 0.9 of the GPU, less the room for the command's scoring (5 processes x 2 GiB, and half the rest), in 4 parts
     assert {p.engine_kwargs["gpu_memory_utilization"] for p in ps} == {0.2062}  # (80 - 4 - 10) / 80 / 4
-    monkeypatch.setattr(replicas, "_gpu_free_bytes", lambda: 40 * 1024**3)  # another program holds half the GPU
+    monkeypatch.setattr(replicas, "_gpu_memory", lambda: (40 * 1024**3, 80 * 1024**3))  # another program holds half
     busy = plan_replicas(1, 4, engine_kwargs=pooling, cpu=False, devices=["0"], model=model)
     assert {p.engine_kwargs["gpu_memory_utilization"] for p in busy} == {0.1} and busy[0].wave == 0  # (40 - 8) / 80 / 4
-    monkeypatch.setattr(replicas, "_gpu_free_bytes", lambda: None)
+    monkeypatch.setattr(replicas, "_gpu_memory", lambda: (80 * 1024**3, 80 * 1024**3))
     fp8 = plan_replicas(
         1,
         2,
@@ -70,7 +69,7 @@ def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypa
     )
     assert {p.engine_kwargs["kv_cache_memory_bytes"] for p in fp8} == {(4096 + 16 * 8) * 2 * 6 * 12 * 32}
     # the cap: half the replica's share of the GPU
-    monkeypatch.setattr(replicas, "_gpu_total_bytes", lambda: 1024**3)
+    monkeypatch.setattr(replicas, "_gpu_memory", lambda: (1024**3, 1024**3))
     capped = plan_replicas(1, 2, engine_kwargs=pooling, cpu=False, devices=["0"], model=model)
     # a GPU of 1 GiB: the least share (0.05), and a step shrunk until its activations fit (1,024 tokens, 64 sequences)
     assert {p.engine_kwargs["gpu_memory_utilization"] for p in capped} == {0.05}
@@ -303,6 +302,8 @@ def test_a_parent_of_replicas_imports_no_vllm_and_keeps_each_start_by_step(tmp_p
     # load once ended 0.2 s after the replicas were ready).
     loads = {p["task"]: p["start"] for p in summary["timeline"]["phases"] if p["phase"] == "load"}
     assert set(loads) == {"WordSim353", "SimLex999"} and max(loads.values()) < ready, (loads, ready)
+    # What each replica's engine was built with: the replicas' own KV-cache reserve, not one engine's 2 GiB.
+    assert summary["engine_options_in_force"]["kv_cache_memory_bytes"] == 1 << 30
     replicas = summary["replicas"]
     for steps in replicas["start_breakdown"].values():
         assert set(steps) == {"process", "interpreter", "imports", "waiting", "engine", "setup"}

@@ -34,21 +34,25 @@ def work():
     print("steps ok", flush=True)
     llm.llm_engine.step(30)  # hangs
     print("not stopped", flush=True)
-
-thread = threading.Thread(target=work)
-thread.start()
-thread.join()
 """
 
 
-def test_a_step_over_the_timeout_ends_the_process_with_exit_3_and_says_why():
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=60)
+def _ends_with_exit_3(script: str, stdout: str, message: str) -> None:
+    """``script``'s ``work()`` run on a thread (where no handler can be installed, as in a Ray actor): the process
+    exits 3 after printing ``stdout``, its stderr matching ``message``."""
+    code = script + "\nthread = threading.Thread(target=work)\nthread.start()\nthread.join()\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stderr
-    assert proc.stdout == "steps ok\n"
-    assert re.search(
+    assert proc.stdout == stdout
+    assert re.search(message, proc.stderr), proc.stderr
+
+
+def test_a_step_over_the_timeout_ends_the_process_with_exit_3_and_says_why():
+    _ends_with_exit_3(
+        _SCRIPT,
+        "steps ok\n",
         r"the vLLM engine for tiny-model made no progress for \d+ s \(one engine step; --stall-timeout 1.5\)",
-        proc.stderr,
-    ), proc.stderr
+    )
 
 
 def test_the_timeout_option():
@@ -93,22 +97,16 @@ def work():
     for _ in range(400):
         llm.llm_engine.step()
     print("not stopped", flush=True)
-
-thread = threading.Thread(target=work)
-thread.start()
-thread.join()
 """
 
 
 def test_steps_that_return_without_answering_end_the_process_with_exit_3():
-    proc = subprocess.run([sys.executable, "-c", _PROGRESS_SCRIPT], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 3, proc.stderr
-    assert proc.stdout == "answering ok\nidle ok\n"
-    assert re.search(
+    _ends_with_exit_3(
+        _PROGRESS_SCRIPT,
+        "answering ok\nidle ok\n",
         r"the vLLM engine for tiny-model held requests and answered none for \d+ s while its steps returned "
         r"\(--progress-timeout 1; longest step 0.\d s\)",
-        proc.stderr,
-    ), proc.stderr
+    )
 
 
 def test_the_progress_limit_grows_with_the_longest_step():

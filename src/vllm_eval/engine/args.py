@@ -11,7 +11,6 @@ from functools import lru_cache
 from typing import Any
 
 from ..utils.errors import OptionError
-from .sizing import GPU_POOLING_MAX_NUM_BATCHED_TOKENS, GPU_POOLING_MAX_NUM_SEQS  # noqa: F401 - their old home
 
 #: KV-cache reserve on the CPU build when the user names neither ``gpu_memory_utilization`` nor
 #: ``kv_cache_memory_bytes``. vLLM's default (0.92 of *total* RAM) fails on any shared machine;
@@ -295,7 +294,7 @@ def _gpu_pooling_defaults(user: dict[str, Any], model: str | None) -> dict[str, 
     if share is None and "kv_cache_memory_bytes" not in user and total:
         share = out["gpu_memory_utilization"] = sizing.memory_share(total)
     memory = int(float(share or sizing.GPU_MEMORY_SHARE) * total) or None
-    max_len = user.get("max_model_len") or (shape.max_len if shape is not None else None)
+    max_len = sizing.longest_prompt(shape, user)
     out.update(sizing.pooling_step(shape, max_len, memory))
     budget = user.get("max_num_batched_tokens") or out["max_num_batched_tokens"]
     if "enable_chunked_prefill" not in user and max_len and budget >= max_len:

@@ -154,6 +154,12 @@ def _pow2_near(x: float) -> int:
     return 1 << max(0, round(math.log2(max(x, 1.0))))
 
 
+def longest_prompt(shape: ModelShape | None, engine_kwargs: dict[str, Any]) -> int | None:
+    """The longest prompt an engine with ``engine_kwargs`` takes: their ``max_model_len``, else the model's
+    (:attr:`ModelShape.max_len`, as vLLM reads it); None where neither is known."""
+    return engine_kwargs.get("max_model_len") or (shape.max_len if shape is not None else None)
+
+
 def pooling_step(shape: ModelShape | None, max_model_len: int | None, memory_bytes: int | None) -> dict[str, int]:
     """``max_num_batched_tokens`` and ``max_num_seqs`` for a pooling engine on a GPU.
 
@@ -260,10 +266,6 @@ class Layout:
     def gpus(self) -> int:
         """GPUs the engines use (0 on the CPU build)."""
         return self.data_parallel_size * self.tensor_parallel_size if self.on_gpu else 0
-
-    @property
-    def replicas(self) -> int:
-        return self.data_parallel_size * self.replicas_per_gpu
 
     def as_json(self) -> dict[str, Any]:
         """What ``summary.json`` and ``suite.json`` keep of it."""

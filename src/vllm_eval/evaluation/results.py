@@ -561,7 +561,8 @@ def finish_summaries() -> None:
 def provenance(model: Any) -> dict[str, Any]:
     """What produced a backend's numbers, beyond the model: engine options in force, prompts, templates."""
     out: dict[str, Any] = {}
-    engine_kwargs = getattr(model, "engine_kwargs", None)
+    # Local replicas add their share of the GPU to the options (the summary says what each engine was built with).
+    engine_kwargs = getattr(model, "built_with", None) or getattr(model, "engine_kwargs", None)
     if engine_kwargs is not None:
         from ..engine.args import engine_options_in_force
 

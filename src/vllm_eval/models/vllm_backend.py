@@ -85,6 +85,9 @@ class VllmBackend(Resource):
     _data_parallel_size: int = 1
     #: Where the engines run (:class:`vllm_eval.engine.sizing.Layout`), set by :meth:`start`.
     layout: Any = None
+    #: The options local replicas' engines are built with (``engine_kwargs`` and their placement's), set by
+    #: :meth:`start`; None: the engine gets ``engine_kwargs``.
+    built_with: dict[str, Any] | None = None
     #: A chunk of this backend went through the in-process pipeline (:mod:`vllm_eval.engine.pipeline`).
     _pipelining: bool = False
 
@@ -143,6 +146,8 @@ class VllmBackend(Resource):
                 model=ref.path,
             )
             self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=setup, ahead=take_ahead(placements))
+            # What each replica's engine is built with: its share of the GPU, its KV-cache size (alike for all).
+            self.built_with = {**self.engine_kwargs, **placements[0].engine_kwargs}
             info = self.pool.info
         # The pool times its own start (until every replica is ready); planning it takes no time to speak of.
         self._engine_start_s = self.pool.start_seconds if self.pool is not None else time.perf_counter() - started

@@ -30,7 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine.sizing import GPU_MEMORY_SHARE, gpu_memory, memory_share, model_shape, pooling_step, visible_gpus
+from ..engine.sizing import (
+    GPU_MEMORY_SHARE,
+    gpu_memory,
+    longest_prompt,
+    memory_share,
+    model_shape,
+    pooling_step,
+    visible_gpus,
+)
 from ..utils.errors import ReplicaError, UsageError
 from ..utils.modelinfo import model_json
 from .jobpool import JobPool
@@ -65,11 +73,6 @@ class Placement:
         where = self.env.get("CUDA_VISIBLE_DEVICES") or self.env.get("VLLM_CPU_OMP_THREADS_BIND") or "?"
         unit = "GPU" if "CUDA_VISIBLE_DEVICES" in self.env else "cores"
         return f"replica {self.index} ({unit} {where})"
-
-
-def _visible_gpus() -> list[str]:
-    """The GPUs this process may use (:func:`vllm_eval.engine.sizing.visible_gpus`)."""
-    return visible_gpus()
 
 
 def _cpu_cores() -> list[int]:
@@ -119,23 +122,16 @@ def pooling_kv_cache_bytes(model: str, engine_kwargs: dict[str, Any], replica_by
     GPU) to leave room for weights and activations; vLLM schedules fewer tokens per step when the cap binds.
     Encoder-only models (BERT) allocate no KV cache at all.
     """
-    step = pooling_step(model_shape(model, engine_kwargs), engine_kwargs.get("max_model_len"), replica_bytes)
+    shape = model_shape(model, engine_kwargs)
+    step = pooling_step(shape, longest_prompt(shape, engine_kwargs), replica_bytes)
     tokens = int(engine_kwargs.get("max_num_batched_tokens") or step["max_num_batched_tokens"])
     tokens += 16 * int(engine_kwargs.get("max_num_seqs") or step["max_num_seqs"])
     return min(tokens * _kv_bytes_per_token(model, engine_kwargs), replica_bytes // 2)
 
 
-def _gpu_total_bytes() -> int:
-    """Total memory of the first visible GPU (:func:`vllm_eval.engine.sizing.gpu_memory`)."""
-    return gpu_memory()[1]
-
-
-def _gpu_free_bytes() -> int | None:
-    """Free memory of the first visible GPU now, None where it cannot be read."""
-    try:
-        return gpu_memory()[0]
-    except Exception:  # the total is what matters; vLLM checks what is free when it starts
-        return None
+def _gpu_memory() -> tuple[int, int]:
+    """``(free, total)`` bytes of the first visible GPU now (:func:`vllm_eval.engine.sizing.gpu_memory`)."""
+    return gpu_memory()
 
 
 def _gpu_memory_options(replicas_per_gpu: int, engine_kwargs: dict[str, Any], model: str | None) -> dict:
@@ -147,8 +143,8 @@ def _gpu_memory_options(replicas_per_gpu: int, engine_kwargs: dict[str, Any], mo
         return {}
     if not pooling:  # generation: vLLM's own share, split (no scoring of ours beside it)
         return {"gpu_memory_utilization": round(GPU_MEMORY_SHARE / replicas_per_gpu, 4)}
-    total = _gpu_total_bytes()
-    share = memory_share(total, _gpu_free_bytes(), replicas_per_gpu)
+    free, total = _gpu_memory()
+    share = memory_share(total, free, replicas_per_gpu)
     extra: dict[str, Any] = {"gpu_memory_utilization": share}
     if "kv_cache_memory_bytes" in engine_kwargs or model is None or replicas_per_gpu == 1:
         return extra
@@ -219,7 +215,7 @@ def plan_replicas(
                 env["OMP_NUM_THREADS"] = str(len(mine))
             out.append(Placement(index=i, env=env, wave=0, engine_kwargs=extra))
         return out
-    gpus = _visible_gpus() if devices is None else list(devices)
+    gpus = visible_gpus() if devices is None else list(devices)
     need = data_parallel_size * tensor_parallel_size
     if need > len(gpus):
         raise UsageError(
