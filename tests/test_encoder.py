@@ -319,6 +319,31 @@ def test_pipelined_refusal_leaves_nothing_in_the_engine(vllm_encoder):
     assert vllm_encoder.encode_texts(TEXTS).shape == (3, 384)
 
 
+def test_an_interrupt_between_steps_leaves_nothing_in_the_engine(vllm_encoder, monkeypatch):
+    """An exception raised in the stream between engine steps (a signal: the stall watchdog's, Ctrl-C) with chunks in
+    flight aborts their requests, so the engine stays usable."""
+    from vllm_eval import VllmEncoder
+
+    engine = vllm_encoder.llm.llm_engine
+    has_unfinished, calls = engine.has_unfinished_requests, []
+
+    def interrupted() -> bool:
+        calls.append(engine.get_num_unfinished_requests())
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return has_unfinished()
+
+    texts = [f"sentence {i}" for i in range(24)]
+    with VllmEncoder(chunk_size=4, show_progress_bar=False) as enc:
+        enc.encode_texts(texts[:8])  # the stream pipelines from its second call on
+        monkeypatch.setattr(engine, "has_unfinished_requests", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            enc.encode_texts(texts)
+        monkeypatch.undo()
+        assert calls[-1] > 0 and not engine.has_unfinished_requests()
+        assert enc.encode_texts(texts).shape == (24, 384)
+
+
 def test_a_big_pooling_model_on_a_gpu_runs_its_engine_core_in_this_process(tmp_path):
     """The rule, read off the safetensors headers only (a header that claims 4.3 B parameters, no tensor data)."""
     import json

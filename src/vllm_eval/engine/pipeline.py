@@ -66,6 +66,12 @@ class ChunkFuture(Future):
         self._pipeline.wait(self)
         return super().exception(timeout)
 
+    def cancel(self) -> bool:
+        """Abort the chunk's requests still in the engine (nobody will collect them) and cancel the future; False
+        when it is done already."""
+        self._pipeline.abandon(self)
+        return super().cancel()
+
 
 class _Chunk:
     """One submitted chunk: its outputs by position, the requests still out, its vLLM-internal request ids,
@@ -146,15 +152,32 @@ class EnginePipeline:
             fails with it and its requests are aborted.
         """
         with self._lock:
-            while not future.done():
-                self._step()
+            try:
+                while not future.done():
+                    self._step()
+            except BaseException as exc:  # raised between steps too (a signal: the stall watchdog's, Ctrl-C)
+                self._fail_all(exc)
+                raise
 
     def drain(self) -> None:
         """Step the engine until no request of this pipeline is left in it (futures nobody waits for complete too),
         so that a synchronous ``LLM`` call, which steps the engine until it is empty, gets only its own outputs."""
         with self._lock:
-            while self._owner:
-                self._step()
+            try:
+                while self._owner:
+                    self._step()
+            except BaseException as exc:  # raised between steps too (a signal: the stall watchdog's, Ctrl-C)
+                self._fail_all(exc)
+                raise
+
+    def abandon(self, future: Future) -> None:
+        """Abort the requests of ``future``'s chunk still in the engine and forget them (its caller gave up on it:
+        an exception left the stream that submitted it)."""
+        with self._lock:
+            mine = [(rid, chunk, i) for rid, (chunk, i) in self._owner.items() if chunk.future is future]
+            for rid, _, _ in mine:
+                del self._owner[rid]
+            self._abort([chunk.internal_ids[i] for _, chunk, i in mine])
 
     def _step(self) -> None:
         if not self._owner:  # a future no longer in flight and not done: nothing left would ever finish it
@@ -164,11 +187,7 @@ class EnginePipeline:
             n = len(self._owner)
             self._fail_all(RuntimeError(f"vLLM's engine lost {n} pipelined requests (another caller stepped it)"))
             return
-        try:
-            outputs = self._engine.step()
-        except BaseException as exc:
-            self._fail_all(exc)
-            raise
+        outputs = self._engine.step()
         for out in outputs:
             if not getattr(out, "finished", True) or out.request_id not in self._owner:
                 continue  # pooling outputs come finished, once; anything else is not ours to route

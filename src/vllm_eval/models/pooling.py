@@ -116,16 +116,23 @@ class TextPoolingBase(PoolingBackendBase):
             start = time.perf_counter()
             with input_bar(self.stream_label, total, "texts", enabled=show_progress_bar) as advance:
                 # One kind per chunk (texts or images): a chunk is tokenized, keyed and sent as one kind of input.
-                for chunk in prefetched(chunked(texts, self.chunk_size, kind=_is_image), prepare):
-                    miss = chunk.missing()
-                    future = None
-                    if miss:
-                        future = self._submit_chunk(
-                            [chunk.fresh[i] for i in miss], [chunk.ids[i] for i in miss] if chunk.ids else []
-                        )
-                    inflight.append((chunk, future))
-                    collect(advance, self.max_in_flight)
-                collect(advance, 0)
+                try:
+                    for chunk in prefetched(chunked(texts, self.chunk_size, kind=_is_image), prepare):
+                        miss = chunk.missing()
+                        future = None
+                        if miss:
+                            future = self._submit_chunk(
+                                [chunk.fresh[i] for i in miss], [chunk.ids[i] for i in miss] if chunk.ids else []
+                            )
+                        inflight.append((chunk, future))
+                        collect(advance, self.max_in_flight)
+                    collect(advance, 0)
+                except BaseException:
+                    # Nobody collects the chunks still out: their requests leave the engine, which stays usable.
+                    for _, future in inflight:
+                        if future is not None:
+                            future.cancel()
+                    raise
             self.counters.add_compute(time.perf_counter() - start)
             self.counters.truncated += counts["truncated"]
             warn_truncated(counts["truncated"], counts["unique"], self.max_length, self.name)

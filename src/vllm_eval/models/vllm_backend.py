@@ -239,6 +239,8 @@ class VllmBackend(Resource):
                 pending[0] -= 1
                 if pending[0]:
                     return
+            if combined.cancelled():  # its caller gave up on it
+                return
             try:
                 combined.set_result(_join([_named(f.result, lo, describe) for lo, f in parts]))
             except BaseException as exc:  # handed to the caller through the future
