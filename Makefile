@@ -11,7 +11,7 @@ VLLM_BUILD ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo 
 CUDA_ONLY := torchvision torchaudio torchcodec
 PYTEST_ARGS ?=
 
-.PHONY: venv demo lint browser test bench clean
+.PHONY: venv demo lint browser speech-data test bench clean
 
 $(VENV)/.installed-$(VLLM_BUILD): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -36,7 +36,19 @@ browser:
 	command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
 		|| echo "chromium not installed: the report's rendering test will be skipped"
 
-test: lint browser
+# Real recorded speech with official texts (the transcribe command's offline suite, the speech tests): Debian's
+# Asterisk prompts in five languages (CC-BY-SA-3.0 / CC-BY-3.0), unpacked without installing (no root needed).
+SPEECH_DIR ?= $(HOME)/.cache/vllm-eval/speech
+SPEECH_LANGS := en es fr it ru
+speech-data:
+	test -f $(SPEECH_DIR)/.unpacked || { mkdir -p $(SPEECH_DIR)/debs && cd $(SPEECH_DIR)/debs \
+		&& apt-get download -q $(foreach l,$(SPEECH_LANGS),asterisk-core-sounds-$(l)-wav asterisk-core-sounds-$(l)) 2>&1 \
+			| { grep -v '^W: Download is performed unsandboxed' || true; } \
+		&& for f in *.deb; do dpkg -x $$f $(SPEECH_DIR); done && rm -rf $(SPEECH_DIR)/debs \
+		&& touch $(SPEECH_DIR)/.unpacked; } \
+		|| echo "Asterisk's prompts not unpacked: the speech tests that need them will be skipped"
+
+test: lint browser speech-data
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -27,6 +27,7 @@ _LAZY = {
     "classify": "api.classify",
     "reward": "api.classify",
     "token_classify": "api.classify",
+    "transcribe": "api.transcribe",
     "compare": "api.compare",
     "bench": "api.bench",
     "rerank": "api.rerank",

@@ -3,7 +3,8 @@
 ``evaluate`` (``vllm-eval run``) evaluates an embedding model on mteb tasks with everything the command does: task
 selection, the output cache and resume, replicas or Ray, task processes, the timeline, mteb's result JSON and
 ``summary.json``. ``rerank`` retrieves then reranks; ``generate`` runs a chat LLM or VLM on multiple-choice tasks.
-``classify``, ``reward`` and ``token_classify`` run the classifier kinds on labelled data. ``compare`` runs one
+``classify``, ``reward`` and ``token_classify`` run the classifier kinds on labelled data; ``transcribe`` runs a
+speech-to-text model on recordings. ``compare`` runs one
 model under several configurations against its kind's reference; ``bench`` measures the encoder backends'
 throughput, or their time to result on a whole suite. Options keep the flags' names (``--max-num-seqs`` is
 ``max_num_seqs=``).
@@ -20,6 +21,7 @@ from .compare import compare
 from .evaluate import EvaluationResult, evaluate
 from .generate import GenerationResult, generate
 from .rerank import RerankResult, rerank
+from .transcribe import transcribe
 
 __all__ = [
     "EvaluationResult",
@@ -34,4 +36,5 @@ __all__ = [
     "rerank",
     "reward",
     "token_classify",
+    "transcribe",
 ]

@@ -78,11 +78,12 @@ def task_record(
     counters since ``before``), package versions and seconds."""
     from ..utils.telemetry import device_name, package_versions, task_telemetry
 
+    labels = {"labels": backend.labels} if hasattr(backend, "labels") else {}
     return {
         "task": task.name,
         "source": task.source,
         "metrics": metrics,
-        "labels": backend.labels,
+        **labels,
         "config": config,
         "model": backend.model,
         "backend": type(backend).__name__,

@@ -42,6 +42,8 @@ BACKENDS: dict[tuple[str, str], str] = {
     ("generator", "remote"): "vllm_eval.models.generator.remote:RemoteGenerator",
     ("classifier", "vllm"): "vllm_eval.models.classifier.vllm:VllmClassifier",
     ("classifier", "hf"): "vllm_eval.models.classifier.hf:TransformersClassifier",
+    ("transcriber", "vllm"): "vllm_eval.models.transcriber.vllm:VllmTranscriber",
+    ("transcriber", "hf"): "vllm_eval.models.transcriber.hf:TransformersTranscriber",
     ("classifier", "remote"): "vllm_eval.models.classifier.remote:RemoteClassifier",
     ("token_classifier", "vllm"): "vllm_eval.models.token_classifier.vllm:VllmTokenClassifier",
     ("token_classifier", "hf"): "vllm_eval.models.token_classifier.hf:TransformersTokenClassifier",

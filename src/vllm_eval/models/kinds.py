@@ -71,6 +71,14 @@ KINDS: dict[str, Kind] = {
             "sequence classifiers and reward models (probabilities or scores per text)",
         ),
         Kind(
+            "transcriber",
+            "transcribe",
+            "hf:float32",
+            (),
+            ("AsteriskPrompts.en",),
+            "speech-to-text models (a transcript or an English translation per audio; Whisper)",
+        ),
+        Kind(
             "token_classifier",
             "token-classify",
             "hf:float32",

@@ -28,6 +28,8 @@ Schemas (fields in brackets are optional):
   [``image``: an image file path, relative to the data file].
 * ``preference``: ``prompt``, ``chosen``, ``rejected`` (str), [``subset`` (str): accuracy is also
   reported per subset].
+* ``transcription``: ``audio`` (an audio file path, relative to the data file, or the file's bytes in Parquet),
+  ``text`` (the reference transcript or translation), [``language`` (ISO 639-1 code of the speech), ``id``].
 
 :func:`own_mteb_task` turns an ``sts``, ``pair_classification``, ``reranking``, ``retrieval`` or
 ``classification`` file into an ordinary mteb task, so mteb's evaluators and result files are used.
@@ -54,6 +56,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "reranking": {"query": (str,), "positive": (list,), "negative": (list,)},
     "multiple_choice": {"question": (str,), "options": (list,), "answer": (str, int)},
     "preference": {"prompt": (str,), "chosen": (str,), "rejected": (str,)},
+    "transcription": {"audio": (str, bytes), "text": (str,)},
     # The three files of a retrieval directory.
     "corpus": {"id": (str, int), "text": (str,)},
     "image_corpus": {"id": (str, int), "image": (str, bytes)},
@@ -64,6 +67,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
 OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     "multiple_choice": {"image": (str,)},
     "preference": {"subset": (str,)},
+    "transcription": {"language": (str,), "id": (str, int)},
     "corpus": {"title": (str,)},
 }
 #: Field names other tools use, read as ours (BEIR's ``_id``).
@@ -217,8 +221,8 @@ def find_table(directory: Path, stem: str) -> Path | None:
     return None
 
 
-def image_path(path: str | Path, index: int, value: str) -> Path:
-    """The image file a row's ``image`` field names: relative to the data file ``path`` (or absolute).
+def image_path(path: str | Path, index: int, value: str, field: str = "image") -> Path:
+    """The file a row's ``field`` (an image, an audio) names: relative to the data file ``path`` (or absolute).
 
     Raises:
         UsageError: no such file, or a value that is no path (a NUL byte, a name too long): file, line and value named.
@@ -227,9 +231,9 @@ def image_path(path: str | Path, index: int, value: str) -> Path:
         image = (Path(path).parent / value).resolve()
         found = image.is_file()
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{where(path, index)}: field 'image' {value!r:.60} is not a usable path ({exc})") from None
+        raise UsageError(f"{where(path, index)}: field {field!r} {value!r:.60} is not a usable path ({exc})") from None
     if not found:
-        raise UsageError(f"{where(path, index)}: field 'image' {value!r:.60}: no such file ({image})")
+        raise UsageError(f"{where(path, index)}: field {field!r} {value!r:.60}: no such file ({image})")
     return image
 
 

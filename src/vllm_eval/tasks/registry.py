@@ -103,6 +103,29 @@ def _preference() -> list[OwnTask]:
     ]
 
 
+def _speech() -> list[OwnTask]:
+    from .speech import ASTERISK_VOICES, MIN_WORDS
+
+    return [
+        OwnTask(
+            f"AsteriskPrompts.{lang}",
+            "transcribe",
+            "transcriber",
+            "transcription",
+            "wer",
+            "offline",
+            f"Asterisk's phone prompts, {lang} ({voice}, 8 kHz), at least {MIN_WORDS} words each (`make speech-data`)",
+        )
+        for lang, voice in ASTERISK_VOICES.items()
+    ]
+
+
+def _load_speech(name: str) -> Any:
+    from .speech import get_speech_task
+
+    return get_speech_task(name)
+
+
 def _load_generative(name: str) -> Any:
     from .generative import get_generative_task
 
@@ -158,6 +181,12 @@ RUNNERS: dict[str, Runner] = {
             _preference,
             _load_preference,
             _file("preference", "load_preference_file"),
+        ),
+        Runner(
+            "transcribe",
+            _speech,
+            _load_speech,
+            _file("speech", "load_speech_file"),
         ),
         Runner(
             "token-classify",

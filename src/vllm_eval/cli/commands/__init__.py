@@ -16,6 +16,7 @@ from .reward import RewardCommand
 from .run import RunCommand
 from .tasks import TasksCommand
 from .token_classify import TokenClassifyCommand
+from .transcribe import TranscribeCommand
 
 COMMANDS = [
     RunCommand,
@@ -24,6 +25,7 @@ COMMANDS = [
     ClassifyCommand,
     RewardCommand,
     TokenClassifyCommand,
+    TranscribeCommand,
     BenchCommand,
     CompareCommand,
     ReportCommand,

@@ -1,0 +1,81 @@
+"""``vllm_eval.transcribe``: a speech-to-text model on recordings with reference texts, from Python.
+
+Runs its tasks (the offline suite, or your own recordings) through one backend and writes ``results.json`` and
+``samples.jsonl`` per task, as ``vllm-eval transcribe`` does (the command parses its flags and calls this).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..utils.errors import UsageError
+from .checks import check_model_argument
+from .classify import TaskResults, _run_tasks
+
+
+def transcribe(
+    model: str | os.PathLike,
+    tasks: list[str] | str | None = None,
+    *,
+    data: str | os.PathLike | None = None,
+    task: str = "transcribe",
+    limit: int | None = None,
+    backend: str = "vllm",
+    output_dir: str | os.PathLike | None = None,
+    **common: Any,
+) -> TaskResults:
+    """Transcribe (or translate into English) recordings and score them: WER and CER on Whisper's normalisers
+    (named with their version in each result), the raw WER, substitutions, deletions and insertions, RTFx; BLEU
+    and chrF for translation.
+
+    Args:
+        model: a model directory or hub id (Whisper, or any architecture vLLM transcribes).
+        tasks: offline suite names (``AsteriskPrompts.en`` ... ``.ru``; default ``AsteriskPrompts.en``), or ``data``:
+            your own ``.jsonl``/``.csv``/``.parquet`` file (``audio``, ``text``, [``language``]) or a folder of audio
+            files with a ``.txt`` transcript each.
+        task: ``transcribe`` or ``translate`` (for ``data``; the named tasks carry their own).
+        limit: the first N recordings of each task only.
+        backend: ``vllm`` (default) or ``hf`` (transformers' ``generate``, the reference).
+        output_dir: ``<output_dir>`` for one task, ``<output_dir>/<task>`` for several; default
+            ``results/transcribe/<task>``.
+        **common: ``cache_dir``, ``no_cache``, ``show_progress``, ``verbose``, ``started``, backend options
+            (``suppress_tokens``) and vLLM ``EngineArgs``, as :func:`vllm_eval.evaluate` takes them.
+
+    Returns:
+        A :class:`~vllm_eval.api.classify.TaskResults`.
+
+    Raises:
+        UsageError: both ``tasks`` and ``data``, an unknown ``task``, a bad option; a bad file (named with its line).
+        DataUnavailableError: the offline suite's recordings are not unpacked (``make speech-data``).
+        EngineError: a failure while running.
+    """
+    check_model_argument(model)
+    from ..tasks.speech import run_transcription
+
+    if task not in ("transcribe", "translate"):
+        raise UsageError(f"--task must be transcribe or translate, got {task!r}")
+
+    def selected() -> list[Any]:
+        from ..models.kinds import get_kind
+        from ..tasks import split_names
+        from ..tasks.registry import load_task
+        from ..tasks.speech import load_speech_file
+
+        if data and tasks:
+            raise UsageError("give --data FILE or --tasks, not both")
+        if data:
+            return [load_speech_file(os.fspath(data), task)]
+        return [load_task("transcribe", n) for n in split_names(tasks or list(get_kind("transcriber").default_tasks))]
+
+    return _run_tasks(
+        "transcribe",
+        model,
+        selected,
+        lambda transcriber, one, out: run_transcription(transcriber, one, limit=limit, output_dir=out),
+        backend=backend,
+        output_dir=output_dir,
+        kind="transcriber",
+        backend_options=("suppress_tokens",),
+        **common,
+    )

@@ -1,0 +1,66 @@
+"""``vllm-eval transcribe``: a speech-to-text model on recordings with reference texts (the offline suite or yours)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..base import Command, Context
+from ..options import add_backend, add_common, add_engine_flags, add_model, add_scale_flags, add_tasks, positive_int
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f} %"
+
+
+class TranscribeCommand(Command):
+    name = "transcribe"
+    help = "evaluate a speech-to-text model (Whisper ...) on recordings: WER, CER, RTFx; BLEU/chrF for translation"
+    description = (
+        "Transcribe recordings (the offline suite AsteriskPrompts.<lang>, unpacked by `make speech-data`, or your own "
+        "--data: a .jsonl/.csv/.parquet with audio and text fields, or a folder of audio files with a .txt "
+        "transcript each) and report WER and CER on Whisper's normalisers (named in the results), the raw WER, "
+        "substitutions/deletions/insertions and RTFx. Writes results.json and samples.jsonl (the Open ASR "
+        "Leaderboard's manifest fields audio_filepath, duration, text, pred_text)."
+    )
+    kind = "transcriber"
+    backend_options = ("suppress_tokens",)
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_model(parser)
+        add_backend(parser, (self.kind,))
+        add_tasks(parser, "offline suite: AsteriskPrompts.en (default), .es, .fr, .it, .ru")
+        parser.add_argument(
+            "--data",
+            default=None,
+            help="your recordings: .jsonl/.csv/.parquet with audio, text [language], or a folder",
+        )
+        parser.add_argument(
+            "--task", default="transcribe", choices=("transcribe", "translate"), help="for --data (default transcribe)"
+        )
+        parser.add_argument("--limit", type=positive_int, default=None, help="first N recordings of each task only")
+        parser.add_argument(
+            "--no-suppress-tokens",
+            dest="suppress_tokens",
+            action="store_false",
+            default=None,
+            help="vllm backend: decode as vLLM's server does, without Whisper's suppress_tokens/begin_suppress_tokens",
+        )
+        add_common(parser, "default: results/transcribe/<task>")
+        add_scale_flags(parser)
+        add_engine_flags(parser)
+
+    def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
+        from ...api.transcribe import transcribe
+
+        result = self.call(transcribe, args, ctx)
+        for res in result.results:
+            m = res["metrics"]
+            extra = f"  BLEU {m['bleu']:.2f}  chrF {m['chrf']:.2f}" if "bleu" in m else ""
+            print(
+                f"{res['task']} ({result.model_name}, {result.backend}): WER {_percent(m['wer'])}  "
+                f"CER {_percent(m['cer'])}  raw WER {_percent(m['wer_raw'])}{extra}  n {m['n_scored']}/"
+                f"{m['n_samples']}  {m['audio_seconds']:.0f} s of audio in {m['transcribe_seconds']:.1f} s "
+                f"(RTFx {m['rtfx']})"
+            )
+            print(f"results: {res['output_dir']}/results.json, {res['output_dir']}/samples.jsonl")
+        return 0

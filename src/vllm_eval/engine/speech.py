@@ -1,0 +1,224 @@
+"""What runs on a speech-to-text engine: its setup ``transcriber_info(llm)`` and the job ``transcribe_job(llm,
+payload)``, as :mod:`vllm_eval.engine.jobs` holds the other kinds' (the same code in-process and in replicas);
+and :class:`WhisperSuppress`, Whisper's token suppression as a vLLM logits processor.
+
+Prompts are the model class's own (``get_generation_prompt``, ``get_language_detection_prompt``), built as vLLM's
+``/v1/audio/transcriptions`` server builds them (``vllm/entrypoints/speech_to_text/base/serving.py``): the
+language validated by the class, detected with one constrained token first where the class can and none was given,
+audio longer than the class's clip (30 s for Whisper) cut by vLLM's own ``split_audio`` at the quietest window and
+the chunks' texts joined with the server's separator, at most ``max_model_len`` tokens decoded greedily.
+
+Whisper's generation config suppresses some tokens at every step (``suppress_tokens``: non-speech symbols) and
+the blank and end-of-text at the first (``begin_suppress_tokens``), as OpenAI's decoder and transformers' generate
+do; vLLM's Whisper applies neither (on an 8 kHz phone prompt, tiny.en then ends at once, an empty transcript).
+Requests of this module carry ``extra_args[SUPPRESS_KEY]`` and the engine runs :class:`WhisperSuppress`, so greedy
+decoding is transformers'.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import numpy as np
+
+__all__ = ["SUPPRESS_KEY", "WhisperSuppress", "transcribe_job", "transcriber_info"]
+
+#: ``SamplingParams.extra_args`` key: (tokens suppressed at every step, tokens suppressed at the first step).
+SUPPRESS_KEY = "vllm_eval_suppress"
+#: Sampling rate every audio is resampled to before it reaches the engine (Whisper's and vLLM's speech models').
+SAMPLE_RATE = 16000
+
+
+def _model_class(llm: Any) -> Any:
+    from vllm.model_executor.model_loader import get_model_cls
+
+    return get_model_cls(llm.model_config)
+
+
+def transcriber_info(llm: Any) -> dict[str, Any]:
+    """What a transcriber needs from an engine (picklable): whether the model transcribes, its languages, whether
+    it detects the language and translates, its clip length and sampling rate, ``max_model_len``, dtype, and the
+    suppressed tokens of its config."""
+    cls = _model_class(llm)
+    config = llm.model_config
+    info: dict[str, Any] = {
+        "architecture": cls.__name__,
+        "transcribes": bool(getattr(cls, "supports_transcription", False)),
+        "transcription_only": bool(getattr(cls, "supports_transcription_only", False)),
+        "languages": dict(getattr(cls, "supported_languages", {}) or {}),
+        "detects_language": bool(getattr(cls, "supports_explicit_language_detection", False)),
+        "max_model_len": int(config.max_model_len),
+        "dtype": str(config.dtype),
+        "quantization": config.quantization,
+        "suppress": _suppressed(config),
+    }
+    if info["transcribes"]:
+        stt = cls.get_speech_to_text_config(config, "transcribe")
+        info["sample_rate"] = int(stt.sample_rate)
+        info["max_audio_clip_s"] = stt.max_audio_clip_s
+    return info
+
+
+def _suppressed(config: Any) -> tuple[list[int], list[int]]:
+    """The model's (``suppress_tokens``, ``begin_suppress_tokens``): its generation config's, else its config's."""
+    try:
+        generation = config.try_get_generation_config() or {}
+    except Exception:  # no generation config to read (a hub model offline): the config's own
+        generation = {}
+    hf = config.hf_config
+    return tuple(  # type: ignore[return-value]
+        [int(t) for t in (generation.get(key) or getattr(hf, key, None) or [])]
+        for key in ("suppress_tokens", "begin_suppress_tokens")
+    )
+
+
+def _generation_prompt(cls: Any, audio: np.ndarray, stt: Any, config: Any, language: str | None, task: str) -> Any:
+    """The class's ``get_generation_prompt``: vLLM 0.32 takes one ``SpeechToTextParams``, earlier releases its
+    fields as keywords."""
+    params = dict(audio=audio, stt_config=stt, model_config=config, language=language, task_type=task)
+    try:
+        from vllm.config.speech_to_text import SpeechToTextParams
+    except ImportError:
+        accepted = inspect.signature(cls.get_generation_prompt).parameters
+        extra = {"request_prompt": "", "to_language": None}
+        return cls.get_generation_prompt(**params, **{k: v for k, v in extra.items() if k in accepted})
+    return cls.get_generation_prompt(SpeechToTextParams(**params))
+
+
+def _chunks(audio: np.ndarray, stt: Any) -> list[np.ndarray]:
+    """``audio`` cut as vLLM's server cuts it: whole up to the class's clip length, else by ``split_audio``."""
+    from vllm.multimodal.audio import split_audio
+
+    limit = stt.max_audio_clip_s
+    if not getattr(stt, "allow_audio_chunking", True) or limit is None or len(audio) / stt.sample_rate <= limit:
+        return [audio]
+    return split_audio(
+        audio_data=audio,
+        sample_rate=int(stt.sample_rate),
+        max_clip_duration_s=limit,
+        overlap_duration_s=stt.overlap_chunk_second,
+        min_energy_window_size=stt.min_energy_split_window_size,
+    )
+
+
+def _detect(llm: Any, cls: Any, stt: Any, audios: list[np.ndarray]) -> list[str]:
+    """Each audio's language by the class's own detection (one token among its language tokens, greedy)."""
+    from vllm import SamplingParams
+
+    tokenizer = llm.get_tokenizer()
+    params = SamplingParams(max_tokens=1, temperature=0.0, allowed_token_ids=cls.get_language_token_ids(tokenizer))
+    prompts = [cls.get_language_detection_prompt(a, stt) for a in audios]
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    return [cls.parse_language_detection_output(list(o.outputs[0].token_ids), tokenizer) for o in outputs]
+
+
+def transcribe_job(llm: Any, payload: tuple[list[np.ndarray], list[str | None], str, dict[str, Any]]) -> list[dict]:
+    """Transcribe (``task`` ``"transcribe"``) or translate (``"translate"``) float32 mono 16 kHz audios, one
+    language code (or None: detected where the model can) each, with greedy decoding; ``options``: ``suppress``
+    (apply Whisper's token suppression, default True where the config has any).
+
+    Returns:
+        One dict per audio: ``text`` (the chunks' texts joined), ``tokens`` (generated, all chunks), ``chunks``,
+        ``language`` (the one used), ``detected`` (whether it was detected here).
+
+    Raises:
+        ValueError: a language the model refuses (vLLM's message).
+    """
+    from vllm import SamplingParams
+
+    audios, languages, task, options = payload
+    cls, config = _model_class(llm), llm.model_config
+    stt = cls.get_speech_to_text_config(config, task)
+    languages = [cls.validate_language(lang) for lang in languages]
+    undetected = [i for i, lang in enumerate(languages) if lang is None]
+    detected = set()
+    if undetected and getattr(cls, "supports_explicit_language_detection", False):
+        found = _detect(llm, cls, stt, [_chunks(audios[i], stt)[0] for i in undetected])
+        for i, lang in zip(undetected, found, strict=True):
+            languages[i] = lang
+            detected.add(i)
+    prompts, owner = [], []
+    for i, audio in enumerate(audios):
+        for chunk in _chunks(audio, stt):
+            prompts.append(_generation_prompt(cls, chunk, stt, config, languages[i], task))
+            owner.append(i)
+    hf = config.hf_config
+    suppress = (
+        list(getattr(hf, "suppress_tokens", None) or []),
+        list(getattr(hf, "begin_suppress_tokens", None) or []),
+    )
+    extra = {SUPPRESS_KEY: suppress} if options.get("suppress", True) and any(suppress) else None
+    params = SamplingParams(temperature=0.0, max_tokens=int(config.max_model_len), extra_args=extra)
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    texts: list[list[str]] = [[] for _ in audios]
+    tokens = [0] * len(audios)
+    for i, out in zip(owner, outputs, strict=True):
+        texts[i].append(out.outputs[0].text)
+        tokens[i] += len(out.outputs[0].token_ids)
+    no_space = getattr(cls, "no_space_languages", {"ja", "zh"})
+    return [
+        {
+            "text": ("" if languages[i] in no_space else " ").join(t.strip() for t in texts[i]) if len(texts[i]) > 1
+            else texts[i][0],
+            "tokens": tokens[i],
+            "chunks": len(texts[i]),
+            "language": languages[i],
+            "detected": i in detected,
+        }
+        for i in range(len(audios))
+    ]  # fmt: skip
+
+
+def _logits_processor_base() -> Any:
+    try:
+        from vllm.v1.sample.logits_processor import LogitsProcessor
+    except ImportError:  # no vLLM here (a parent of replicas): the class is only built where an engine runs
+        return object
+    return LogitsProcessor
+
+
+class WhisperSuppress(_logits_processor_base()):  # type: ignore[misc]
+    """Whisper's suppression for requests that ask for it (``SamplingParams.extra_args[SUPPRESS_KEY]`` = (every
+    step's tokens, the first step's)): their logits set to -inf, as transformers' ``SuppressTokensLogitsProcessor``
+    and ``SuppressTokensAtBeginLogitsProcessor`` (and OpenAI's ``SuppressTokens`` / ``SuppressBlank``) do. A vLLM
+    V1 logits processor (``LLM(logits_processors=[...])``), vectorised over the batch."""
+
+    def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool) -> None:
+        import torch
+
+        self.device = device
+        self.rows: dict[int, tuple[list[int], list[int], list[int]]] = {}  # batch row -> (always, begin, outputs)
+        self.neg_inf = torch.tensor(-float("inf"), dtype=torch.float32, device=device)
+
+    def is_argmax_invariant(self) -> bool:
+        return False  # suppressing tokens changes greedy picks
+
+    @staticmethod
+    def _state(params: Any, _prompt: Any, outputs: list[int]) -> tuple[list[int], list[int], list[int]] | None:
+        extra = getattr(params, "extra_args", None) or {}
+        if SUPPRESS_KEY not in extra:
+            return None
+        always, begin = extra[SUPPRESS_KEY]
+        return list(always), list(begin), outputs
+
+    def update_state(self, batch_update: Any) -> None:
+        from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+
+        process_dict_updates(self.rows, batch_update, self._state)
+
+    def apply(self, logits: Any) -> Any:
+        import torch
+
+        if not self.rows:
+            return logits
+        rows: list[int] = []
+        cols: list[int] = []
+        for row, (always, begin, outputs) in self.rows.items():
+            picked = always + begin if not outputs else always
+            rows += [row] * len(picked)
+            cols += picked
+        if rows:
+            at = (torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device))
+            logits.index_put_(at, self.neg_inf.to(logits.dtype))
+        return logits

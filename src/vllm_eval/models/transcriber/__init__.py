@@ -1,0 +1,1 @@
+"""Speech-to-text models (transcription and speech translation): the base class and its backends."""

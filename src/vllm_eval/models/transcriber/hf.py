@@ -1,0 +1,103 @@
+"""The reference transcriber: transformers' ``generate`` (``--backend hf``), greedy, batched."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ...utils.modelinfo import ModelRef
+from ..base import torch_dtype_name
+from .base import SAMPLE_RATE, TranscriberBase
+
+
+class TransformersTranscriber(TranscriberBase):
+    """``AutoModelForSpeechSeq2Seq`` with its processor, greedy ``generate`` (one beam, no sampling), the way the
+    Open ASR Leaderboard runs transformers' models: the language and task given to ``generate`` (English-only
+    models take neither), the generation config's token suppression applied by transformers.
+
+    Audio longer than 30 s is transcribed by transformers' sequential long-form generation (the whole clip seen,
+    with timestamps to move on), the reference chunked decoding is compared against.
+
+    Args:
+        model: local model directory or hub id.
+        revision: hub revision.
+        device: torch device; None: CUDA when available, else CPU.
+        dtype: ``float32`` (default), ``float16`` or ``bfloat16``.
+        batch_size: audios per ``generate`` call.
+        chunk_size, show_progress_bar, model_name, trust_remote_code: as for the vLLM backend.
+
+    Raises:
+        UsageError: an unknown dtype.
+        ModelNotFoundError: a model path that does not exist.
+    """
+
+    engine_options: ClassVar[frozenset[str] | None] = frozenset({"dtype", "trust_remote_code"})
+
+    def __init__(
+        self,
+        model: str | ModelRef,
+        revision: str | None = None,
+        *,
+        device: str | None = None,
+        dtype: str = "float32",
+        batch_size: int = 16,
+        chunk_size: int = 256,
+        show_progress_bar: bool = True,
+        model_name: str | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForSpeechSeq2Seq, AutoProcessor
+
+        ref = ModelRef.resolve(model, revision)
+        self.dtype = torch_dtype_name(dtype)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.batch_size = batch_size
+        self.processor = AutoProcessor.from_pretrained(ref.path, revision=revision, trust_remote_code=trust_remote_code)
+        self.hf_model = AutoModelForSpeechSeq2Seq.from_pretrained(
+            ref.path, revision=revision, dtype=getattr(torch, self.dtype), trust_remote_code=trust_remote_code
+        ).to(self.device)
+        self.hf_model.eval()
+        self.multilingual = bool(getattr(self.hf_model.generation_config, "is_multilingual", True))
+        self.name = model_name or ref.path
+        super().__init__(model=ref.path, model_ref=ref, chunk_size=chunk_size, show_progress_bar=show_progress_bar)
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "dtype": self.dtype}
+
+    def close(self) -> None:
+        self.hf_model = None
+
+    def _transcribe_chunk(self, audios: list[np.ndarray], languages: list[str | None], task: str) -> list[dict]:
+        out: list[dict] = []
+        for lo in range(0, len(audios), self.batch_size):
+            batch = audios[lo : lo + self.batch_size]
+            groups: dict[str | None, list[int]] = {}
+            for i, lang in enumerate(languages[lo : lo + self.batch_size]):
+                groups.setdefault(lang, []).append(i)
+            texts: dict[int, dict] = {}
+            for lang, idx in groups.items():
+                for i, text in zip(idx, self._generate([batch[i] for i in idx], lang, task), strict=True):
+                    texts[i] = {"text": text, "language": lang, "detected": lang is None and self.multilingual}
+            out += [texts[i] for i in range(len(batch))]
+        return out
+
+    def _generate(self, audios: list[np.ndarray], language: str | None, task: str) -> list[str]:
+        import torch
+
+        long = any(len(a) > 30 * SAMPLE_RATE for a in audios)
+        kwargs: dict[str, Any] = {"sampling_rate": SAMPLE_RATE, "return_tensors": "pt"}
+        if long:  # long-form: the whole clip's features, with the attention mask generate needs
+            kwargs.update(truncation=False, padding="longest", return_attention_mask=True)
+        features = self.processor(audios, **kwargs)
+        inputs = {k: v.to(self.device) for k, v in features.items() if k in ("input_features", "attention_mask")}
+        inputs["input_features"] = inputs["input_features"].to(getattr(torch, self.dtype))
+        gen: dict[str, Any] = {"num_beams": 1, "do_sample": False}
+        if self.multilingual:
+            gen.update(task=task, language=language)
+        if long:
+            gen.update(return_timestamps=True, condition_on_prev_tokens=False)
+        with torch.inference_mode():
+            ids = self.hf_model.generate(**inputs, **gen)
+        return self.processor.batch_decode(ids, skip_special_tokens=True)
