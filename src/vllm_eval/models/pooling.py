@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
@@ -114,25 +115,19 @@ class TextPoolingBase(PoolingBackendBase):
 
         with self._one_call():  # one stream at a time: it keeps chunks in flight on the engine(s)
             start = time.perf_counter()
-            with input_bar(self.stream_label, total, "texts", enabled=show_progress_bar) as advance:
+            bar = input_bar(self.stream_label, total, "texts", enabled=show_progress_bar)
+            with bar as advance, _cancelled_on_error(inflight):
                 # One kind per chunk (texts or images): a chunk is tokenized, keyed and sent as one kind of input.
-                try:
-                    for chunk in prefetched(chunked(texts, self.chunk_size, kind=_is_image), prepare):
-                        miss = chunk.missing()
-                        future = None
-                        if miss:
-                            future = self._submit_chunk(
-                                [chunk.fresh[i] for i in miss], [chunk.ids[i] for i in miss] if chunk.ids else []
-                            )
-                        inflight.append((chunk, future))
-                        collect(advance, self.max_in_flight)
-                    collect(advance, 0)
-                except BaseException:
-                    # Nobody collects the chunks still out: their requests leave the engine, which stays usable.
-                    for _, future in inflight:
-                        if future is not None:
-                            future.cancel()
-                    raise
+                for chunk in prefetched(chunked(texts, self.chunk_size, kind=_is_image), prepare):
+                    miss = chunk.missing()
+                    future = None
+                    if miss:
+                        future = self._submit_chunk(
+                            [chunk.fresh[i] for i in miss], [chunk.ids[i] for i in miss] if chunk.ids else []
+                        )
+                    inflight.append((chunk, future))
+                    collect(advance, self.max_in_flight)
+                collect(advance, 0)
             self.counters.add_compute(time.perf_counter() - start)
             self.counters.truncated += counts["truncated"]
             warn_truncated(counts["truncated"], counts["unique"], self.max_length, self.name)
@@ -149,6 +144,19 @@ class TextPoolingBase(PoolingBackendBase):
         future: Future = Future()
         future.set_result(self._pool_chunk(texts, ids))
         return future
+
+
+@contextmanager
+def _cancelled_on_error(inflight: deque[tuple[Any, Future | None]]) -> Iterator[None]:
+    """On any exception (a signal too: the stall watchdog's, Ctrl-C) cancel the chunks still in flight: nobody
+    collects them, and their requests leave the engine, which stays usable."""
+    try:
+        yield
+    except BaseException:
+        for _, future in inflight:
+            if future is not None:
+                future.cancel()
+        raise
 
 
 def _is_image(item: Any) -> bool:
