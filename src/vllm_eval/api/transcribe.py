@@ -39,8 +39,8 @@ def transcribe(
         backend: ``vllm`` (default) or ``hf`` (transformers' ``generate``, the reference).
         output_dir: ``<output_dir>`` for one task, ``<output_dir>/<task>`` for several; default
             ``results/transcribe/<task>``.
-        **common: ``cache_dir``, ``no_cache``, ``show_progress``, ``verbose``, ``started``, backend options
-            (``suppress_tokens``) and vLLM ``EngineArgs``, as :func:`vllm_eval.evaluate` takes them.
+        **common: ``show_progress``, ``verbose``, ``started``, the backend option ``server_decoding`` (decode
+            exactly as vLLM's server does) and vLLM ``EngineArgs``, as :func:`vllm_eval.evaluate` takes them.
 
     Returns:
         A :class:`~vllm_eval.api.classify.TaskResults`.
@@ -76,6 +76,6 @@ def transcribe(
         backend=backend,
         output_dir=output_dir,
         kind="transcriber",
-        backend_options=("suppress_tokens",),
+        backend_options=("server_decoding",),
         **common,
     )

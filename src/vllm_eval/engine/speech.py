@@ -73,6 +73,15 @@ def _suppressed(config: Any) -> tuple[list[int], list[int]]:
     )
 
 
+def _english_only(config: Any) -> bool:
+    """Whether the model speaks English only (Whisper's ``.en`` models: ``is_multilingual`` False in their
+    generation config)."""
+    try:
+        return (config.try_get_generation_config() or {}).get("is_multilingual") is False
+    except Exception:  # no generation config to read
+        return False
+
+
 def _generation_prompt(cls: Any, audio: np.ndarray, stt: Any, config: Any, language: str | None, task: str) -> Any:
     """The class's ``get_generation_prompt``: vLLM 0.32 takes one ``SpeechToTextParams``, earlier releases its
     fields as keywords."""
@@ -115,8 +124,10 @@ def _detect(llm: Any, cls: Any, stt: Any, audios: list[np.ndarray]) -> list[str]
 
 def transcribe_job(llm: Any, payload: tuple[list[np.ndarray], list[str | None], str, dict[str, Any]]) -> list[dict]:
     """Transcribe (``task`` ``"transcribe"``) or translate (``"translate"``) float32 mono 16 kHz audios, one
-    language code (or None: detected where the model can) each, with greedy decoding; ``options``: ``suppress``
-    (apply Whisper's token suppression, default True where the config has any).
+    language code (or None: detected where the model can) each, with greedy decoding. ``options["server"]``: True
+    decodes exactly as vLLM's server does; False (default) keeps Whisper's own rules: its token suppression
+    (:class:`WhisperSuppress`) and, for an English-only model, the decoder prompt it was trained with
+    (``<|startoftranscript|><|notimestamps|>``: vLLM's adds language and task tokens the ``.en`` models never saw).
 
     Returns:
         One dict per audio: ``text`` (the chunks' texts joined), ``tokens`` (generated, all chunks), ``chunks``,
@@ -128,8 +139,12 @@ def transcribe_job(llm: Any, payload: tuple[list[np.ndarray], list[str | None], 
     from vllm import SamplingParams
 
     audios, languages, task, options = payload
+    server = bool(options.get("server", False))
     cls, config = _model_class(llm), llm.model_config
     stt = cls.get_speech_to_text_config(config, task)
+    english_only = _english_only(config)
+    if english_only:  # nothing to detect (and its language tokens are not the multilingual ones)
+        languages = [lang or "en" for lang in languages]
     languages = [cls.validate_language(lang) for lang in languages]
     undetected = [i for i, lang in enumerate(languages) if lang is None]
     detected = set()
@@ -141,14 +156,11 @@ def transcribe_job(llm: Any, payload: tuple[list[np.ndarray], list[str | None], 
     prompts, owner = [], []
     for i, audio in enumerate(audios):
         for chunk in _chunks(audio, stt):
-            prompts.append(_generation_prompt(cls, chunk, stt, config, languages[i], task))
+            prompt = _generation_prompt(cls, chunk, stt, config, languages[i], task)
+            prompts.append(prompt if server or not english_only else _english_prompt(prompt, languages[i], task))
             owner.append(i)
-    hf = config.hf_config
-    suppress = (
-        list(getattr(hf, "suppress_tokens", None) or []),
-        list(getattr(hf, "begin_suppress_tokens", None) or []),
-    )
-    extra = {SUPPRESS_KEY: suppress} if options.get("suppress", True) and any(suppress) else None
+    suppress = _suppressed(config)
+    extra = {SUPPRESS_KEY: suppress} if not server and any(suppress) else None
     params = SamplingParams(temperature=0.0, max_tokens=int(config.max_model_len), extra_args=extra)
     outputs = llm.generate(prompts, params, use_tqdm=False)
     texts: list[list[str]] = [[] for _ in audios]
@@ -159,15 +171,29 @@ def transcribe_job(llm: Any, payload: tuple[list[np.ndarray], list[str | None], 
     no_space = getattr(cls, "no_space_languages", {"ja", "zh"})
     return [
         {
-            "text": ("" if languages[i] in no_space else " ").join(t.strip() for t in texts[i]) if len(texts[i]) > 1
-            else texts[i][0],
+            "text": _joined(texts[i], "" if languages[i] in no_space else " "),
             "tokens": tokens[i],
             "chunks": len(texts[i]),
             "language": languages[i],
             "detected": i in detected,
         }
         for i in range(len(audios))
-    ]  # fmt: skip
+    ]
+
+
+def _joined(texts: list[str], separator: str) -> str:
+    """One audio's text: its only chunk's as is, else the chunks' stripped texts joined (vLLM's server's way)."""
+    return texts[0] if len(texts) == 1 else separator.join(t.strip() for t in texts)
+
+
+def _english_prompt(prompt: Any, language: str | None, task: str) -> Any:
+    """``prompt`` (the class's encoder-decoder prompt) with its decoder prompt's language and task tokens taken
+    out: what an English-only Whisper was trained with (OpenAI's tokenizer gives ``.en`` models no such tokens)."""
+    decoder = prompt.get("decoder_prompt") if isinstance(prompt, dict) else None
+    if not isinstance(decoder, dict) or not isinstance(decoder.get("prompt"), str):
+        return prompt
+    text = decoder["prompt"].replace(f"<|{language}|><|{task}|>", "")
+    return {**prompt, "decoder_prompt": {**decoder, "prompt": text}}
 
 
 def _logits_processor_base() -> Any:

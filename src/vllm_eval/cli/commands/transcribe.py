@@ -23,7 +23,7 @@ class TranscribeCommand(Command):
         "Leaderboard's manifest fields audio_filepath, duration, text, pred_text)."
     )
     kind = "transcriber"
-    backend_options = ("suppress_tokens",)
+    backend_options = ("server_decoding",)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_model(parser)
@@ -39,11 +39,11 @@ class TranscribeCommand(Command):
         )
         parser.add_argument("--limit", type=positive_int, default=None, help="first N recordings of each task only")
         parser.add_argument(
-            "--no-suppress-tokens",
-            dest="suppress_tokens",
-            action="store_false",
+            "--server-decoding",
+            action="store_true",
             default=None,
-            help="vllm backend: decode as vLLM's server does, without Whisper's suppress_tokens/begin_suppress_tokens",
+            help="vllm backend: decode exactly as vLLM's /v1/audio/transcriptions does (without Whisper's token "
+            "suppression; language and task tokens for English-only models too)",
         )
         add_common(parser, "default: results/transcribe/<task>")
         add_scale_flags(parser)

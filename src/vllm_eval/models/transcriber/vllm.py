@@ -21,13 +21,16 @@ class VllmTranscriber(VllmBackend, TranscriberBase):
     """Every architecture the installed vLLM lists for transcription (Whisper; Voxtral, Granite Speech, Qwen3-ASR
     ... where installed), offline: each audio's prompts are built by the model class as vLLM's
     ``/v1/audio/transcriptions`` server builds them (:mod:`vllm_eval.engine.speech`), with the language and task
-    tokens always sent, and decoded greedily with the model's own token suppression.
+    tokens sent (but to English-only Whisper models, which have none in training), decoded greedily with the model's
+    own token suppression.
 
     Args:
         model: local model directory or hub id.
         revision: hub revision.
-        suppress_tokens: apply the generation config's ``suppress_tokens`` and ``begin_suppress_tokens`` (as
-            transformers and OpenAI's decoder do; vLLM's server does not); False: vLLM's server's decoding.
+        server_decoding: decode exactly as vLLM's ``/v1/audio/transcriptions`` does; False (default): Whisper's own
+            rules, as transformers and OpenAI's decoder apply them (the generation config's ``suppress_tokens`` and
+            ``begin_suppress_tokens``; an English-only model's prompt without language and task tokens), see
+            :func:`vllm_eval.engine.speech.transcribe_job`.
         chunk_size: audios handed to the engine at once.
         show_progress_bar, model_name, trust_remote_code: as for the other vLLM backends.
         data_parallel_size, replicas_per_gpu, ray_address: engine replicas; each chunk is split over them.
@@ -46,7 +49,7 @@ class VllmTranscriber(VllmBackend, TranscriberBase):
         model: str | ModelRef,
         revision: str | None = None,
         *,
-        suppress_tokens: bool = True,
+        server_decoding: bool = False,
         chunk_size: int = 256,
         show_progress_bar: bool = True,
         model_name: str | None = None,
@@ -57,7 +60,7 @@ class VllmTranscriber(VllmBackend, TranscriberBase):
         **engine_kwargs: Any,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
-        self.suppress_tokens = bool(suppress_tokens)
+        self.server_decoding = bool(server_decoding)
         self.engine_kwargs = backend_engine_kwargs(
             "generate",
             {"limit_mm_per_prompt": {"audio": 1}, "logits_processors": [SUPPRESS_PROCESSOR]},
@@ -74,11 +77,11 @@ class VllmTranscriber(VllmBackend, TranscriberBase):
             super().__init__(model=ref.path, model_ref=ref, chunk_size=chunk_size, show_progress_bar=show_progress_bar)
 
     def identity(self) -> dict[str, Any]:
-        """The base identity plus the engine's dtype, quantization and overrides, and the suppression."""
-        return {**super().identity(), **self.engine_identity(), "suppress_tokens": self.suppress_tokens}
+        """The base identity plus the engine's dtype, quantization and overrides, and the decoding rules."""
+        return {**super().identity(), **self.engine_identity(), "server_decoding": self.server_decoding}
 
     def _transcribe_chunk(self, audios: list[np.ndarray], languages: list[str | None], task: str) -> list[dict]:
-        options = {"suppress": self.suppress_tokens}
+        options = {"server": self.server_decoding}
         return self.run_split(
             transcribe_job,
             len(audios),
