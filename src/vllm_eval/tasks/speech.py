@@ -220,15 +220,17 @@ def _load_folder(folder: Path, task: str) -> SpeechTask:
     return SpeechTask(folder.name, task, None, samples, str(folder))
 
 
-def decode_audio(audio: str | bytes, where: str = "audio") -> np.ndarray:
+def decode_audio(audio: str | bytes, where: str | None = None) -> np.ndarray:
     """A recording as float32 mono at :data:`SAMPLE_RATE` Hz (channels averaged; resampled by soxr, its default
     high quality), shape (n_samples,).
 
     Raises:
-        UsageError: a file libsndfile cannot decode, or one without samples (``where`` named, with the reason).
+        UsageError: a file libsndfile cannot decode, or one without samples (``where``, else the path, named
+            with the reason).
     """
     import io
 
+    where = where or (audio if isinstance(audio, str) else "audio")
     import soundfile
     import soxr
 

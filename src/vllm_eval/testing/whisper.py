@@ -73,9 +73,14 @@ def read_ctranslate2(stream: BinaryIO) -> dict[str, np.ndarray]:
         dtype_id, size = number("B"), number("I")
         if dtype_id not in _DTYPES:
             raise ValueError(f"CTranslate2 model.bin: {name} has data type {dtype_id}, not one this reader knows")
-        out[name] = np.frombuffer(stream.read(size), dtype=_DTYPES[dtype_id]).reshape(shape)
+        data = stream.read(size)
+        if len(data) != size or size != int(np.prod(shape, dtype=np.int64)) * np.dtype(_DTYPES[dtype_id]).itemsize:
+            raise ValueError(f"CTranslate2 model.bin: {name} holds {len(data)} bytes, not its shape {shape}'s")
+        out[name] = np.frombuffer(data, dtype=_DTYPES[dtype_id]).reshape(shape)
     for _ in range(number("I")):
         alias, target = string(), string()
+        if target not in out:
+            raise ValueError(f"CTranslate2 model.bin: alias {alias!r} names no variable ({target!r})")
         out[alias] = out[target]
     return out
 

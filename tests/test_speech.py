@@ -1,0 +1,278 @@
+"""Speech-to-text: real Whisper weights (the packaged CTranslate2 copies, converted), real recorded speech (Debian's
+Asterisk prompts, `make speech-data`), vLLM's CPU build against transformers' generate, and the field's scoring."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vllm_eval.utils.errors import UsageError
+
+
+def _has_speech() -> bool:
+    from vllm_eval.tasks.speech import _asterisk_files
+
+    try:
+        _asterisk_files("en")
+        return True
+    except Exception:
+        return False
+
+
+needs_speech = pytest.mark.skipif(not _has_speech(), reason="Asterisk's prompts not unpacked (make speech-data)")
+
+
+@pytest.fixture(scope="module")
+def whisper(tmp_path_factory):
+    """The packaged Whisper models as transformers folders: {"base": path, "tiny.en": path}."""
+    from vllm_eval.testing.whisper import build_packaged_whisper
+
+    root = tmp_path_factory.mktemp("whisper")
+    return {name: build_packaged_whisper(name, root / name) for name in ("base", "tiny.en")}
+
+
+@pytest.fixture(scope="module")
+def vllm_base(whisper):
+    from vllm_eval.models.transcriber.vllm import VllmTranscriber
+
+    model = VllmTranscriber(whisper["base"], show_progress_bar=False)
+    yield model
+    model.close()
+
+
+def _ct2(variables: dict[str, np.ndarray], aliases=(), version: int = 6) -> bytes:
+    """A CTranslate2 model.bin as ctranslate2's ModelSpec.save writes it."""
+
+    def string(s: str) -> bytes:
+        return struct.pack("<H", len(s) + 1) + s.encode() + b"\0"
+
+    codes = {np.dtype(np.float32): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.float16): 4}
+    out = struct.pack("<I", version) + string("WhisperSpec") + struct.pack("<II", 3, len(variables))
+    for name, value in variables.items():
+        out += string(name) + struct.pack("<B", value.ndim) + b"".join(struct.pack("<I", d) for d in value.shape)
+        out += struct.pack("<BI", codes[value.dtype], value.nbytes) + value.tobytes()
+    out += struct.pack("<I", len(aliases)) + b"".join(string(a) + string(t) for a, t in aliases)
+    return out
+
+
+def test_ctranslate2_reader_reads_what_ctranslate2_writes_and_refuses_the_rest():
+    from vllm_eval.testing.whisper import read_ctranslate2
+
+    w = np.arange(6, dtype=np.float16).reshape(2, 3)
+    got = read_ctranslate2(io.BytesIO(_ct2({"a/weight": w, "a/num_heads": np.array(4, np.int16)}, [("b", "a/weight")])))
+    np.testing.assert_array_equal(got["a/weight"], w)
+    assert got["b"] is got["a/weight"] and int(got["a/num_heads"]) == 4
+    with pytest.raises(ValueError, match="binary version 5, this reader knows version 6"):
+        read_ctranslate2(io.BytesIO(_ct2({}, version=5)))
+    with pytest.raises(ValueError, match="alias 'b' names no variable"):
+        read_ctranslate2(io.BytesIO(_ct2({}, [("b", "x")])))
+    with pytest.raises(ValueError, match="ends early"):
+        read_ctranslate2(io.BytesIO(_ct2({"a": w})[:-20]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 300))
+def test_ctranslate2_reader_fuzzed(noise, cut):
+    from vllm_eval.testing.whisper import read_ctranslate2
+
+    valid = _ct2({"a": np.ones((2, 2), np.float16)})
+    for data in (noise, valid[:cut] + noise, struct.pack("<I", 6) + noise):
+        try:
+            read_ctranslate2(io.BytesIO(data))
+        except ValueError:
+            pass
+
+
+def test_prompt_texts_are_read_line_by_line():
+    from vllm_eval.tasks.speech import parse_prompt_texts
+
+    text = "; Core sounds\n\nagent-pass: Please enter your password.\ndigits/1: One.\nagent-pass: again\n"
+    assert parse_prompt_texts(text) == [("agent-pass", "Please enter your password."), ("digits/1", "One.")]
+    with pytest.raises(UsageError, match=r"core.txt, line 2: expected 'name: text', got 'no colon here'"):
+        parse_prompt_texts("a: b\nno colon here\n", "core.txt")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_prompt_texts_fuzzed(text):
+    from vllm_eval.tasks.speech import parse_prompt_texts
+
+    try:
+        pairs = parse_prompt_texts(text)
+    except UsageError as exc:
+        assert "line" in str(exc) and "\n" not in str(exc)
+    else:
+        assert all(name and not any(c.isspace() for c in name) for name, _ in pairs)
+
+
+def test_audio_is_decoded_to_16khz_mono_float32(tmp_path):
+    import soundfile
+
+    from vllm_eval.tasks.speech import decode_audio
+
+    t = np.arange(8000) / 8000
+    tone = (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    soundfile.write(tmp_path / "mono8k.wav", tone, 8000, subtype="PCM_16")
+    soundfile.write(tmp_path / "stereo.flac", np.stack([tone, -tone], axis=1), 8000)
+    mono = decode_audio(str(tmp_path / "mono8k.wav"))
+    assert mono.dtype == np.float32 and mono.shape == (16000,) and 0.45 < np.abs(mono).max() < 0.55
+    assert np.abs(decode_audio(str(tmp_path / "stereo.flac"))).max() < 1e-3  # the channels cancel out
+    assert np.array_equal(decode_audio((tmp_path / "mono8k.wav").read_bytes()), mono)
+    (tmp_path / "bad.wav").write_bytes(b"RIFF not really")
+    with pytest.raises(UsageError, match=r"bad.wav: not an audio file soundfile reads \("):
+        decode_audio(str(tmp_path / "bad.wav"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=200))
+def test_audio_decoding_fuzzed(data):
+    from vllm_eval.tasks.speech import decode_audio
+
+    try:
+        out = decode_audio(b"RIFF" + data)
+    except UsageError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert out.dtype == np.float32 and out.ndim == 1 and out.size > 0
+
+
+def test_own_recordings_from_a_file_or_a_folder(tmp_path):
+    import soundfile
+
+    from vllm_eval.tasks.speech import load_speech_file
+
+    (tmp_path / "clips").mkdir()
+    soundfile.write(tmp_path / "clips" / "a.wav", np.zeros(1600, np.float32), 16000)
+    soundfile.write(tmp_path / "clips" / "b.wav", np.zeros(1600, np.float32), 16000)
+    (tmp_path / "clips" / "a.txt").write_text("hello there\n")
+    data = tmp_path / "set.jsonl"
+    data.write_text(
+        json.dumps({"audio": "clips/a.wav", "text": "hello there", "language": "en"})
+        + "\n"
+        + json.dumps({"audio": "clips/b.wav", "text": "bye", "language": "en", "id": "x"})
+        + "\n"
+    )
+    task = load_speech_file(data)
+    assert task.name == "set" and task.language == "en" and [s.id for s in task.samples] == ["0", "x"]
+    assert task.samples[0].audio == str((tmp_path / "clips" / "a.wav").resolve())
+    data.write_text(
+        json.dumps({"audio": "clips/a.wav", "text": "x"}) + "\n" + json.dumps({"audio": "no.wav", "text": "y"})
+    )
+    with pytest.raises(UsageError, match=r"set.jsonl:2: field .audio. .no.wav.: no such file"):
+        load_speech_file(data)
+    with pytest.raises(UsageError, match=r"b.wav has no transcript b.txt"):
+        load_speech_file(tmp_path / "clips")
+    (tmp_path / "clips" / "b.txt").write_text("bye")
+    assert [s.text for s in load_speech_file(tmp_path / "clips", "translate").samples] == ["hello there", "bye"]
+
+
+def test_scores_count_substitutions_deletions_insertions_on_normalised_text():
+    from vllm_eval.tasks.speech import SpeechTask
+    from vllm_eval.tasks.speech_scores import score
+
+    refs = ["Please enter your number, followed by the pound key.", "Mr. Smith's colour", "[beep]"]
+    hyps = ["enter you number followed by the pound key now", "mister smith is color", "anything"]
+    metrics, rows = score(refs, hyps, SpeechTask("t", "transcribe", "en"))
+    # "please" dropped (D), "you" for "your" (S), "now" added (I); "[beep]" normalises to nothing: left out
+    assert (metrics["substitutions"], metrics["deletions"], metrics["insertions"]) == (1, 1, 1)
+    assert metrics["n_scored"] == 2 and metrics["reference_words"] == 13 and metrics["wer"] == pytest.approx(3 / 13)
+    assert metrics["normalizer"].startswith("whisper-normalizer ") and "EnglishTextNormalizer" in metrics["normalizer"]
+    assert [r["errors"] for r in rows] == [3, 0, None] and metrics["wer_raw"] > metrics["wer"]
+    m, _ = score(["¿Qué tal? Bien."], ["que tal bien"], SpeechTask("t", "translate", "es"))
+    assert "BasicTextNormalizer" in m["normalizer"] and m["wer"] == pytest.approx(1 / 3)  # accents kept: qué ≠ que
+    assert 0 <= m["bleu"] <= 100 and 0 <= m["chrf"] <= 100
+
+
+@needs_speech
+def test_vllm_and_transformers_give_the_same_transcripts_on_the_offline_suite(whisper, vllm_base):
+    """CPU, fp32, greedy: whisper base in three languages and tiny.en, the same transcripts, so the same WER; the WER
+    is the leaderboard's way (jiwer on Whisper-normalised texts, empty references dropped) on the same hypotheses."""
+    import jiwer
+
+    from vllm_eval.models.transcriber.hf import TransformersTranscriber
+    from vllm_eval.models.transcriber.vllm import VllmTranscriber
+    from vllm_eval.tasks.speech import get_speech_task, run_transcription
+    from vllm_eval.tasks.speech_scores import normalizer_for
+
+    for name, languages in (("base", ("en", "es", "fr")), ("tiny.en", ("en",))):
+        ours = vllm_base if name == "base" else VllmTranscriber(whisper[name], show_progress_bar=False)
+        reference = TransformersTranscriber(whisper[name], show_progress_bar=False)
+        try:
+            for lang in languages:
+                task = get_speech_task(f"AsteriskPrompts.{lang}")
+                a, b = (run_transcription(m, task, limit=6) for m in (ours, reference))
+                assert [s["pred_text"] for s in a["samples"]] == [s["pred_text"] for s in b["samples"]], (name, lang)
+                assert a["metrics"]["wer"] == b["metrics"]["wer"] < 0.5, (name, lang)
+                normalise, _ = normalizer_for(lang)
+                pairs = [(normalise(s["text"]).strip(), normalise(s["pred_text"]).strip()) for s in a["samples"]]
+                pairs = [(r, h) for r, h in pairs if r]
+                assert a["metrics"]["wer"] == pytest.approx(jiwer.wer([r for r, _ in pairs], [h for _, h in pairs]))
+                assert a["metrics"]["cer"] == pytest.approx(jiwer.cer([r for r, _ in pairs], [h for _, h in pairs]))
+        finally:
+            reference.close()
+            if ours is not vllm_base:
+                ours.close()
+
+
+@needs_speech
+def test_server_decoding_loses_tiny_en_transcripts_that_whispers_rules_keep(whisper):
+    """vLLM's server adds language and task tokens to an English-only model's prompt and suppresses no token: on
+    these phone prompts tiny.en then often ends at once."""
+    from vllm_eval.models.transcriber.vllm import VllmTranscriber
+    from vllm_eval.tasks.speech import decode_all, get_speech_task
+
+    audios = decode_all(get_speech_task("AsteriskPrompts.en").samples[:8])
+    with VllmTranscriber(whisper["tiny.en"], show_progress_bar=False) as model:
+        ours = model.transcribe(audios, "en")
+        model.server_decoding = True
+        server = model.transcribe(audios, "en")
+    assert all(o["text"].strip() for o in ours)
+    assert sum(not o["text"].strip() for o in server) >= 4
+
+
+@needs_speech
+def test_language_is_detected_when_not_given_and_long_audio_is_cut(vllm_base):
+    from vllm_eval.tasks.speech import decode_all, get_speech_task
+
+    samples = get_speech_task("AsteriskPrompts.es").samples[:2] + get_speech_task("AsteriskPrompts.en").samples[:1]
+    audios = decode_all(samples)
+    out = vllm_base.transcribe(audios, None)
+    assert [(o["language"], o["detected"]) for o in out] == [("es", True), ("es", True), ("en", True)]
+    long = np.concatenate([audios[2]] * int(np.ceil(40 * 16000 / len(audios[2]))))  # > 30 s: cut in two or more
+    [whole] = vllm_base.transcribe([long], "en")
+    assert whole["chunks"] >= 2 and whole["text"].lower().count("agent") >= 4
+
+
+@needs_speech
+def test_transcribe_command_end_to_end_and_its_errors(whisper, vllm_base, cli_in_process, tmp_path):
+    import shutil
+
+    from vllm_eval.tasks.speech import get_speech_task
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for s in get_speech_task("AsteriskPrompts.fr").samples[:3]:
+        shutil.copy(s.audio, folder / f"{s.id}.wav")
+        (folder / f"{s.id}.txt").write_text(s.text, encoding="utf-8")
+    out = tmp_path / "out"
+    code, err = cli_in_process(
+        "transcribe", "--model", whisper["base"], "--data", str(folder), "--output-dir", str(out)
+    )
+    assert code == 0, err
+    assert "mine (" in cli_in_process.stdout and "WER " in cli_in_process.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["metrics"]["n_samples"] == 3 and results["metrics"]["language_detected"] == 3
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert {"audio_filepath", "duration", "text", "pred_text"} <= set(rows[0]) and rows[0]["language"] == "fr"
+    code, err = cli_in_process("transcribe", "--model", whisper["base"], "--tasks", "AsteriskPrompts.de")
+    assert code == 2 and "unknown speech task 'AsteriskPrompts.de'" in err and "Traceback" not in err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"audio": "x.wav"}\n')
+    code, err = cli_in_process("transcribe", "--model", whisper["base"], "--data", str(bad))
+    assert code == 2 and "bad.jsonl" in err and "text" in err and "Traceback" not in err
