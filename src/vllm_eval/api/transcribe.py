@@ -39,8 +39,9 @@ def transcribe(
         backend: ``vllm`` (default) or ``hf`` (transformers' ``generate``, the reference).
         output_dir: ``<output_dir>`` for one task, ``<output_dir>/<task>`` for several; default
             ``results/transcribe/<task>``.
-        **common: ``show_progress``, ``verbose``, ``started``, the backend option ``server_decoding`` (decode
-            exactly as vLLM's server does) and vLLM ``EngineArgs``, as :func:`vllm_eval.evaluate` takes them.
+        **common: ``show_progress``, ``verbose``, ``started``, the backend options ``server_decoding`` (vllm:
+            decode exactly as vLLM's server does) and ``batch_size`` (hf), and vLLM ``EngineArgs``, as
+            :func:`vllm_eval.evaluate` takes them.
 
     Returns:
         A :class:`~vllm_eval.api.classify.TaskResults`.
@@ -76,6 +77,6 @@ def transcribe(
         backend=backend,
         output_dir=output_dir,
         kind="transcriber",
-        backend_options=("server_decoding",),
+        backend_options=("server_decoding", "batch_size"),
         **common,
     )

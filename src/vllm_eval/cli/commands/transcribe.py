@@ -23,7 +23,7 @@ class TranscribeCommand(Command):
         "Leaderboard's manifest fields audio_filepath, duration, text, pred_text)."
     )
     kind = "transcriber"
-    backend_options = ("server_decoding",)
+    backend_options = ("server_decoding", "batch_size")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_model(parser)
@@ -44,6 +44,9 @@ class TranscribeCommand(Command):
             default=None,
             help="vllm backend: decode exactly as vLLM's /v1/audio/transcriptions does (without Whisper's token "
             "suppression; language and task tokens for English-only models too)",
+        )
+        parser.add_argument(
+            "--batch-size", type=positive_int, default=None, help="hf backend: audios per generate call (default 16)"
         )
         add_common(parser, "default: results/transcribe/<task>")
         add_scale_flags(parser)

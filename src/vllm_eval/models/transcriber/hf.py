@@ -73,11 +73,12 @@ class TransformersTranscriber(TranscriberBase):
         out: list[dict] = []
         for lo in range(0, len(audios), self.batch_size):
             batch = audios[lo : lo + self.batch_size]
-            groups: dict[str | None, list[int]] = {}
+            # One generate per language, and short-form apart from long-form (which decodes with timestamps)
+            groups: dict[tuple[str | None, bool], list[int]] = {}
             for i, lang in enumerate(languages[lo : lo + self.batch_size]):
-                groups.setdefault(lang, []).append(i)
+                groups.setdefault((lang, len(batch[i]) > 30 * SAMPLE_RATE), []).append(i)
             texts: dict[int, dict] = {}
-            for lang, idx in groups.items():
+            for (lang, _), idx in groups.items():
                 for i, text in zip(idx, self._generate([batch[i] for i in idx], lang, task), strict=True):
                     texts[i] = {"text": text, "language": lang, "detected": lang is None and self.multilingual}
             out += [texts[i] for i in range(len(batch))]
