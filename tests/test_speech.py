@@ -197,7 +197,8 @@ def test_vllm_and_transformers_give_the_same_transcripts_on_the_offline_suite(wh
 
     from vllm_eval.models.transcriber.hf import TransformersTranscriber
     from vllm_eval.models.transcriber.vllm import VllmTranscriber
-    from vllm_eval.tasks.speech import get_speech_task, run_transcription
+    from vllm_eval.tasks.speech import run_transcription
+    from vllm_eval.tasks.speech_hub import get_speech_task
     from vllm_eval.tasks.speech_scores import normalizer_for
 
     for name, languages in (("base", ("en", "es", "fr")), ("tiny.en", ("en",))):
@@ -225,7 +226,8 @@ def test_server_decoding_loses_tiny_en_transcripts_that_whispers_rules_keep(whis
     """vLLM's server adds language and task tokens to an English-only model's prompt and suppresses no token: on
     these phone prompts tiny.en then often ends at once."""
     from vllm_eval.models.transcriber.vllm import VllmTranscriber
-    from vllm_eval.tasks.speech import decode_all, get_speech_task
+    from vllm_eval.tasks.speech import decode_all
+    from vllm_eval.tasks.speech_hub import get_speech_task
 
     audios = decode_all(get_speech_task("AsteriskPrompts.en").samples[:8])
     with VllmTranscriber(whisper["tiny.en"], show_progress_bar=False) as model:
@@ -238,7 +240,8 @@ def test_server_decoding_loses_tiny_en_transcripts_that_whispers_rules_keep(whis
 
 @needs_speech
 def test_language_is_detected_when_not_given_and_long_audio_is_cut(vllm_base):
-    from vllm_eval.tasks.speech import decode_all, get_speech_task
+    from vllm_eval.tasks.speech import decode_all
+    from vllm_eval.tasks.speech_hub import get_speech_task
 
     samples = get_speech_task("AsteriskPrompts.es").samples[:2] + get_speech_task("AsteriskPrompts.en").samples[:1]
     audios = decode_all(samples)
@@ -253,7 +256,7 @@ def test_language_is_detected_when_not_given_and_long_audio_is_cut(vllm_base):
 def test_transcribe_command_end_to_end_and_its_errors(whisper, vllm_base, cli_in_process, tmp_path):
     import shutil
 
-    from vllm_eval.tasks.speech import get_speech_task
+    from vllm_eval.tasks.speech_hub import get_speech_task
 
     folder = tmp_path / "mine"
     folder.mkdir()
@@ -276,3 +279,36 @@ def test_transcribe_command_end_to_end_and_its_errors(whisper, vllm_base, cli_in
     bad.write_text('{"audio": "x.wav"}\n')
     code, err = cli_in_process("transcribe", "--model", whisper["base"], "--data", str(bad))
     assert code == 2 and "bad.jsonl" in err and "text" in err and "Traceback" not in err
+
+
+def test_hub_sets_fail_at_once_offline_and_their_rows_read_as_recordings(tmp_path, monkeypatch):
+    """Offline (as every test), a hub set is refused before anything loads; its rows, as `datasets` gives them with
+    the audio column undecoded, become recordings (FLEURS translation: the English references joined on id)."""
+    import datasets
+    import soundfile
+
+    from vllm_eval.tasks import speech_hub
+    from vllm_eval.tasks.registry import own_tasks
+    from vllm_eval.utils.errors import DataUnavailableError
+
+    with pytest.raises(DataUnavailableError, match=r"LibriSpeech.test-clean needs dataset openslr/librispeech_asr"):
+        speech_hub.get_speech_task("librispeech.test-clean")
+    listed = {t.name: t for t in own_tasks("transcribe")}
+    assert listed["FLEURS.de-en"].main_score == "bleu" and listed["ESB.ami"].source == speech_hub._ESB
+    soundfile.write(tmp_path / "a.wav", np.zeros(800, np.float32), 16000)
+    rows = {
+        "de_de": {"id": [7, 8], "audio": [str(tmp_path / "a.wav")] * 2, "raw_transcription": ["Hallo", "Tschüss"]},
+        "en_us": {"id": [8, 9], "audio": [str(tmp_path / "a.wav")] * 2, "raw_transcription": ["Bye", "Other"]},
+    }
+
+    def fake_rows(source, config):
+        ds = datasets.Dataset.from_dict(rows[config]).cast_column("audio", datasets.Audio())
+        return ds.cast_column("audio", datasets.Audio(decode=False))
+
+    monkeypatch.setattr(speech_hub, "_rows", fake_rows)
+    monkeypatch.setattr("vllm_eval.utils.hub.require_dataset", lambda *a, **k: None)
+    task = speech_hub.get_speech_task("FLEURS.de")
+    assert [(s.id, s.text, s.language) for s in task.samples] == [("7", "Hallo", "de"), ("8", "Tschüss", "de")]
+    assert task.task == "transcribe" and isinstance(task.samples[0].audio, (bytes, str))
+    translate = speech_hub.get_speech_task("FLEURS.de-en")
+    assert translate.task == "translate" and [(s.id, s.text) for s in translate.samples] == [("8", "Bye")]

@@ -104,24 +104,52 @@ def _preference() -> list[OwnTask]:
 
 
 def _speech() -> list[OwnTask]:
-    from .speech import ASTERISK_VOICES, MIN_WORDS
+    from .speech import ASTERISK_VOICES, LONG_FORM_S, MIN_WORDS
+    from .speech_hub import HUB_SPEECH
 
-    return [
-        OwnTask(
-            f"AsteriskPrompts.{lang}",
-            "transcribe",
-            "transcriber",
-            "transcription",
-            "wer",
-            "offline",
-            f"Asterisk's phone prompts, {lang} ({voice}, 8 kHz), at least {MIN_WORDS} words each (`make speech-data`)",
-        )
-        for lang, voice in ASTERISK_VOICES.items()
-    ]
+    return (
+        [
+            OwnTask(
+                f"AsteriskPrompts.{lang}",
+                "transcribe",
+                "transcriber",
+                "transcription",
+                "wer",
+                "offline",
+                f"Asterisk's phone prompts, {lang} ({voice}, 8 kHz), at least {MIN_WORDS} words each "
+                "(`make speech-data`)",
+            )
+            for lang, voice in ASTERISK_VOICES.items()
+        ]
+        + [
+            OwnTask(
+                f"AsteriskLongForm.{lang}",
+                "transcribe",
+                "transcriber",
+                "transcription (long-form)",
+                "wer",
+                "offline",
+                f"AsteriskPrompts.{lang} joined into clips of {LONG_FORM_S:g} s or more (`make speech-data`)",
+            )  # fmt: skip
+            for lang in ASTERISK_VOICES
+        ]
+        + [
+            OwnTask(
+                name,
+                "transcribe",
+                "transcriber",
+                f"speech {s.task}",
+                "bleu" if s.task == "translate" else "wer",
+                s.path,
+                s.description,
+            )  # fmt: skip
+            for name, s in HUB_SPEECH.items()
+        ]
+    )
 
 
 def _load_speech(name: str) -> Any:
-    from .speech import get_speech_task
+    from .speech_hub import get_speech_task
 
     return get_speech_task(name)
 

@@ -6,8 +6,9 @@ Data is a :class:`SpeechTask`:
 * the offline suite ``AsteriskPrompts.<lang>`` (en, es, fr, it, ru): Asterisk's core sound prompts, one
   professional speaker per language, 8 kHz 16-bit WAV with their official texts, from Debian's
   ``asterisk-core-sounds-<lang>-wav`` and ``asterisk-core-sounds-<lang>`` packages (CC-BY-SA-3.0: en, es, fr;
-  CC-BY-3.0: it, ru). ``make speech-data`` unpacks them into ``~/.cache/vllm-eval/speech`` (``apt-get download``,
-  no root needed); an ``apt-get install`` of the same packages works too. Prompts of at least
+  CC-BY-3.0: it, ru); ``AsteriskLongForm.<lang>``: the same prompts joined into clips of a minute or more (long
+  audio, cut by the model's splitter). ``make speech-data`` unpacks them into ``~/.cache/vllm-eval/speech``
+  (``apt-get download``, no root needed); an ``apt-get install`` of the same packages works too. Prompts of at least
   :data:`MIN_WORDS` words are kept; bracketed non-speech (``[beep]``) and texts with a ``?`` inside a word (three
   Italian lines lost their accents so) are left out;
 * your own file (``--data``): JSONL, CSV or Parquet rows with ``audio`` (a path relative to the file, or the
@@ -32,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..utils.errors import DataUnavailableError, UnknownNameError, UsageError
+from ..utils.errors import DataUnavailableError, UsageError
 
 #: The sampling rate every audio is resampled to (Hz).
 SAMPLE_RATE = 16000
@@ -48,6 +49,9 @@ ASTERISK_VOICES = {
     "it": "it_IT_m_Carlo",
     "ru": "ru_RU_f_IvrvoiceRU",
 }
+#: Long-form clips: at least this many seconds each, the prompts joined with this much silence between them.
+LONG_FORM_S = 60.0
+LONG_FORM_GAP_S = 0.5
 _LICENCES = {"en": "CC-BY-SA-3.0", "es": "CC-BY-SA-3.0", "fr": "CC-BY-SA-3.0", "it": "CC-BY-3.0", "ru": "CC-BY-3.0"}
 
 
@@ -162,21 +166,48 @@ def asterisk_task(language: str) -> SpeechTask:
     )
 
 
+def asterisk_long_task(language: str, seconds: float = LONG_FORM_S) -> SpeechTask:
+    """Long-form clips of the offline suite: :func:`asterisk_task`'s prompts in order, joined with
+    :data:`LONG_FORM_GAP_S` of silence into clips of at least ``seconds`` (the last one may be shorter), their texts
+    joined with spaces. Each clip is WAV bytes (16-bit, the prompts' 8 kHz)."""
+    import io
+
+    import soundfile
+
+    base = asterisk_task(language)
+    silence = np.zeros(int(LONG_FORM_GAP_S * 8000), dtype=np.int16)
+    clips, parts, texts = [], [], []
+    for sample in base.samples:
+        data, rate = soundfile.read(sample.audio, dtype="int16")
+        if rate != 8000 or data.ndim != 1:  # the suite is 8 kHz mono; anything else stays out of the joins
+            continue
+        parts += [data, silence]
+        texts.append(sample.text)
+        if sum(len(p) for p in parts) >= seconds * 8000:
+            clips.append((parts, texts))
+            parts, texts = [], []
+    if parts:
+        clips.append((parts, texts))
+    samples = []
+    for i, (pieces, words) in enumerate(clips):
+        buffer = io.BytesIO()
+        soundfile.write(buffer, np.concatenate(pieces[:-1]), 8000, format="WAV", subtype="PCM_16")
+        samples.append(SpeechSample(f"long-{i:03d}", buffer.getvalue(), " ".join(words), language))
+    return SpeechTask(
+        f"AsteriskLongForm.{language}",
+        "transcribe",
+        language,
+        samples,
+        base.source,
+        f"the AsteriskPrompts.{language} prompts joined into clips of at least {seconds:g} s (long-form)",
+    )
+
+
 #: The offline suite: task name -> loader.
-SPEECH_TASKS = {f"AsteriskPrompts.{lang}": (lambda lang=lang: asterisk_task(lang)) for lang in ASTERISK_VOICES}
-
-
-def get_speech_task(name: str) -> SpeechTask:
-    """The packaged speech task called ``name`` (case-insensitive).
-
-    Raises:
-        UnknownNameError: an unknown name (the known ones listed).
-        DataUnavailableError: its data is not here.
-    """
-    for key, load in SPEECH_TASKS.items():
-        if key.lower() == name.lower():
-            return load()
-    raise UnknownNameError(f"unknown speech task {name!r}; known: {', '.join(SPEECH_TASKS)}")
+SPEECH_TASKS = {
+    **{f"AsteriskPrompts.{lang}": (lambda lang=lang: asterisk_task(lang)) for lang in ASTERISK_VOICES},
+    **{f"AsteriskLongForm.{lang}": (lambda lang=lang: asterisk_long_task(lang)) for lang in ASTERISK_VOICES},
+}
 
 
 def load_speech_file(path: str | Path, task: str = "transcribe") -> SpeechTask:

@@ -75,7 +75,7 @@ def score(
     normalisers: dict[str | None, tuple[Any, str]] = {}
     refs_n, hyps_n, names = [], [], set()
     for ref, hyp, lang in zip(references, hypotheses, languages, strict=True):
-        key = task.language or lang
+        key = "en" if task.task == "translate" else task.language or lang  # translations are scored in English
         if key not in normalisers:
             normalisers[key] = normalizer_for(key)
         normalise, name = normalisers[key]
