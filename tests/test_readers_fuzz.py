@@ -35,6 +35,11 @@ ROWS = {
         {"question": WORDS, "options": st.lists(WORDS, min_size=2, max_size=4), "answer": st.sampled_from(["A", 1])}
     ),
     "preference": st.fixed_dictionaries({"prompt": WORDS, "chosen": WORDS, "rejected": WORDS}),
+    # a.wav is written beside every file of this schema; the others name no file
+    "transcription": st.fixed_dictionaries(
+        {"audio": st.sampled_from(["a.wav", "a.wav", "sub/none.wav"]), "text": WORDS},
+        optional={"language": st.sampled_from(["en", "de"])},
+    ),
     "ner": st.lists(st.tuples(WORDS, st.sampled_from(["O", "B-PER", "I-PER"])), min_size=1, max_size=4).map(
         lambda pairs: {"tokens": [w for w, _ in pairs], "tags": [t for _, t in pairs]}
     ),
@@ -165,6 +170,9 @@ def _check_runner_task(command: str, task: Any) -> None:
         for item in task.load():
             encodable(item.question, *item.options)
             assert 0 <= item.target < len(item.options)
+    elif command == "transcribe":
+        assert task.samples and all(Path(s.audio).name == "a.wav" for s in task.samples)
+        encodable(*[s.text for s in task.samples])
     else:
         for words, tags in zip(task.sentences, task.tags, strict=True):
             assert len(words) == len(tags) > 0
@@ -181,11 +189,13 @@ def test_runner_files_load_or_name_the_file(data):
                 ("reward", "preference"),
                 ("generate", "multiple_choice"),
                 ("token-classify", "ner"),
+                ("transcribe", "transcription"),
             ]
         )
     )
     file = data.draw(data_file(schema))
     with scratch() as folder:
+        (folder / "a.wav").write_bytes(b"RIFF")  # read only when transcribed: here a path that exists
         path = _write(folder, "mine", file)
         task = outcome(lambda: registry.load_file(command, str(path)), path.name)
         if task is not None:

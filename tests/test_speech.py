@@ -312,3 +312,25 @@ def test_hub_sets_fail_at_once_offline_and_their_rows_read_as_recordings(tmp_pat
     assert task.task == "transcribe" and isinstance(task.samples[0].audio, (bytes, str))
     translate = speech_hub.get_speech_task("FLEURS.de-en")
     assert translate.task == "translate" and [(s.id, s.text) for s in translate.samples] == [("8", "Bye")]
+
+
+@needs_speech
+def test_remote_backend_against_vllm_serve_matches_the_server_decoding_offline(whisper, vllm_base):
+    """`vllm serve` of whisper base on loopback: its /v1/audio/transcriptions transcripts equal the offline backend's
+    with --server-decoding (the same samples are uploaded, the same prompts built)."""
+    from vllm_eval.models.http import HttpOptions
+    from vllm_eval.models.transcriber.remote import RemoteTranscriber
+    from vllm_eval.tasks.speech import decode_all
+    from vllm_eval.tasks.speech_hub import get_speech_task
+    from vllm_eval.testing import serve_model
+
+    audios = decode_all(get_speech_task("AsteriskPrompts.es").samples[:4])
+    vllm_base.server_decoding = True
+    try:
+        offline = vllm_base.transcribe(audios, "es")
+    finally:
+        vllm_base.server_decoding = False
+    with serve_model(whisper["base"], "--max-model-len", "448") as url:
+        with RemoteTranscriber(HttpOptions([url]), show_progress_bar=False) as served:
+            remote = served.transcribe(audios, "es")
+    assert [r["text"] for r in remote] == [o["text"] for o in offline] and all(r["text"].strip() for r in remote)

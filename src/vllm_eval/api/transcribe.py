@@ -15,7 +15,7 @@ from .classify import TaskResults, _run_tasks
 
 
 def transcribe(
-    model: str | os.PathLike,
+    model: str | os.PathLike | None,
     tasks: list[str] | str | None = None,
     *,
     data: str | os.PathLike | None = None,
@@ -30,13 +30,15 @@ def transcribe(
     and chrF for translation.
 
     Args:
-        model: a model directory or hub id (Whisper, or any architecture vLLM transcribes).
+        model: a model directory or hub id (Whisper, or any architecture vLLM transcribes); for a served model the
+            served name (optional).
         tasks: offline suite names (``AsteriskPrompts.en`` ... ``.ru``; default ``AsteriskPrompts.en``), or ``data``:
             your own ``.jsonl``/``.csv``/``.parquet`` file (``audio``, ``text``, [``language``]) or a folder of audio
             files with a ``.txt`` transcript each.
         task: ``transcribe`` or ``translate`` (for ``data``; the named tasks carry their own).
         limit: the first N recordings of each task only.
-        backend: ``vllm`` (default) or ``hf`` (transformers' ``generate``, the reference).
+        backend: ``vllm`` (default), ``hf`` (transformers' ``generate``, the reference) or ``remote`` (``vllm serve``
+            instances' ``/v1/audio/*``: ``endpoint=``).
         output_dir: ``<output_dir>`` for one task, ``<output_dir>/<task>`` for several; default
             ``results/transcribe/<task>``.
         **common: ``show_progress``, ``verbose``, ``started``, the backend options ``server_decoding`` (vllm:
@@ -52,7 +54,7 @@ def transcribe(
         EngineError: a failure while running.
     """
     check_model_argument(model)
-    from ..tasks.speech import run_transcription
+    from ..tasks.speech import run_transcription, start_decoding
 
     if task not in ("transcribe", "translate"):
         raise UsageError(f"--task must be transcribe or translate, got {task!r}")
@@ -66,17 +68,29 @@ def transcribe(
         if data and tasks:
             raise UsageError("give --data FILE or --tasks, not both")
         if data:
-            return [load_speech_file(os.fspath(data), task)]
-        return [load_task("transcribe", n) for n in split_names(tasks or list(get_kind("transcriber").default_tasks))]
+            loaded[:] = [load_speech_file(os.fspath(data), task)]
+        else:
+            names = split_names(tasks or list(get_kind("transcriber").default_tasks))
+            loaded[:] = [load_task("transcribe", n) for n in names]
+        start_decoding(loaded[0], limit)  # while the model loads
+        return loaded
+
+    def run(transcriber: Any, one: Any, out: str) -> dict[str, Any]:
+        at = next(i for i, t in enumerate(loaded) if t is one)
+        if at + 1 < len(loaded):  # the next task's audio while this one is transcribed
+            start_decoding(loaded[at + 1], limit)
+        return run_transcription(transcriber, one, limit=limit, output_dir=out)
+
+    loaded: list[Any] = []
 
     return _run_tasks(
         "transcribe",
         model,
         selected,
-        lambda transcriber, one, out: run_transcription(transcriber, one, limit=limit, output_dir=out),
+        run,
         backend=backend,
         output_dir=output_dir,
         kind="transcriber",
         backend_options=("server_decoding", "batch_size"),
-        **common,
+        **{**common, "no_cache": True},  # transcripts are not cached
     )

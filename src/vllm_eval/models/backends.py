@@ -44,6 +44,7 @@ BACKENDS: dict[tuple[str, str], str] = {
     ("classifier", "hf"): "vllm_eval.models.classifier.hf:TransformersClassifier",
     ("transcriber", "vllm"): "vllm_eval.models.transcriber.vllm:VllmTranscriber",
     ("transcriber", "hf"): "vllm_eval.models.transcriber.hf:TransformersTranscriber",
+    ("transcriber", "remote"): "vllm_eval.models.transcriber.remote:RemoteTranscriber",
     ("classifier", "remote"): "vllm_eval.models.classifier.remote:RemoteClassifier",
     ("token_classifier", "vllm"): "vllm_eval.models.token_classifier.vllm:VllmTokenClassifier",
     ("token_classifier", "hf"): "vllm_eval.models.token_classifier.hf:TransformersTokenClassifier",

@@ -168,9 +168,16 @@ class HttpClient:
         )
 
     def request(
-        self, method: str, path: str, payload: dict | None = None, parse: Callable[[Any], T] | None = None
+        self,
+        method: str,
+        path: str,
+        payload: dict | None = None,
+        parse: Callable[[Any], T] | None = None,
+        files: dict[str, Any] | None = None,
     ) -> T | Any:
-        """One request with retries, moving to the next endpoint when one is exhausted.
+        """One request with retries, moving to the next endpoint when one is exhausted: ``payload`` as JSON, or
+        with ``files`` (name -> (file name, bytes, content type)) a multipart form of ``payload``'s fields and the
+        files (OpenAI's ``/v1/audio/*`` uploads).
 
         ``parse(body)`` turns the JSON reply into results; a :class:`BadReply` (or a ``KeyError``,
         ``IndexError``, ``TypeError`` or ``ValueError``) it raises becomes an ``EndpointError``
@@ -187,7 +194,10 @@ class HttpClient:
             last = ""
             for attempt in range(self.options.retries):
                 try:
-                    resp = self.client.request(method, url + path, json=payload)
+                    if files is None:
+                        resp = self.client.request(method, url + path, json=payload)
+                    else:
+                        resp = self.client.request(method, url + path, data=payload, files=files)
                 except httpx.HTTPError as exc:  # transport errors and time-outs
                     last = f"{type(exc).__name__}: {exc}"
                 else:

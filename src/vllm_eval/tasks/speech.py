@@ -85,6 +85,8 @@ class SpeechTask:
     samples: list[SpeechSample] = field(default_factory=list)
     source: str = ""
     description: str = ""
+    #: (limit, future of :func:`decode_all` of the first ``limit`` samples) once :func:`start_decoding` ran.
+    decoding: Any = field(default=None, repr=False, compare=False)
 
 
 def speech_data_roots() -> list[Path]:
@@ -287,6 +289,14 @@ def decode_all(samples: list[SpeechSample], threads: int | None = None) -> list[
         return list(pool.map(decode_audio, [s.audio for s in samples], names))
 
 
+def start_decoding(task: SpeechTask, limit: int | None = None) -> None:
+    """Decode ``task``'s first ``limit`` recordings on a background thread (while a model loads, or the task before
+    runs); :func:`run_transcription` takes them from there."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-eval-audio")
+    task.decoding = (limit, pool.submit(decode_all, task.samples[:limit]))
+    pool.shutdown(wait=False)
+
+
 def run_transcription(
     transcriber: Any, task: SpeechTask, *, limit: int | None = None, output_dir: str | Path | None = None
 ) -> dict[str, Any]:
@@ -306,7 +316,9 @@ def run_transcription(
     samples = task.samples[:limit]
     if not samples:
         raise UsageError(f"{task.name}: no recordings to transcribe")
-    audios = decode_all(samples)
+    pending = task.decoding
+    audios = pending[1].result() if pending is not None and pending[0] == limit else decode_all(samples)
+    task.decoding = None  # the audio is not kept with the task
     durations = [len(a) / SAMPLE_RATE for a in audios]
     start, before = time.perf_counter(), transcriber.counters.copy()
     out = transcriber.transcribe(audios, [s.language or task.language for s in samples], task.task)

@@ -24,7 +24,13 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-__all__ = ["PACKAGED_WHISPER", "build_packaged_whisper", "read_ctranslate2"]
+__all__ = [
+    "PACKAGED_WHISPER",
+    "RANDOM_WHISPER_SHAPES",
+    "build_packaged_whisper",
+    "build_random_whisper",
+    "read_ctranslate2",
+]
 
 #: The packaged Whisper models: name -> (Python packages holding the CTranslate2 files, in order, and the folder
 #: inside each; whether the model is English-only).
@@ -280,4 +286,47 @@ def build_packaged_whisper(name: str, out_dir: str | os.PathLike) -> str:
     )
     (out / "generation_config.json").write_text(json.dumps(generation, indent=1))
     (out / "config.json").write_text(json.dumps(config, indent=1))  # last: its presence marks a finished folder
+    return str(out)
+
+
+#: Whisper shapes for speed runs with random weights: (d_model, encoder layers, decoder layers, heads, mel bins,
+#: vocabulary). large-v3-turbo has large-v3's encoder and 4 decoder layers.
+RANDOM_WHISPER_SHAPES: dict[str, tuple[int, int, int, int, int, int]] = {
+    "large-v3": (1280, 32, 32, 20, 128, 51866),
+    "large-v3-turbo": (1280, 32, 4, 20, 128, 51866),
+    "base": (512, 6, 6, 8, 80, 51865),
+}
+
+
+def build_random_whisper(shape: str, out_dir: str | os.PathLike, seed: int = 0) -> str:
+    """A randomly initialised ``WhisperForConditionalGeneration`` of a real shape (:data:`RANDOM_WHISPER_SHAPES`),
+    float32, with the packaged base model's tokenizer and a feature extractor of the shape's mel bins: for speed
+    runs, never for quality (its transcripts are noise; decoding runs until ``max_length`` or end-of-text).
+    Reused when ``out_dir`` holds one already. Returns the folder's path.
+
+    Raises:
+        KeyError: an unknown shape.
+    """
+    import torch
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    d_model, enc, dec, heads, mels, vocab = RANDOM_WHISPER_SHAPES[shape]
+    out = Path(out_dir)
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return str(out)
+    base = Path(build_packaged_whisper("base", out.parent / f".{out.name}-base-tokenizer"))
+    config = WhisperConfig(
+        vocab_size=vocab, num_mel_bins=mels, d_model=d_model, encoder_layers=enc, decoder_layers=dec,
+        encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=4 * d_model,
+        decoder_ffn_dim=4 * d_model, max_source_positions=1500, max_target_positions=448, pad_token_id=50257,
+        bos_token_id=50257, eos_token_id=50257, decoder_start_token_id=50258,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = WhisperForConditionalGeneration(config)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True, max_shard_size="100GB")
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        (out / name).write_bytes((base / name).read_bytes())
+    features = json.loads((base / "preprocessor_config.json").read_text())
+    (out / "preprocessor_config.json").write_text(json.dumps({**features, "feature_size": mels}, indent=1))
     return str(out)

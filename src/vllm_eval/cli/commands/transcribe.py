@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 
 from ..base import Command, Context
-from ..options import add_backend, add_common, add_engine_flags, add_model, add_scale_flags, add_tasks, positive_int
+from ..options import (
+    add_backend,
+    add_common,
+    add_engine_flags,
+    add_model,
+    add_remote_flags,
+    add_scale_flags,
+    add_tasks,
+    positive_int,
+)
 
 
 def _percent(value: float | None) -> str:
@@ -49,6 +58,7 @@ class TranscribeCommand(Command):
             "--batch-size", type=positive_int, default=None, help="hf backend: audios per generate call (default 16)"
         )
         add_common(parser, "default: results/transcribe/<task>")
+        add_remote_flags(parser, "/v1/audio/transcriptions")
         add_scale_flags(parser)
         add_engine_flags(parser)
 
