@@ -337,3 +337,18 @@ def test_remote_backend_against_vllm_serve_matches_the_server_decoding_offline(w
         with RemoteTranscriber(HttpOptions([url]), show_progress_bar=False) as served:
             remote = served.transcribe(audios, "es")
     assert [r["text"] for r in remote] == [o["text"] for o in offline] and all(r["text"].strip() for r in remote)
+
+
+@needs_speech
+def test_replicas_give_the_transcripts_of_one_engine(whisper, vllm_base):
+    """Two replica processes (`--data-parallel-size 2`) split the recordings and return the in-process engine's
+    transcripts, in order."""
+    from vllm_eval.models.transcriber.vllm import VllmTranscriber
+    from vllm_eval.tasks.speech import decode_all
+    from vllm_eval.tasks.speech_hub import get_speech_task
+
+    audios = decode_all(get_speech_task("AsteriskPrompts.it").samples[:4])
+    one = vllm_base.transcribe(audios, "it")
+    with VllmTranscriber(whisper["base"], data_parallel_size=2, show_progress_bar=False) as replicas:
+        assert replicas.pool is not None and len(replicas.pool) == 2
+        assert replicas.transcribe(audios, "it") == one
