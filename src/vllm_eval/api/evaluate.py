@@ -11,6 +11,7 @@ calls it.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from contextlib import closing, nullcontext
@@ -23,6 +24,8 @@ from ..utils.errors import UsageError, VllmEvalError
 from ..utils.timeline import phase
 from .checks import check_image_tasks, check_model_argument, open_cache, resolve_model
 from .session import Session, prepare, split_options
+
+logger = logging.getLogger(__name__)
 
 #: The kinds ``evaluate`` runs, by vLLM pooling task.
 POOLING_KINDS = {"embed": "encoder", "token_embed": "token_embedder"}
@@ -420,7 +423,12 @@ def detect_pooling_task(model: str | None, backend: str, revision: str | None) -
     from ..models.sparse_encoder.base import sparse_flavour
 
     # A SPLADE model (not BGE-M3, whose three outputs --bge-m3-mode chooses between): its own kind, not a vLLM task.
-    return "sparse" if sparse_flavour(ModelRef.resolve(model, revision)) == "splade" else "embed"
+    ref = ModelRef.resolve(model, revision)
+    if sparse_flavour(ref) != "splade":
+        return "embed"
+    if not (Path(ref.path) / "modules.json").is_file():
+        logger.info("%s: a masked-LM checkpoint without sentence-transformers' files: run as SPLADE", model)
+    return "sparse"
 
 
 def _check(

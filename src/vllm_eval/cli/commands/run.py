@@ -68,10 +68,12 @@ class RunCommand(Command):
         add_backend(parser, (*POOLING_KINDS.values(), "sparse_encoder"))
         parser.add_argument(
             "--pooling-task",
-            choices=list(POOLING_KINDS),
+            choices=[*POOLING_KINDS, "sparse"],
             default=None,
             help="vLLM pooling task: embed (one vector per text) or token_embed (one per token, MaxSim, "
-            "retrieval and reranking tasks); default: token_embed for a ColBERT architecture, else embed",
+            "retrieval and reranking tasks), or sparse (a SPLADE model: one weight per vocabulary id); default: "
+            "token_embed for a ColBERT architecture, sparse for a SPLADE model or a bare *ForMaskedLM checkpoint, "
+            "else embed",
         )
         _add_sparse_flags(parser)
         parser.add_argument(

@@ -45,14 +45,19 @@ __all__ = [
 
 def sparse_flavour(ref: ModelRef) -> str | None:
     """``bge-m3`` (``sparse_linear.pt`` beside the weights), ``splade`` (sentence-transformers' ``SpladePooling``
-    in ``modules.json``, or vLLM's SPLADE architecture named), or None."""
+    in ``modules.json``, vLLM's SPLADE architecture named, or a bare ``*ForMaskedLM`` checkpoint without
+    sentence-transformers' files, as SPLADE trainings save one: vLLM runs a masked LM for no pooling task but
+    SPLADE's), or None."""
     path = Path(ref.path)
     if (path / "sparse_linear.pt").is_file():
         return "bge-m3"
-    if "BertSpladeSparseEmbeddingModel" in (ref.config.get("architectures") or ()):
+    architectures = [str(a) for a in ref.config.get("architectures") or ()]
+    if "BertSpladeSparseEmbeddingModel" in architectures:
         return "splade"
     modules = path / "modules.json"
-    if modules.is_file() and any("SpladePooling" in str(m.get("type", "")) for m in json.loads(modules.read_text())):
+    if not modules.is_file():
+        return "splade" if any(a.endswith("ForMaskedLM") for a in architectures) else None
+    if any("SpladePooling" in str(m.get("type", "")) for m in json.loads(modules.read_text())):
         return "splade"
     return None
 

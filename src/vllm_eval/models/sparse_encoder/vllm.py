@@ -17,6 +17,7 @@ this backend's own sparse engine.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +33,10 @@ from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
 from ..vllm_backend import VllmBackend
 from .base import SparseEncoderBase, sparse_flavour
+from .checkpoint import loadable_splade
 from .hybrid import HybridSearch, check_weights
+
+logger = logging.getLogger(__name__)
 
 #: vLLM's pooling task of each BGE-M3 output (``BgeM3EmbeddingModel``'s ``DispatchPooler``).
 BGE_M3_TASKS = {"dense": "embed", "sparse": "token_classify", "colbert": "token_embed"}
@@ -144,8 +148,14 @@ class VllmSparseEncoder(VllmBackend, HybridSearch, SparseEncoderBase):
         self.engine_kwargs = backend_engine_kwargs(
             "pooling", own, engine_kwargs, trust_remote_code=trust_remote_code, revision=revision
         )
+        engine_ref, self.checkpoint_changes = ref, []
+        if self.flavour == "splade":  # an older checkpoint format: the engine loads a normalised copy
+            path, self.checkpoint_changes = loadable_splade(ref.path)
+            if self.checkpoint_changes:
+                logger.info("%s: vLLM loads a copy with %s (%s)", ref.path, ", ".join(self.checkpoint_changes), path)
+                engine_ref = ModelRef.resolve(path)
         with self.closed_on_error():
-            info = self.start(ref, pooling_info, data_parallel_size, replicas_per_gpu, ray_address)
+            info = self.start(engine_ref, pooling_info, data_parallel_size, replicas_per_gpu, ray_address)
             max_length = info["max_model_len"]
             self._special = special_ids(info["tokenizer"])
             super().__init__(
