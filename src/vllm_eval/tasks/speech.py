@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.speech import SAMPLE_RATE
+from ..models.ranked import worker_threads
 from ..utils.errors import DataUnavailableError, UsageError
 
-#: The sampling rate every audio is resampled to (Hz).
-SAMPLE_RATE = 16000
 #: Audio file extensions a folder of your own is read for (what libsndfile decodes).
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".opus", ".aiff", ".aif")
 #: Prompts shorter than this many words are left out of the offline suite (WER on one or two words is noise).
@@ -284,7 +284,7 @@ def decode_audio(audio: str | bytes, where: str | None = None) -> np.ndarray:
 def decode_all(samples: list[SpeechSample], threads: int | None = None) -> list[np.ndarray]:
     """:func:`decode_audio` of every sample, in order, on threads (libsndfile and soxr release the GIL)."""
     names = [s.audio if isinstance(s.audio, str) else f"sample {s.id}" for s in samples]
-    workers = threads or max(1, min(8, len(os.sched_getaffinity(0))))
+    workers = threads or worker_threads()
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(decode_audio, [s.audio for s in samples], names))
 

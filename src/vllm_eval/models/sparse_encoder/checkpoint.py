@@ -16,14 +16,12 @@ results still name the model as given.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
-import struct
 from pathlib import Path
 from typing import Any
 
-from ...utils.errors import UsageError
+from ...utils.modelinfo import safetensors_header
 
 #: Old parameter name endings -> transformers' current ones.
 RENAMES = ((".LayerNorm.gamma", ".LayerNorm.weight"), (".LayerNorm.beta", ".LayerNorm.bias"))
@@ -36,22 +34,12 @@ _EMBEDDINGS = ("bert.embeddings.word_embeddings.weight", "embeddings.word_embedd
 
 
 def safetensors_names(path: Path) -> list[str]:
-    """The tensor names in a ``.safetensors`` file's header (the data is not read).
+    """The tensor names in a ``.safetensors`` file's header (:func:`~vllm_eval.utils.modelinfo.safetensors_header`).
 
     Raises:
-        UsageError: not a safetensors file (its header unreadable; the file named).
+        UsageError: not a safetensors file (the file named).
     """
-    try:
-        with path.open("rb") as fh:
-            size = struct.unpack("<Q", fh.read(8))[0]
-            if size > 100_000_000:
-                raise ValueError(f"a header of {size} bytes")
-            header = json.loads(fh.read(size))
-        if not isinstance(header, dict):
-            raise ValueError("the header is not a JSON object")
-    except (OSError, struct.error, ValueError) as exc:
-        raise UsageError(f"{path}: not a safetensors file ({exc})") from None
-    return [k for k in header if k != "__metadata__"]
+    return [k for k in safetensors_header(path) if k != "__metadata__"]
 
 
 def needed_changes(names: list[str]) -> list[str]:

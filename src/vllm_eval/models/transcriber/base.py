@@ -14,14 +14,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ...engine.speech import SAMPLE_RATE
 from ...utils.errors import UsageError
 from ...utils.progress import input_bar
 from ..base import BackendBase
 
 #: The tasks a transcriber runs (vLLM's ``task_type``; OpenAI's ``/v1/audio/transcriptions`` and ``translations``).
 SPEECH_TASKS = ("transcribe", "translate")
-#: The sampling rate audio reaches every backend at (Hz): Whisper's, and vLLM's speech models'.
-SAMPLE_RATE = 16000
 
 
 class TranscriberBase(BackendBase, ABC):
