@@ -13,8 +13,10 @@
 #            through CUDA_VISIBLE_DEVICES), $DTYPE (default: bfloat16, float16 for bert-base), $EXTRA more flags,
 #            $FRACTION, under $LIMIT seconds (default 420); $NAME (default run) names its files: $OUT/NAME.txt (exit,
 #            wall, the layout line, the stall line if any, peak GPU memory), NAME-summary.json, NAME.log.gz (the run's
-#            vllm-eval.log), NAME-smi.csv (memory every second). With $SPY=N, py-spy dumps of the command's process
-#            tree N seconds in (NAME-spy.txt).
+#            vllm-eval.log), NAME-smi.csv (memory and use every second), packed with NAME.txt's copy into NAME.tgz
+#            (two files per run come back). With $SPY=N, py-spy dumps of the command's process tree N seconds in
+#            (NAME-spy.txt); with $SPYREC=HZ, `py-spy record --subprocesses --threads` of the whole run at HZ samples
+#            a second (NAME-rec.txt.gz, raw: summarize it with scripts/spy_summary.py).
 #   bench    `vllm-eval bench` of $MODEL, fixed:512 texts, $N_TEXTS (default 2000), one backend per configuration of
 #            $CONFIGS (extra flags per configuration, separated by ';'), each its own process on $GPUS;
 #            $OUT/bench-NAME.txt.
@@ -50,6 +52,11 @@ case $part in
       --model "$models/$model" --dtype "$dtype" --no-cache --no-progress ${EXTRA:-} --output-dir "$work" \
       > "$work/stdout.txt" 2>&1 &
     cmd=$!
+    if [ -n "${SPYREC:-}" ]; then
+      sleep 2; py=$(pgrep -P "$cmd" -f vllm_eval.cli | head -1)
+      "${PYSPY:-py-spy}" record --pid "${py:-$cmd}" --subprocesses --threads --nonblocking -r "$SPYREC" --format raw \
+        -o "$work/rec.txt" > "$work/spy-record.log" 2>&1 &
+    fi
     if [ -n "${SPY:-}" ]; then
       ( sleep "$SPY"; for p in $(pgrep -f "vllm_eval" ); do echo "== pid $p: $(tr '\0' ' ' < /proc/$p/cmdline | cut -c1-150)"; \
         timeout 20 "${PYSPY:-py-spy}" dump --pid "$p" 2>&1 | head -60; done > "$out/$name-spy.txt" ) &
@@ -68,9 +75,12 @@ print("peak GPU memory (MiB):", dict(peak))
 PY
     } | tee "$out/$name.txt"
     tail -3 "$work/stdout.txt" >> "$out/$name.txt"
-    cp "$work/summary.json" "$out/$name-summary.json" 2>/dev/null
-    [ -f "$work/vllm-eval.log" ] && gzip -c "$work/vllm-eval.log" > "$out/$name.log.gz"
-    gzip -f "$out/$name-smi.csv" ;;
+    sleep 2; [ -f "$work/rec.txt" ] && gzip -c "$work/rec.txt" > "$out/$name-rec.txt.gz"
+    pack=$work/pack/$name; mkdir -p "$pack"; cp "$out/$name.txt" "$work/stdout.txt" "$pack/"
+    cp "$work/summary.json" "$pack/$name-summary.json" 2>/dev/null
+    [ -f "$work/vllm-eval.log" ] && cp "$work/vllm-eval.log" "$pack/$name.log"
+    mv "$out/$name-smi.csv" "$out/$name-rec.txt.gz" "$out/$name-spy.txt" "$pack/" 2>/dev/null
+    tar czf "$out/$name.tgz" -C "$work/pack" "$name" ;;
   bench)
     name=${NAME:-bench}; IFS=';' read -ra configs <<< "${CONFIGS:-}"; [ ${#configs[@]} = 0 ] && configs=("")
     for i in "${!configs[@]}"; do
