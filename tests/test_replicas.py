@@ -154,6 +154,41 @@ def test_two_replicas_match_one_engine_in_order(dp_encoder, vllm_encoder):
         assert lane.start <= pool.started_at and lane.end == pytest.approx(pool.started_at + ready[i], abs=1e-6)
 
 
+def test_replicas_tokenize_their_share_counted_and_cached_as_one_engine(dp_encoder, vllm_encoder, tmp_path):
+    from unittest import mock
+
+    from vllm_eval.models.cache import OutputCache
+
+    long = ["many words " * 400, "stocks fell " * 300]  # over the 256-token limit: cut, counted, warned once each
+    texts = [*_texts()[:120], *long]
+    for enc in (dp_encoder, vllm_encoder):
+        enc.counters.tokens = enc.counters.truncated = 0
+    # The parent's own tokenizer is never called: each replica tokenizes its part of a chunk.
+    with mock.patch.object(dp_encoder.tokenizer, "with_truncated", side_effect=AssertionError("parent tokenized")):
+        with pytest.warns(UserWarning, match="2 of .* exceeded 256 tokens"):
+            got = dp_encoder.encode_texts(texts)
+    with pytest.warns(UserWarning, match="2 of .* exceeded 256 tokens"):
+        ref = vllm_encoder.encode_texts(texts)
+    assert row_cosines(got, ref).min() >= 0.9999
+    assert dp_encoder.counters.tokens == vllm_encoder.counters.tokens > 0
+    assert dp_encoder.counters.truncated == vllm_encoder.counters.truncated == 2
+    # One cache serves both: the replicas fill it, the single engine computes nothing.
+    assert dp_encoder.identity() == vllm_encoder.identity()
+    cache = OutputCache(tmp_path / "outputs.sqlite")
+    try:
+        dp_encoder.use_cache(cache)
+        vllm_encoder.use_cache(cache)
+        dp_encoder.encode_texts(texts)
+        hits = vllm_encoder.counters.cache_hits
+        again = vllm_encoder.encode_texts(texts)
+        assert vllm_encoder.counters.cache_hits - hits == len(set(texts))
+        assert np.array_equal(again, dp_encoder.encode_texts(texts))
+    finally:
+        dp_encoder.use_cache(None)
+        vllm_encoder.use_cache(None)
+        cache.close()
+
+
 def test_replicas_count_the_devices_their_mfu_divides_by(dp_encoder, vllm_encoder):
     assert dp_encoder.accelerators == 2 and vllm_encoder.accelerators == 1
 

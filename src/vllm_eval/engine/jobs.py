@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -112,6 +112,50 @@ def embed_job(llm: Any, payload: tuple[list[Any], int | None, bool | None]) -> n
     prompts, params, tokenization = _embed_request(payload)
     kwargs = {"tokenization_kwargs": tokenization} if tokenization is not None else {}
     return embedding_rows(llm.encode(prompts, pooling_params=params, use_tqdm=False, pooling_task="embed", **kwargs))
+
+
+class TokenizedRows(NamedTuple):
+    """What :func:`embed_texts_job` gives back: the rows, and what tokenizing the texts found (the command counts it
+    as it would have counted its own tokenization). Parts of one split join field by field."""
+
+    #: float32 (n, dim), in the texts' order.
+    rows: np.ndarray
+    #: int32 (n,): tokens of each text as embedded (after truncation).
+    lengths: np.ndarray
+    #: bool (n,): the texts cut to the token limit.
+    truncated: np.ndarray
+
+
+#: This process's tokenizers by :meth:`~vllm_eval.engine.tokenizing.BatchTokenizer.settings` (one engine per replica).
+_TOKENIZERS: dict[tuple, Any] = {}
+
+
+def embed_texts_job(llm: Any, payload: tuple[list[str], int | None, bool | None, tuple]) -> TokenizedRows:
+    """Tokenize texts here, as the command would (:class:`~vllm_eval.engine.tokenizing.BatchTokenizer` with the
+    command's ``settings`` around this engine's tokenizer, the same files), then :func:`embed_job` the token ids.
+
+    A replica runs this so that the command's process, which feeds every replica under one GIL, does no per-token
+    work: on four H100s its tokenizing thread was the busiest thread of a whole-benchmark run and set the pace of all
+    16 replicas (docs/bench/h100x4-scaling). The ids, and so the rows, are the ones the command would have sent.
+
+    Raises:
+        RequestFailed: vLLM failed on an input (its index in the chunk and vLLM's reason).
+    """
+    from .tokenizing import BatchTokenizer
+
+    texts, dimensions, normalize, settings = payload
+    tokenizer = _TOKENIZERS.get(settings)
+    if tokenizer is None:
+        max_length, lower, specials, pads = settings
+        tokenizer = BatchTokenizer(
+            plain_tokenizer(llm.get_tokenizer()), max_length, lower, add_special_tokens=specials, pad_to_max_length=pads
+        )
+        _TOKENIZERS[settings] = tokenizer
+    ids, over = tokenizer.with_truncated(texts)
+    rows = embed_job(llm, (ids, dimensions, normalize))
+    cut = np.zeros(len(ids), dtype=bool)
+    cut[over] = True
+    return TokenizedRows(rows, np.fromiter(map(len, ids), dtype=np.int32, count=len(ids)), cut)
 
 
 def submit_embed(

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..engine.jobs import TokenizedRows
 from ..utils.progress import input_bar
 from .base import PoolingBackendBase
 from .images import ImageInput, cache_form
@@ -92,11 +93,10 @@ class TextPoolingBase(PoolingBackendBase):
                 order.append(rows[t])
             counts["unique"] += len(fresh)
             ids: list[list[int]] = []
-            if fresh and self.tokenizer is not None and isinstance(fresh[0], str):
+            if fresh and self.tokenizer is not None and isinstance(fresh[0], str) and not self._tokenized_remotely():
                 ids, n_cut = self.tokenizer(fresh)
                 counts["truncated"] += n_cut
-            # The exact model input keys the cache: token ids where we tokenize, else the text (an image: its pixels).
-            keys, hits = self._cached(ids or [cache_form(x) for x in fresh]) if fresh else ([], {})
+            keys, hits = self._cached(self._cache_inputs(fresh, ids)) if fresh else ([], {})
             item = _Chunk(fresh, ids, len(chunk), keys, hits)
             self._account(item)
             return item
@@ -108,9 +108,7 @@ class TextPoolingBase(PoolingBackendBase):
             while len(inflight) > keep:
                 chunk, future = inflight.popleft()
                 if chunk.fresh:
-                    computed = future.result() if future is not None else None
-                    rows = self._merge_cached(chunk.keys, chunk.hits, len(chunk.fresh), lambda _, c=computed: c)
-                    parts.append(rows if self.ragged or isinstance(rows, np.ndarray) else np.stack(rows))
+                    parts.append(self._chunk_rows(chunk, future, counts))
                 advance(chunk.n_texts)
 
         with self._one_call():  # one stream at a time: it keeps chunks in flight on the engine(s)
@@ -131,13 +129,48 @@ class TextPoolingBase(PoolingBackendBase):
             self.counters.add_compute(time.perf_counter() - start)
             self.counters.truncated += counts["truncated"]
             warn_truncated(counts["truncated"], counts["unique"], self.max_length, self.name)
-            if self.ragged:
-                flat = [row for part in parts for row in part]
-                return [flat[i] for i in order]
-            if not parts:
-                return np.zeros((0, self._output_width()), dtype=np.float32)
-            unique = np.concatenate(parts).astype(np.float32, copy=False)
-            return np.ascontiguousarray(unique[np.asarray(order, dtype=np.int64)])
+            return self._in_input_order(parts, order)
+
+    def _in_input_order(self, parts: list[Any], order: list[int]) -> Any:
+        """One row per input: ``order[i]`` is input i's row among the distinct texts' rows (``parts``, in turn)."""
+        if self.ragged:
+            flat = [row for part in parts for row in part]
+            return [flat[i] for i in order]
+        if not parts:
+            return np.zeros((0, self._output_width()), dtype=np.float32)
+        unique = np.concatenate(parts).astype(np.float32, copy=False)
+        if len(order) == len(unique):  # every text distinct: the rows are in input order already (a corpus)
+            return np.ascontiguousarray(unique)
+        return np.ascontiguousarray(unique[np.asarray(order, dtype=np.int64)])
+
+    def _chunk_rows(self, chunk: _Chunk, future: Future | None, counts: dict[str, int]) -> Any:
+        """The rows of a collected chunk's distinct texts, in order: the cache's hits merged with what was computed
+        (stored as it comes)."""
+        computed = future.result() if future is not None else None
+        if isinstance(computed, TokenizedRows):  # tokenized where it was computed: counted here
+            computed = self._account_remote(computed, counts)
+        rows = self._merge_cached(chunk.keys, chunk.hits, len(chunk.fresh), lambda _: computed)
+        return rows if self.ragged or isinstance(rows, np.ndarray) else np.stack(rows)
+
+    def _tokenized_remotely(self) -> bool:
+        """Whether texts go to the engines untokenized and each engine tokenizes its share
+        (:class:`~vllm_eval.engine.jobs.TokenizedRows` come back): the default, no."""
+        return False
+
+    def _cache_inputs(self, fresh: list[Any], ids: list[list[int]]) -> list[Any]:
+        """What keys each input's cached output: its exact model input, the token ids where they were made here,
+        else the text (an image: its pixels). A backend keying texts by themselves puts its tokenizer's
+        fingerprint in its identity."""
+        return ids or [cache_form(x) for x in fresh]
+
+    def _account_remote(self, computed: TokenizedRows, counts: dict[str, int]) -> np.ndarray:
+        """Count tokens and truncations an engine's own tokenizing found (as :meth:`_account` counts ours); the
+        rows."""
+        n = int(computed.lengths.sum())
+        self.counters.tokens += n
+        self.counters.compute_tokens += n
+        counts["truncated"] += int(computed.truncated.sum())
+        return computed.rows
 
     def _submit_chunk(self, texts: list[str], ids: list[list[int]]) -> Future:
         """Start one chunk; the default runs :meth:`_pool_chunk` here and returns a finished future."""

@@ -1,13 +1,17 @@
-"""Streaming helpers every backend shares: chunking, look-ahead preparation, token counting, truncation reports."""
+"""Streaming helpers every backend shares: chunking, look-ahead preparation, token counting, truncation reports.
+
+:class:`BatchTokenizer` lives in :mod:`vllm_eval.engine.tokenizing` (a replica tokenizes with it too) and is
+re-exported here."""
 
 from __future__ import annotations
 
-import copy
 import itertools
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from ..engine.tokenizing import PROBE_TEXTS, BatchTokenizer, private_tokenizer
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -103,74 +107,15 @@ def prefetched(items: Iterable[T], prepare: Callable[[T], R]) -> Iterator[R]:
             yield result
 
 
-def private_tokenizer(tokenizer: Any) -> Any:
-    """A copy of a Hugging Face tokenizer for the look-ahead thread of :func:`prefetched`.
-
-    A fast tokenizer keeps its truncation and padding settings on the shared Rust object and sets
-    them before every call, so two threads calling one tokenizer with different settings get each
-    other's (measured: sentence-transformers' padded batches came back ragged while another thread
-    tokenized with ``max_length=257``; see huggingface/tokenizers#537 on thread safety). The
-    backend's own tokenizer stays with the backend; ours is a deep copy (None stays None).
-    """
-    return None if tokenizer is None else copy.deepcopy(tokenizer)
-
-
-class BatchTokenizer:
-    """Batch tokenization that yields the token ids vLLM's own text path would produce.
-
-    vLLM's pooling renderer calls the HF tokenizer with ``add_special_tokens=True``,
-    ``truncation=True, max_length=max_model_len`` (``truncate_prompt_tokens=-1``) and lower-cases
-    first when the sentence-transformers config says ``do_lower_case``. Doing the same here, in
-    batches, lets us count what was truncated and feed ``TokensPrompt``s.
-
-    Args:
-        tokenizer: a Hugging Face (fast) tokenizer; its ``truncation_side`` is respected. A private
-            copy is kept (see :func:`private_tokenizer`), so the backend may go on using its own.
-        max_length: token limit including special tokens.
-        do_lower_case: lower-case texts before tokenizing.
-        add_special_tokens: add the tokenizer's special tokens (False for text a chat template
-            rendered, which carries them already).
-        pad_to_max_length: pad every text's ids to ``max_length`` with the tokenizer's pad token, as
-            SigLIP's text tower was trained (``padding="max_length"``; it pools the last position and has no
-            attention mask, so the padding changes the vector).
-    """
-
-    def __init__(
-        self,
-        tokenizer: Any,
-        max_length: int,
-        do_lower_case: bool = False,
-        add_special_tokens: bool = True,
-        pad_to_max_length: bool = False,
-    ) -> None:
-        self.tokenizer = private_tokenizer(tokenizer)
-        self.max_length = int(max_length)
-        self.do_lower_case = do_lower_case
-        self.add_special_tokens = add_special_tokens
-        self.pad_id = tokenizer.pad_token_id if pad_to_max_length else None
-
-    def _encode(self, texts: list[str], max_length: int) -> list[list[int]]:
-        enc = self.tokenizer(
-            texts,
-            add_special_tokens=self.add_special_tokens,
-            truncation=True,
-            max_length=max_length,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )
-        return [list(x) for x in enc["input_ids"]]
-
-    def __call__(self, texts: list[str]) -> tuple[list[list[int]], int]:
-        """Token ids per text, and how many texts were truncated to ``max_length``."""
-        if self.do_lower_case:
-            texts = [t.lower() for t in texts]
-        # One token over the limit tells "too long" apart from "exactly at the limit" without
-        # tokenizing long documents in full; only those few are tokenized again, truncated.
-        ids = self._encode(texts, self.max_length + 1)
-        over = [i for i, x in enumerate(ids) if len(x) > self.max_length]
-        if over:
-            for i, x in zip(over, self._encode([texts[i] for i in over], self.max_length), strict=True):
-                ids[i] = x
-        if self.pad_id is not None:
-            ids = [x + [self.pad_id] * (self.max_length - len(x)) for x in ids]
-        return ids, len(over)
+__all__ = [
+    "PROBE_TEXTS",
+    "BatchTokenizer",
+    "Batches",
+    "TruncationWarning",
+    "chunked",
+    "flatten",
+    "loader_len",
+    "prefetched",
+    "private_tokenizer",
+    "warn_truncated",
+]

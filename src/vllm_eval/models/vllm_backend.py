@@ -51,11 +51,14 @@ def guarded(fn: Callable[[Any, Any], Any], llm: Any, payload: Any) -> Any:
 
 
 def _join(parts: list[Any]) -> Any:
-    """Parts of one split, in order: arrays concatenated, lists chained (one part: itself)."""
+    """Parts of one split, in order: arrays concatenated, named tuples of arrays
+    (:class:`~vllm_eval.engine.jobs.TokenizedRows`) field by field, lists chained (one part: itself)."""
     if len(parts) == 1:
         return parts[0]
     if parts and all(isinstance(p, np.ndarray) for p in parts):
         return np.concatenate(parts)
+    if parts and all(isinstance(p, tuple) and hasattr(p, "_fields") for p in parts):  # named arrays: field by field
+        return type(parts[0])(*(np.concatenate(field) for field in zip(*parts, strict=True)))
     return [x for part in parts for x in part]
 
 

@@ -2,8 +2,9 @@
 
 ``mteb.evaluate(VllmEncoder("path/or/org-name"), tasks)`` works unchanged. Compared with mteb's own
 ``VllmEncoderWrapper`` (mteb/models/vllm_wrapper.py): static prompts reach the model, model metadata
-is read offline, ``trust_remote_code`` defaults to False, texts are tokenized here in batches and
-sent as token ids (truncation counted and reported), and the engine is shared and shut down.
+is read offline, ``trust_remote_code`` defaults to False, texts are tokenized in batches (here, or by each replica
+for its share of a chunk) and sent as token ids (truncation counted and reported), and the engine is shared and
+shut down.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...engine.args import backend_engine_kwargs
-from ...engine.jobs import embed_job, encoder_info, submit_embed
+from ...engine.jobs import embed_job, embed_texts_job, encoder_info, submit_embed
 from ...utils.errors import UsageError
 from ...utils.modelinfo import ModelRef, build_model_meta
-from ..images import ImageInput, prompted_inputs
+from ..images import ImageInput, cache_form, prompted_inputs
 from ..presets import ImagePrompts
 from ..prompts import InstructionTemplate, resolve_prompting
 from ..streaming import BatchTokenizer
@@ -186,7 +187,18 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
             "dimensions": self.dimensions,
             "normalize": self.normalize,
             "image_prompts": vars_of(self.image_prompts),
+            "tokenizer": self.tokenizer.fingerprint() if self.tokenizer is not None else None,
         }
+
+    def _tokenized_remotely(self) -> bool:
+        # Replicas tokenize their own share of each chunk (embed_texts_job): the process feeding them all does no
+        # per-token work. The ids are the ones it would make (the same tokenizer files and settings).
+        return self.pool is not None and self.pretokenize
+
+    def _cache_inputs(self, fresh: list[Any], ids: list[list[int]]) -> list[Any]:
+        # A text keys its own output (the identity carries the tokenizer's fingerprint): the same key whether the
+        # ids were made here or in a replica.
+        return [cache_form(x) for x in fresh]
 
     def _model_inputs(self, texts: list[str] | None, images: list[Any] | None) -> list[Any]:
         """A vision-language embedder's inputs: each text, image or image+text pair in its prompt
@@ -224,6 +236,14 @@ class VllmEncoder(VllmBackend, CorpusSearch, EncoderBase):
     def _submit_chunk(self, texts: list[str], ids: list[list[int]]) -> Future:
         # Not waited for: with replicas, or the in-process engine's pipeline (submit_embed), the next chunk is
         # prepared and handed over meanwhile.
+        if texts and not ids and isinstance(texts[0], str) and self._tokenized_remotely():
+            settings = self.tokenizer.settings()
+            return self.submit_split(
+                embed_texts_job,
+                len(texts),
+                lambda lo, hi: (texts[lo:hi], self.dimensions, self.normalize, settings),
+                lambda i: f"input {texts[i]!r:.80}",
+            )
         return self.submit_split(
             embed_job,
             len(texts),

@@ -1,0 +1,84 @@
+"""The command's own CPU time to tokenize one chunk: BatchTokenizer's direct Rust call against transformers' call.
+
+    python scripts/tokenize_bench.py [TOKENIZER_DIR] [N_TEXTS]
+    python scripts/tokenize_bench.py --replicas 2 [N_TEXTS]
+
+The parent of the replicas tokenizes every text under its one GIL (on a 4-GPU host it was the busiest thread of a
+whole-benchmark run, docs/bench/h100x4-scaling). Time that thread spends is what the replicas wait for, so this
+prints the calling thread's CPU time (``time.thread_time``: the Rust work on tokenizers' own threads is not in it) and
+the wall time per text, for short (MindSmall-like, ~12 tokens) and long (Touche-like, ~100 tokens) texts, both paths
+alternated three times, and checks that both gave the same ids. Default: the packaged all-MiniLM-L6-v2 WordPiece,
+8,192 texts (one chunk of 8 replicas).
+
+With ``--replicas R``: the packaged all-MiniLM-L6-v2 on R engine replicas (vLLM), N_TEXTS (default 20,000) texts of
+~100 tokens encoded with the replicas tokenizing their shares (the default) and with this process tokenizing (as
+before), alternated twice, printing this process's CPU seconds (every thread: ``time.process_time``) and the wall time
+of each, and the largest difference between their rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+
+import numpy as np
+
+
+def replicas(n_replicas: int, n: int) -> None:
+    from unittest import mock
+
+    from vllm_eval import VllmEncoder
+
+    rng = np.random.default_rng(0)
+    words = "the a cat dog market rain music ship city river data model light stone paper green fast slow".split()
+    with VllmEncoder(data_parallel_size=n_replicas, show_progress_bar=False) as enc:
+        enc.encode_texts(["warm up"] * 8)
+        rows = {}
+        for round_ in range(2):
+            texts = [f"{round_} {i} " + " ".join(rng.choice(words, size=90)) for i in range(n)]
+            for where in ("replicas", "here"):
+                here = mock.patch.object(type(enc), "_tokenized_remotely", lambda self: False)
+                with here if where == "here" else contextlib.nullcontext():
+                    cpu, wall = time.process_time(), time.perf_counter()
+                    rows[where] = enc.encode_texts(texts)
+                    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+                print(f"tokenized {where:8s}: this process's CPU {cpu:6.2f} s, wall {wall:6.2f} s ({n} texts)")
+            print(f"largest difference: {float(np.abs(rows['replicas'] - rows['here']).max()):.3g}")
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--replicas"]:
+        replicas(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 20000)
+        return
+    from transformers import AutoTokenizer
+
+    from vllm_eval.models.streaming import BatchTokenizer
+    from vllm_eval.utils.modelinfo import packaged_model_path
+
+    tok = AutoTokenizer.from_pretrained(sys.argv[1] if len(sys.argv) > 1 else packaged_model_path())
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 8192
+    words = [w for w in tok.get_vocab() if w.isalpha() and len(w) > 2][:20000]
+    rng = np.random.default_rng(0)
+    direct = BatchTokenizer(tok, 512)
+    via = BatchTokenizer(tok, 512)
+    via._rust = None
+    for n_words in (10, 95):
+        texts = [" ".join(rng.choice(words, size=n_words)) for _ in range(n)]
+        seen: dict[str, list[float]] = {"transformers": [], "direct": []}
+        for _ in range(3):
+            for name, bt in (("transformers", via), ("direct", direct)):
+                cpu, wall = time.thread_time(), time.perf_counter()
+                ids, _ = bt(texts)
+                seen[name].append((time.thread_time() - cpu) / n * 1e6)
+                seen[name].append((time.perf_counter() - wall) / n * 1e6)
+                seen.setdefault(f"ids {name}", ids)
+        assert seen["ids transformers"] == seen["ids direct"], "the two paths gave different ids"
+        tokens = sum(map(len, seen["ids direct"])) / n
+        for name in ("transformers", "direct"):
+            cpu, wall = min(seen[name][0::2]), min(seen[name][1::2])
+            print(f"{tokens:5.1f} tokens/text  {name:12s}  calling thread {cpu:6.2f} us/text  wall {wall:6.2f} us/text")
+
+
+if __name__ == "__main__":
+    main()
