@@ -65,7 +65,7 @@ text = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     texts=st.lists(text, min_size=1, max_size=12),
     name=st.sampled_from(["minilm", "tiny-bpe", "minilm-no-specials", "minilm-left"]),
