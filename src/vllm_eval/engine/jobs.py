@@ -10,6 +10,7 @@ interpreter start on this 2-core machine before vLLM's own import. This module i
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, NamedTuple
@@ -126,8 +127,9 @@ class TokenizedRows(NamedTuple):
     truncated: np.ndarray
 
 
-#: This process's tokenizers by :meth:`~vllm_eval.engine.tokenizing.BatchTokenizer.settings` (one engine per replica).
-_TOKENIZERS: dict[tuple, Any] = {}
+#: Each engine's tokenizers by :meth:`~vllm_eval.engine.tokenizing.BatchTokenizer.settings`, made on first use and
+#: gone with the engine (as the pipelines of :func:`~vllm_eval.engine.pipeline.engine_pipeline`).
+_TOKENIZERS: weakref.WeakKeyDictionary[Any, dict[tuple, Any]] = weakref.WeakKeyDictionary()
 
 
 def embed_texts_job(llm: Any, payload: tuple[list[str], int | None, bool | None, tuple]) -> TokenizedRows:
@@ -144,13 +146,14 @@ def embed_texts_job(llm: Any, payload: tuple[list[str], int | None, bool | None,
     from .tokenizing import BatchTokenizer
 
     texts, dimensions, normalize, settings = payload
-    tokenizer = _TOKENIZERS.get(settings)
+    made = _TOKENIZERS.setdefault(llm, {})
+    tokenizer = made.get(settings)
     if tokenizer is None:
         max_length, lower, specials, pads = settings
         tokenizer = BatchTokenizer(
             plain_tokenizer(llm.get_tokenizer()), max_length, lower, add_special_tokens=specials, pad_to_max_length=pads
         )
-        _TOKENIZERS[settings] = tokenizer
+        made[settings] = tokenizer
     ids, over = tokenizer.with_truncated(texts)
     rows = embed_job(llm, (ids, dimensions, normalize))
     cut = np.zeros(len(ids), dtype=bool)

@@ -10,7 +10,7 @@ from typing import Any
 
 
 def private_tokenizer(tokenizer: Any) -> Any:
-    """A copy of a Hugging Face tokenizer for the look-ahead thread of :func:`prefetched`.
+    """A copy of a Hugging Face tokenizer for the look-ahead thread of :func:`vllm_eval.models.streaming.prefetched`.
 
     A fast tokenizer keeps its truncation and padding settings on the shared Rust object and sets
     them before every call, so two threads calling one tokenizer with different settings get each
