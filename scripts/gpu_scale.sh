@@ -16,7 +16,11 @@
 #            vllm-eval.log), NAME-smi.csv (memory and use every second), packed with NAME.txt's copy into NAME.tgz
 #            (two files per run come back). With $SPY=N, py-spy dumps of the command's process tree N seconds in
 #            (NAME-spy.txt); with $SPYREC=HZ, `py-spy record --subprocesses --threads` of the whole run at HZ samples
-#            a second (NAME-rec.txt.gz, raw: summarize it with scripts/spy_summary.py).
+#            a second (NAME-rec.txt.gz, raw: summarize it with scripts/spy_summary.py). With $RAY=1 the replicas are
+#            Ray actors of a one-node cluster of these GPUs started for the run on 127.0.0.1:6390 and stopped after
+#            (`--ray-address`; Ray places actors only where the layout is given: pass it in $EXTRA). With
+#            $KILL_AT=S (with RAY=1), the newest replica actor and its children are SIGKILLed S seconds in
+#            (named in NAME.txt).
 #   bench    `vllm-eval bench` of $MODEL, fixed:512 texts, $N_TEXTS (default 2000), one backend per configuration of
 #            $CONFIGS (extra flags per configuration, separated by ';'), each its own process on $GPUS;
 #            $OUT/bench-NAME.txt.
@@ -47,11 +51,23 @@ case $part in
     name=${NAME:-run}; work=/root/work/runs/$name; rm -rf "$work"; mkdir -p "$work"
     nvidia-smi --query-gpu=timestamp,index,memory.used,utilization.gpu --format=csv,noheader -l 1 > "$out/$name-smi.csv" &
     smi=$!
+    ray_flag=()
+    if [ "${RAY:-0}" = 1 ]; then
+      CUDA_VISIBLE_DEVICES=$gpus RAY_USAGE_STATS_ENABLED=0 timeout 60 ray start --head --node-ip-address 127.0.0.1 \
+        --port 6390 --include-dashboard=false --disable-usage-stats > "$work/ray-start.log" 2>&1
+      echo "ray start: exit $?" >> "$work/ray-start.log"; ray_flag=(--ray-address 127.0.0.1:6390)
+    fi
     start=$(date +%s.%N)
     CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 "${LIMIT:-420}" python3 -m vllm_eval.cli run --data "$replica" \
-      --model "$models/$model" --dtype "$dtype" --no-cache --no-progress ${EXTRA:-} --output-dir "$work" \
-      > "$work/stdout.txt" 2>&1 &
+      --model "$models/$model" --dtype "$dtype" --no-cache --no-progress ${EXTRA:-} "${ray_flag[@]}" \
+      --output-dir "$work" > "$work/stdout.txt" 2>&1 &
     cmd=$!
+    if [ -n "${KILL_AT:-}" ]; then
+      ( sleep "$KILL_AT"; victim=$(pgrep -n -f "ray::_ReplicaActor")
+        echo "killed at ${KILL_AT} s: pid $victim ($(tr '\0' ' ' < /proc/$victim/cmdline | cut -c1-80)) and its children" \
+          > "$work/killed.txt"
+        pkill -9 -P "$victim"; kill -9 "$victim" ) &
+    fi
     if [ -n "${SPYREC:-}" ]; then
       sleep 2; py=$(pgrep -P "$cmd" -f vllm_eval.cli | head -1)
       "${PYSPY:-py-spy}" record --pid "${py:-$cmd}" --subprocesses --threads --nonblocking -r "$SPYREC" --format raw \
@@ -62,7 +78,9 @@ case $part in
         timeout 20 "${PYSPY:-py-spy}" dump --pid "$p" 2>&1 | head -60; done > "$out/$name-spy.txt" ) &
     fi
     wait $cmd; rc=$?; wall=$(secs "$start"); kill $smi 2>/dev/null
-    { echo "run $name: model $model $dtype, GPUs $gpus, fraction $fraction, extra '${EXTRA:-}': exit $rc, wall $wall s"
+    [ "${RAY:-0}" = 1 ] && timeout 60 ray stop --force > /dev/null 2>&1
+    { echo "run $name: model $model $dtype, GPUs $gpus, fraction $fraction, extra '${EXTRA:-} ${ray_flag[*]}': exit $rc, wall $wall s"
+      cat "$work/killed.txt" 2>/dev/null
       grep -E "layout:|error|stalled|answered none|made no progress|Traceback|OutOfMemory" "$work/stdout.txt" | cut -c1-600 | head -8
       python3 - "$out/$name-smi.csv" <<'PY'
 import sys, collections

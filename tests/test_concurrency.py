@@ -86,3 +86,47 @@ def test_each_task_gets_its_own_sklearn_model_and_workers_are_checked():
     assert task_workers(8, 3) == 3 and task_workers(None, 100) >= 1
     with pytest.raises(UsageError, match="concurrent_tasks"):
         task_workers(0, 3)
+
+
+@pytest.mark.parametrize(("cores", "gpus", "workers"), [(2, 1, 1), (4, 4, 1), (16, 1, 4), (16, 4, 8), (64, 4, 16)])
+def test_default_task_processes_grow_with_the_gpus_up_to_half_the_cores(monkeypatch, cores, gpus, workers):
+    from vllm_eval.evaluation import concurrency
+
+    monkeypatch.setattr(concurrency, "cores", lambda: cores)
+    assert task_workers(None, 100, gpus=gpus) == workers
+    assert task_workers(3, 100, gpus=gpus) == 3  # asked: as asked
+
+
+def test_task_processes_take_the_gpus_in_turn(monkeypatch):
+    from vllm_eval.evaluation import task_processes
+
+    launched = []
+
+    class Recorded:
+        def __init__(self, k, first, settings):
+            launched.append(settings[-1])
+
+    monkeypatch.setattr(task_processes, "_Process", Recorded)
+    monkeypatch.setattr(task_processes, "scoring_gpus", lambda: ["2", "5"])
+    task_processes.TaskProcesses(3)
+    assert launched == ["2", "5", "2"]
+    launched.clear()
+    monkeypatch.setattr(task_processes, "scoring_gpus", lambda: [])
+    task_processes.TaskProcesses(2)
+    assert launched == [None, None]
+    monkeypatch.undo()
+    assert task_processes.scoring_gpus() == []  # the CPU build: none
+
+
+def test_similarity_runs_eagerly_inside_the_blocks_and_as_mteb_after(monkeypatch):
+    from mteb import similarity_functions
+
+    from vllm_eval.evaluation.scoring import eager_similarity, fast_scoring
+
+    monkeypatch.setattr(similarity_functions, "_use_torch_compile", lambda: True)  # as on an H100
+    with eager_similarity():
+        assert similarity_functions._use_torch_compile() is False
+        with fast_scoring():
+            assert similarity_functions._use_torch_compile() is False
+        assert similarity_functions._use_torch_compile() is False  # the outer block still holds
+    assert similarity_functions._use_torch_compile() is True

@@ -206,6 +206,70 @@ def test_candidates_ranked_best_first_and_cut_at_k(monkeypatch, factor):
         assert np.allclose(list(ranked[q].values()), full[i, best], atol=1e-6)
 
 
+@pytest.mark.parametrize("factor", [0, 16])
+def test_queries_that_repeat_are_scored_once_each_as_if_every_one_were_encoded(monkeypatch, factor):
+    """Candidates of queries that share a row (``rows``) rank as the queries with their own copies of the row, the
+    pairs read block by block in any order."""
+    monkeypatch.setattr(search, "MATRIX_FACTOR", factor)
+    monkeypatch.setattr(search, "BLOCK_ENTRIES", 3 * 25)  # blocks of 3 distinct queries: pairs out of order
+    rng = np.random.default_rng(2)
+    distinct = rng.normal(size=(9, 16)).astype(np.float32)
+    rows = rng.integers(0, 9, size=50)
+    docs = rng.normal(size=(25, 16)).astype(np.float32)
+    query_ids, doc_ids = [f"q{i}" for i in range(50)], [f"d{i}" for i in range(25)]
+    top_ranked = {q: [doc_ids[j] for j in rng.choice(25, size=rng.integers(0, 12), replace=False)] for q in query_ids}
+    once = search.rank_candidates(_Cosine, distinct, query_ids, docs, doc_ids, top_ranked, 5, rows)
+    every = search.rank_candidates(_Cosine, distinct[rows], query_ids, docs, doc_ids, top_ranked, 5)
+    assert list(once) == list(every) == query_ids
+    for q in query_ids:
+        assert list(once[q].items()) == list(every[q].items())
+
+
+def test_distinct_texts_keep_first_seen_order_and_map_every_text():
+    texts = ["b", "a", "b", "c", "a"]
+    distinct, rows = search.distinct_texts(texts)
+    assert distinct == ["b", "a", "c"] and rows.tolist() == [0, 1, 0, 2, 1]
+    assert [distinct[r] for r in rows] == texts
+    assert search.distinct_texts(["x", "y"]) == (["x", "y"], None)
+
+
+def test_a_reranking_task_whose_queries_repeat_encodes_each_text_once(vllm_encoder, replica, monkeypatch):
+    """Queries repeated under new ids (as MindSmallReranking's subqueries): one encode of the distinct texts, and
+    the candidates ranked as mteb's wrapper ranks them."""
+    import datasets
+    from mteb.models.search_wrappers import SearchEncoderWrapper
+
+    from vllm_eval.tasks.shaped import replica_tasks
+
+    (task,) = [t for t in replica_tasks(replica) if t.metadata.name == "AskUbuntuDupQuestions"]
+    task.load_data()
+    split = task.dataset["default"]["test"]
+    again = split["queries"].map(lambda row: {"id": row["id"] + "-again"})
+    queries = datasets.concatenate_datasets([split["queries"], again])
+    top_ranked = {**split["top_ranked"], **{q + "-again": docs for q, docs in split["top_ranked"].items()}}
+    where = {"task_metadata": task.metadata, "hf_split": "test", "hf_subset": "default", "encode_kwargs": {}}
+    seen = []
+    encode = vllm_encoder.encode
+
+    def counted(inputs, **kwargs):
+        seen.append(sum(len(batch["text"]) for batch in inputs))
+        return encode(inputs, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(vllm_encoder, "encode", counted)
+        vllm_encoder.index(split["corpus"], num_proc=None, **where)
+        ours = vllm_encoder.search(queries, top_k=5, top_ranked=top_ranked, num_proc=None, **where)
+    assert seen == [len(set(search.query_texts(split["queries"]))), len(split["corpus"])]
+    mteb_wrapper = SearchEncoderWrapper(vllm_encoder)
+    mteb_wrapper.index(split["corpus"], num_proc=None, **where)
+    theirs = mteb_wrapper.search(queries, top_k=5, top_ranked=top_ranked, num_proc=None, **where)
+    assert ours.keys() == theirs.keys()
+    for qid, found in theirs.items():
+        assert np.allclose(sorted(ours[qid].values()), sorted(found.values()), atol=1e-5), qid
+    for qid in again["id"]:
+        assert ours[qid] == ours[qid.removesuffix("-again")]
+
+
 def test_columns_and_texts_read_at_once_follow_a_selection():
     import datasets
 

@@ -36,8 +36,8 @@ GPU_MEMORY_SHARE = 0.9
 #: What one process of ours scoring on the GPU beside the engines may hold: its CUDA context (~0.5 GiB), a block
 #: of scores (``models.encoder.search.DEVICE_BYTES``, 1 GiB) and its headroom (0.5 GiB).
 SCORER_BYTES = 2 * 1024**3
-#: Processes that may score on the GPU beside an engine: the command's and up to four task processes
-#: (``evaluation.concurrency.MAX_DEFAULT_WORKERS``). Two task processes next to an 8B engine held 1.3 and 2.2 GB
+#: Processes that may score on one GPU beside an engine: the command's and up to four task processes
+#: (``evaluation.concurrency.WORKERS_PER_GPU``; each task process scores on one GPU). Two task processes next to an 8B engine held 1.3 and 2.2 GB
 #: of an H100 and the engine's next step ran out of memory.
 SCORING_PROCESSES = 5
 SCORING_RESERVE_BYTES = SCORING_PROCESSES * SCORER_BYTES

@@ -93,6 +93,7 @@ class TaskProcesses:
         from .concurrency import cores
 
         self._settings = (threads or max(1, cores() // max(n, 1)), settings())
+        self._gpus = scoring_gpus()
         self._lock = threading.Condition()
         self._idle: list[int] = list(range(n))
         self._preloaded: dict[int, str] = {}
@@ -110,7 +111,7 @@ class TaskProcesses:
 
     def _launch(self, k: int, first: bytes | None) -> Any:
         """Start worker ``k`` (loading ``first``'s data): a :class:`_Process` here, a Ray actor in a subclass."""
-        return _Process(k, first, self._settings)
+        return _Process(k, first, (*self._settings, self._gpus[k % len(self._gpus)] if self._gpus else None))
 
     def _as_sent(self, run: Callable[..., Any], args: tuple, folders: dict[str, str]) -> tuple:
         """``(run, args, kwargs, finish)`` as sent to a worker, ``finish`` applied to what it returns: here the
@@ -214,6 +215,20 @@ class TaskProcesses:
             worker.close()
 
 
+def scoring_gpus() -> list[str]:
+    """The GPUs task processes score on in turn (process k on the (k mod n)-th), so that each GPU holds at most
+    its share of them beside its engines (``engine.sizing.SCORING_PROCESSES``): the visible GPUs where there are
+    several, else none (each process as the command: one GPU or the CPU build)."""
+    from ..engine.args import on_cpu
+    from ..engine.sizing import visible_gpus
+
+    try:
+        gpus = [] if on_cpu() else visible_gpus()
+    except Exception:  # no vLLM, NVML or torch to ask
+        return []
+    return gpus if len(gpus) > 1 else []
+
+
 class _Process:
     """A task process (``multiprocessing``'s spawn start) and this end of its pipe: what :class:`TaskProcesses`
     sends messages to, watches and kills."""
@@ -273,10 +288,12 @@ def _call(model: Any, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         return model.encode(*args, **kwargs)
     if method == "search":  # index and search in one call: the index is kept per thread (CorpusSearch)
         from ..models.ranked import columnar
+        from .scoring import eager_similarity
 
         corpus, queries, index_kwargs = args
         model.index(corpus, **index_kwargs)
-        with columnar():  # arrays cross the pipe; the task process makes dicts if its scoring wants them
+        # arrays cross the pipe (the task process makes dicts if its scoring wants them); no torch.compile here
+        with columnar(), eager_similarity():
             return model.search(queries, **kwargs)
     raise ValueError(f"not a forwarded model method: {method}")
 
@@ -337,14 +354,19 @@ def _portable(exc: BaseException) -> BaseException:
 # --- the process -------------------------------------------------------------------------------------
 
 
-def _child(conn: Any, first: bytes | None, threads: int, logging_as: tuple[bool, str | None] | None) -> None:
+def _child(
+    conn: Any, first: bytes | None, threads: int, logging_as: tuple[bool, str | None] | None, gpu: str | None = None
+) -> None:
     """A task process: import what mteb.evaluate imports, load ``first``'s data, then evaluate the tasks it is
     sent until ``None`` or the parent's end of the pipe closes. ``logging_as``: the command's logging settings
-    (:func:`vllm_eval.utils.logs.settings`): third-party warnings go where the command sends its own."""
+    (:func:`vllm_eval.utils.logs.settings`): third-party warnings go where the command sends its own; ``gpu``: the
+    one GPU its scoring may use (:func:`scoring_gpus`), None: as the command."""
     # Ctrl-C reaches the whole process group: the command stops these processes itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = str(threads)  # before NumPy, scikit-learn and torch start their pools
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before torch counts the GPUs
     set_up(logging_as)
     serve_tasks(conn, first)
 

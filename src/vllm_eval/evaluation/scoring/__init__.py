@@ -26,9 +26,34 @@ from typing import Any
 #: The scoring paths: ours, or mteb's own functions unchanged.
 SCORINGS = ("fast", "mteb")
 
-_lock = threading.Lock()
-_users = 0
-_saved: list[tuple[Any, str, Any]] = []
+
+
+class _Patches:
+    """Replacements of module attributes (``make()``: (owner, attribute, replacement) triples) held while any
+    thread is inside :meth:`applied`, restored when the last one leaves."""
+
+    def __init__(self, make: Any) -> None:
+        self._make, self._lock, self._users = make, threading.Lock(), 0
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    @contextmanager
+    def applied(self) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                patches = self._make()
+                self._saved[:] = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
+                for owner, name, new in patches:
+                    setattr(owner, name, new)
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    for owner, name, old in self._saved:
+                        setattr(owner, name, old)
+                    self._saved.clear()
 
 
 def _retrieval_evaluate(
@@ -87,7 +112,6 @@ def _no_compile() -> bool:
 
 def _patches() -> list[tuple[Any, str, Any]]:
     """(owner, attribute, replacement) of every mteb function replaced under :func:`fast_scoring`."""
-    from mteb import similarity_functions
     from mteb._evaluators import retrieval_evaluator, retrieval_metrics
     from mteb.abstasks import retrieval as retrieval_task
     from mteb.abstasks.abstask import AbsTask
@@ -118,40 +142,43 @@ def _patches() -> list[tuple[Any, str, Any]]:
         (retrieval_task, "_filter_queries_without_positives", _filter_queries_without_positives),
         (AbsTaskClassification, "_run_experiment", _run_experiment),
         (AbsTask, "_save_task_predictions", _save_task_predictions),
-        (similarity_functions, "_use_torch_compile", _no_compile),
     ]
+
+
+def _eager_patches() -> list[tuple[Any, str, Any]]:
+    from mteb import similarity_functions
+
+    return [(similarity_functions, "_use_torch_compile", _no_compile)]
+
+
+_fast = _Patches(_patches)
+_eager = _Patches(_eager_patches)
+
+
+@contextmanager
+def eager_similarity() -> Iterator[None]:
+    """Within this block (process-wide, while any thread is inside) mteb's similarity functions run eagerly
+    (:func:`_no_compile`): the command's process scoring searches for its task processes compiled mteb's
+    ``cos_sim`` with torch.compile on an H100 (383 of 3,871 py-spy samples of its busiest whole-benchmark run)."""
+    with _eager.applied():
+        yield
 
 
 @contextmanager
 def fast_scoring(enabled: bool = True) -> Iterator[None]:
-    """Within this block mteb scores with this package's functions (see the module doc) and searches on this
-    thread return :class:`~vllm_eval.models.ranked.RankedLists`; ``enabled=False`` changes nothing (mteb's own
-    scoring). The functions are replaced process-wide while any thread is inside a block, and restored when the
-    last one leaves."""
-    global _users
+    """Within this block mteb scores with this package's functions (see the module doc; mteb's similarity runs
+    eagerly, :func:`eager_similarity`) and searches on this thread return
+    :class:`~vllm_eval.models.ranked.RankedLists`; ``enabled=False`` changes nothing (mteb's own scoring). The
+    functions are replaced process-wide while any thread is inside a block, and restored when the last one
+    leaves."""
     from ...models.ranked import columnar
 
     if not enabled:
         with columnar(False):
             yield
         return
-    with _lock:
-        if _users == 0:
-            patches = _patches()
-            _saved[:] = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
-            for owner, name, new in patches:
-                setattr(owner, name, new)
-        _users += 1
-    try:
-        with columnar(True):
-            yield
-    finally:
-        with _lock:
-            _users -= 1
-            if _users == 0:
-                for owner, name, old in _saved:
-                    setattr(owner, name, old)
-                _saved.clear()
+    with _fast.applied(), _eager.applied(), columnar(True):
+        yield
 
 
 def check_scoring(scoring: str) -> str:
