@@ -8,6 +8,7 @@ import signal
 import numpy as np
 import pytest
 
+from vllm_eval.engine.build import EngineError
 from vllm_eval.replicas.pool import ReplicaError, plan_replicas
 from vllm_eval.testing import row_cosines, run_cli, score_deltas
 
@@ -450,3 +451,45 @@ def test_replicas_start_after_what_released_in_process_engines_left_is_collected
     ):  # planning fails on this machine after the collection
         backend.start(type("Ref", (), {"path": "m"})(), setup=None, data_parallel_size=64)
     assert collected == [False] and build._RELEASED_ON_GPU == [False]
+
+
+def test_an_engine_start_that_lost_its_port_is_tried_again_on_the_next_ports(monkeypatch):
+    """torch.distributed's store found the port vLLM had checked taken (EADDRINUSE, seen with 16 Ray actors on one
+    node): the start is tried again PORT_RETRIES times with VLLM_PORT moved, then named; other failures at once."""
+    import vllm
+
+    from vllm_eval.engine import build
+
+    ports = []
+
+    def lost(model, **kwargs):
+        ports.append(os.environ["VLLM_PORT"])
+        if len(ports) < 3:
+            raise RuntimeError("The server socket has failed to listen ... code: -98, name: EADDRINUSE")
+        return "engine"
+
+    monkeypatch.setenv("VLLM_PORT", "38400")
+    monkeypatch.setattr(vllm, "LLM", lost)
+    assert build._start_llm("m", {}, []) == "engine"
+    assert ports == ["38400", "38437", "38474"]
+    ports.clear()
+    monkeypatch.setenv("VLLM_PORT", "38000")
+
+    def always(model, **kwargs):
+        ports.append(os.environ["VLLM_PORT"])
+        raise RuntimeError("EADDRINUSE")
+
+    monkeypatch.setattr(vllm, "LLM", always)
+    with pytest.raises(EngineError, match="could not start an engine for 'm': EADDRINUSE"):
+        build._start_llm("m", {}, [])
+    assert len(ports) == build.PORT_RETRIES + 1
+    ports.clear()
+
+    def broken(model, **kwargs):
+        ports.append(os.environ["VLLM_PORT"])
+        raise ValueError("no such architecture")
+
+    monkeypatch.setattr(vllm, "LLM", broken)
+    with pytest.raises(EngineError, match="no such architecture"):
+        build._start_llm("m", {}, [])
+    assert len(ports) == 1

@@ -251,9 +251,7 @@ def _run(session: Session, model: Any, tasks: list[Any], cache_at: tuple[Any, bo
         raise DataUnavailableError(next(iter(missing.values())))
     cache = open_cache(*cache_at)
     reference = _parity_reference(spec, model, how["check_parity"])
-    workers = task_workers(
-        how["concurrent_tasks"], len(tasks), recording=reference is not None, gpus=_engine_gpus(spec.options)
-    )
+    workers = task_workers(how["concurrent_tasks"], len(tasks), recording=reference is not None)
     # The data loads while the engine starts: in the task processes where tasks are scored there, else on a
     # thread here. Results to be read back are not known before the model's metadata, so a resumed run may
     # load a task it then reuses.
@@ -475,23 +473,6 @@ def _task_actors(options: dict[str, Any]) -> dict[str, Any]:
     from ..evaluation.ray_tasks import RayTaskProcesses
 
     return {"start": partial(RayTaskProcesses, options["ray_address"])}
-
-
-def _engine_gpus(options: dict[str, Any]) -> int:
-    """GPUs of this machine the run's engines will use, for the number of task processes: every visible one (at
-    most ``data_parallel_size`` where given); 1 on the CPU build, with Ray (it places the engines) or where the
-    GPUs cannot be counted."""
-    from ..engine.args import on_cpu
-    from ..engine.sizing import visible_gpus
-
-    try:
-        if options.get("ray_address") or on_cpu():
-            return 1
-        n = len(visible_gpus())
-    except Exception:  # no vLLM, NVML or torch to ask: one GPU's share
-        return 1
-    dp = options.get("data_parallel_size")
-    return max(1, min(n, dp) if dp else n)
 
 
 def _imports_ahead(options: dict[str, Any]) -> tuple[str, ...]:

@@ -105,17 +105,9 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
             # without its kernel cache: a tiny Qwen2-VL's engine took 93.4 s to warm up with it on an H100,
             # 7.2 s without, same scores (greedy decoding and prompt log-probabilities do not sample).
             set_env_default("VLLM_USE_FLASHINFER_SAMPLER", "0")
-        from vllm import LLM
-
         logger.info("starting a vLLM engine for %s", model)
         logger.debug("engine options: %s", kwargs)
-        try:
-            with modules_hidden(hide):
-                llm = LLM(model=model, **kwargs)
-        except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
-            _RELEASED_ON_GPU[0] |= _cuda_initialized()  # a start that failed after loading weights leaves them too
-            reason = " ".join(str(exc).split()) or type(exc).__name__
-            raise EngineError(f"vLLM could not start an engine for {model!r}: {reason}") from exc
+        llm = _start_llm(model, kwargs, hide)
         watch(llm, model, stall, progress)
         _ENGINES[key] = _Entry(llm=llm, refs=1)
         if not _ATEXIT:
@@ -125,6 +117,39 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
             atexit.register(shutdown_all)
             _ATEXIT = True
         return llm
+
+
+#: Times an engine start is tried again after its port was taken between vLLM's check and its listen
+#: (EADDRINUSE from torch.distributed's store): 16 BERT-base replicas as Ray actors on one four-H100 node failed so
+#: once in two starts, with each replica searching for free ports from its own ``VLLM_PORT``.
+PORT_RETRIES = 2
+#: How far each retry moves ``VLLM_PORT`` (within the 100 ports a replica's range spans: replicas.pool).
+PORT_STEP = 37
+
+
+def _start_llm(model: str, kwargs: dict[str, Any], hide: list[str]) -> Any:
+    """``vllm.LLM(model=model, **kwargs)`` with ``hide``'s modules hidden, tried again (``VLLM_PORT`` moved by
+    :data:`PORT_STEP` where it is set) when the start lost a port race.
+
+    Raises:
+        EngineError: vLLM failed to build the engine (its reason in the message).
+    """
+    from vllm import LLM
+
+    attempt = 0
+    while True:
+        try:
+            with modules_hidden(hide):
+                return LLM(model=model, **kwargs)
+        except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
+            _RELEASED_ON_GPU[0] |= _cuda_initialized()  # a start that failed after loading weights leaves them too
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            if attempt >= PORT_RETRIES or "EADDRINUSE" not in reason:
+                raise EngineError(f"vLLM could not start an engine for {model!r}: {reason}") from exc
+        attempt += 1
+        if os.environ.get("VLLM_PORT", "").isdigit():
+            os.environ["VLLM_PORT"] = str(int(os.environ["VLLM_PORT"]) + PORT_STEP)
+        logger.warning("engine start for %s lost a port race (EADDRINUSE): trying again", model)
 
 
 def _in_process(llm) -> bool:

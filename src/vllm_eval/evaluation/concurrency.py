@@ -26,13 +26,12 @@ from typing import Any
 
 from ..utils.errors import UsageError
 
-#: Most tasks evaluated at once by default per GPU the run's engines use. On one H100 (16 cores, 4 BERT-base
-#: replicas, the 2 % MTEB(eng, v2) replica), scored in processes: 4 at once 62.0 s, 6 at once 62.4 s, 8 at once
-#: 72.4 s (eight processes slowed the replicas' start); on threads 4 at once took 90.1 s on the same machine
-#: (docs/bench/h100-task-processes). On four H100s (64 cores, 16 replicas, the whole replica) four task processes
-#: scored 409 s of tasks while the GPUs' encoding took 139 s: the scoring, not the GPUs, set the run's length
-#: (docs/bench/h100x4-scaling).
-WORKERS_PER_GPU = 4
+#: Most tasks evaluated at once by default, whatever the GPUs. On one H100 (16 cores, 4 BERT-base replicas, the 2 %
+#: MTEB(eng, v2) replica), scored in processes: 4 at once 62.0 s, 6 at once 62.4 s, 8 at once 72.4 s (eight
+#: processes slowed the replicas' start); on threads 4 at once took 90.1 s on the same machine
+#: (docs/bench/h100-task-processes). On four H100s (64 cores, 16 replicas, the whole replica): 4 at once 132.6 s,
+#: 8 at once 131.5 s, 16 at once 159.4 s (the engines ready after 56 s instead of 31 s; docs/bench/h100x4-scaling).
+MAX_DEFAULT_WORKERS = 4
 
 
 def cores() -> int:
@@ -40,12 +39,12 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def default_task_workers(gpus: int = 1) -> int:
-    """Tasks evaluated at once when not asked, for a run whose engines use ``gpus`` GPUs: 1 on a machine of 4
-    cores or fewer (there the cores encode and score in turn, and overlapping them gains nothing), else half
-    the cores, at most :data:`WORKERS_PER_GPU` per GPU."""
+def default_task_workers() -> int:
+    """Tasks evaluated at once when not asked: 1 on a machine of 4 cores or fewer (there the cores encode
+    and score in turn, and overlapping them gains nothing), else half the cores, at most
+    :data:`MAX_DEFAULT_WORKERS`."""
     n = cores()
-    return 1 if n <= 4 else min(WORKERS_PER_GPU * max(gpus, 1), n // 2)
+    return 1 if n <= 4 else min(MAX_DEFAULT_WORKERS, n // 2)
 
 
 #: Seconds of mteb's scoring per sample by task type, for the order tasks start in: classification per training
@@ -107,9 +106,9 @@ def in_run_order(tasks: Sequence[Any], workers: int) -> list[Any]:
     return sorted(tasks, key=lambda t: (expected_scoring(t), expected_size(t)), reverse=True)
 
 
-def task_workers(requested: int | None, n_tasks: int, *, recording: bool = False, gpus: int = 1) -> int:
-    """``requested`` tasks at once (None: :func:`default_task_workers` for ``gpus``), never more than there are
-    tasks; 1 when ``recording`` (a parity check records the inputs of the model, not of a task).
+def task_workers(requested: int | None, n_tasks: int, *, recording: bool = False) -> int:
+    """``requested`` tasks at once (None: :func:`default_task_workers`), never more than there are tasks; 1 when
+    ``recording`` (a parity check records the inputs of the model, not of a task).
 
     Raises:
         UsageError: ``requested`` is not a positive int.
@@ -117,7 +116,7 @@ def task_workers(requested: int | None, n_tasks: int, *, recording: bool = False
     if recording:
         return 1
     if requested is None:
-        requested = default_task_workers(gpus)
+        requested = default_task_workers()
     if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
         raise UsageError(f"concurrent_tasks must be a positive int, got {requested!r}")
     return max(1, min(requested, n_tasks))

@@ -27,7 +27,6 @@ from typing import Any
 SCORINGS = ("fast", "mteb")
 
 
-
 class _Patches:
     """Replacements of module attributes (``make()``: (owner, attribute, replacement) triples) held while any
     thread is inside :meth:`applied`, restored when the last one leaves."""
