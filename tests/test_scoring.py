@@ -9,6 +9,8 @@ MTEB(eng, v2) replica runs through ``mteb.evaluate`` with mteb's scoring and wit
 from __future__ import annotations
 
 import math
+import os
+import time
 
 import numpy as np
 import pytest
@@ -215,3 +217,69 @@ def test_queries_judged_on_nothing_reach_mtebs_own_function_while_ours_is_instal
         mtebs(results, qrels, [1])
     with fast_scoring(), pytest.raises(type(theirs.value)):
         calculate_retrieval_scores(ranked(results), qrels, [1])
+
+
+def test_merged_subqueries_computed_ahead_in_a_child_are_the_same_scores(replica, monkeypatch):
+    """MindSmallReranking's second scoring step begun in a forked child at the first: the same scores as computed in
+    this process, and the child's answer is the one used."""
+    import mteb
+
+    from vllm_eval.evaluation import scoring
+    from vllm_eval.evaluation.scoring import ahead
+    from vllm_eval.tasks.shaped import replica_tasks
+
+    taken, take = [], ahead.take
+
+    def counted(*args):
+        found, value = take(*args)
+        taken.append(found)
+        return found, value
+
+    monkeypatch.setattr(ahead, "take", counted)
+    scores = {}
+    for at_least in (10**9, 0):  # never ahead, then always
+        monkeypatch.setattr(scoring, "AHEAD_MIN_QUERIES", at_least)
+        tasks = [t for t in replica_tasks(replica) if t.metadata.name == "MindSmallReranking"]
+        with fast_scoring():
+            result = mteb.evaluate(InstantSearchEncoder(64), tasks, cache=None, co2_tracker=False,
+                                   show_progress_bar=False, encode_kwargs={"show_progress_bar": False})  # fmt: skip
+        scores[at_least] = result.task_results[0].scores
+    assert taken == [False, True]
+    equal(scores[0]["test"][0], scores[10**9]["test"][0])  # NaN where NaN (mteb's nAUC of a constant recall)
+    assert any("max_over_subqueries" in name for name in scores[0]["test"][0])
+
+
+def _square(x):
+    return {"square": x * x}
+
+
+def _fails(x):
+    raise ValueError(f"bad {x}")
+
+
+def _slow_in_a_child(parent: int) -> str:
+    if os.getpid() != parent:
+        time.sleep(30)
+    return "here"
+
+
+def test_a_step_computed_ahead_is_taken_once_and_computed_here_when_the_child_fails(monkeypatch):
+    from vllm_eval.evaluation.scoring import ahead
+
+    value = 7
+    assert ahead.take(_square, value) == (False, None)  # nothing begun
+    assert ahead.start(_square, value)
+    assert ahead.take(_square, value) == (True, {"square": 49})
+    assert ahead.take(_square, value) == (False, None)  # taken once
+    assert ahead.start(_fails, value)
+    with pytest.raises(ValueError, match="bad 7"):  # the child's failure: computed here, raised here
+        ahead.take(_fails, value)
+    monkeypatch.setattr(ahead, "GRACE_S", 0.5)  # a child that does not answer in time is given up
+    parent = os.getpid()
+    started = time.monotonic()
+    assert ahead.start(_slow_in_a_child, parent)
+    assert ahead.take(_slow_in_a_child, parent) == (True, "here")
+    assert time.monotonic() - started < 10
+    assert ahead.start(_square, value)
+    ahead.drop()  # a task that failed before asking: its child ends
+    assert ahead.take(_square, value) == (False, None)

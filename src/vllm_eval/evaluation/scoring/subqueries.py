@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ...models.ranked import RankedLists
+from . import ahead
 from .arrays import Runs, runs_of
 from .retrieval import calculate_retrieval_scores
 
@@ -59,7 +60,21 @@ def max_over_subqueries(
     qrels: Mapping[str, Any], results: Mapping[str, Mapping[str, float]], k_values: Sequence[int]
 ) -> dict[str, float]:
     """mteb's ``max_over_subqueries``: the retrieval scores of the merged subqueries (:func:`merge_subqueries`),
-    each named ``max_over_subqueries_<score>``, the same numbers as mteb's."""
+    each named ``max_over_subqueries_<score>``, the same numbers as mteb's; taken from a child process where
+    :func:`start_ahead` began them with these same objects."""
+    found, scores = ahead.take(_max_over_subqueries, qrels, results, k_values)
+    return scores if found else _max_over_subqueries(qrels, results, k_values)
+
+
+def start_ahead(qrels: Mapping[str, Any], results: Mapping[str, Mapping[str, float]], k_values: Sequence[int]) -> bool:
+    """Begin :func:`max_over_subqueries` of these objects in a forked child (:mod:`.ahead`) while this process
+    scores the subqueries themselves; False where no child was started."""
+    return ahead.start(_max_over_subqueries, qrels, results, k_values)
+
+
+def _max_over_subqueries(
+    qrels: Mapping[str, Any], results: Mapping[str, Mapping[str, float]], k_values: Sequence[int]
+) -> dict[str, float]:
     from mteb._evaluators.retrieval_metrics import make_score_dict
 
     merged, merged_qrels = merge_subqueries(qrels, results)

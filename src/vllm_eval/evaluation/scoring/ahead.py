@@ -1,0 +1,136 @@
+"""A scoring step computed ahead in a forked child process while this process computes another.
+
+mteb scores MindSmallReranking in two steps, one after the other in one process: the retrieval metrics of its 2.4
+million subqueries, then (``task_specific_scores``) the same metrics of the subqueries merged per impression. The
+second needs only the qrels and the search results, which the first has too, so it is started in a child forked at
+the first (:func:`start`): the child shares the arrays and dicts copy-on-write, so nothing is pickled on the way in,
+and sends back only its few hundred floats. On four H100s (BERT-base, the whole replica) the two steps took about
+65 s of the task's scoring, which ended the run (docs/bench/h100x4-scaling).
+
+Where the child cannot be had (no ``os.fork``) or fails, the step is computed in this process when asked, so the
+numbers never depend on the child: it runs the same function on the same objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Seconds to wait for a child's answer once it is asked for: a child deadlocked by a lock another thread held at
+#: the fork is given up (and its step computed here) instead of waited on for ever.
+GRACE_S = 600.0
+
+_lock = threading.Lock()
+_pending: dict[tuple, _Child] = {}
+
+
+class _Child:
+    """A forked child computing ``fn(*args)``: its pid, the read end of its pipe, and the arguments (kept alive so
+    their ids key :data:`_pending` while it runs)."""
+
+    def __init__(self, pid: int, fd: int, fn: Callable[..., Any], args: tuple) -> None:
+        self.pid, self.fd, self.fn, self.args = pid, fd, fn, args
+
+    def result(self) -> Any:
+        """The child's value, or ``fn(*args)`` computed here when the child failed or outlived :data:`GRACE_S`."""
+        data, deadline = bytearray(), time.monotonic() + GRACE_S
+        try:
+            while True:
+                ready, _, _ = select.select([self.fd], [], [], max(deadline - time.monotonic(), 0.0))
+                if not ready:
+                    raise TimeoutError(f"no answer in {GRACE_S:.0f} s")
+                chunk = os.read(self.fd, 1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+            status, value = pickle.loads(bytes(data))
+            if status != "ok":
+                raise RuntimeError(value)
+            return value
+        except Exception as exc:  # the step itself decides: computed here, its own errors raised here
+            logger.warning("a scoring step computed ahead failed (%s): computing it here", exc)
+            return self.fn(*self.args)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        os.close(self.fd)
+        try:
+            os.kill(self.pid, 9)
+        except OSError:  # ended already
+            pass
+        os.waitpid(self.pid, 0)
+
+
+def _key(fn: Callable[..., Any], args: tuple) -> tuple:
+    """A step is taken on the thread that started it (a task is evaluated on one thread) with the same objects."""
+    return (threading.get_ident(), fn, *(id(a) for a in args))
+
+
+def start(fn: Callable[..., Any], *args: Any) -> bool:
+    """Start ``fn(*args)`` in a forked child; :func:`take` with the same function and the same objects then
+    returns its value. False where no child was started (no ``os.fork``, or the fork failed): ``take`` then
+    finds nothing and the caller computes as always."""
+    if not hasattr(os, "fork"):
+        return False
+    read, write = os.pipe()
+    try:
+        with warnings.catch_warnings():  # 3.12+ warns of fork beside threads: the child runs only fn, then exits
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+    except OSError as exc:
+        os.close(read)
+        os.close(write)
+        logger.debug("no child for a scoring step: %s", exc)
+        return False
+    if pid == 0:  # the child: compute, answer, and leave without running the parent's exit handlers
+        code = 0
+        try:
+            os.close(read)
+            try:
+                answer = pickle.dumps(("ok", fn(*args)))
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent, which computes it itself
+                answer = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
+            view = memoryview(answer)
+            while view:
+                view = view[os.write(write, view) :]
+        except BaseException:  # noqa: BLE001 - the parent sees the pipe close and computes the step itself
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    child = _Child(pid, read, fn, args)
+    with _lock:
+        old = _pending.pop(_key(fn, args), None)
+        _pending[_key(fn, args)] = child
+    if old is not None:
+        old.close()
+    return True
+
+
+def take(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+    """``(True, value)`` of a step :func:`start` began with this function and these same objects (waiting for
+    it), else ``(False, None)``."""
+    with _lock:
+        child = _pending.pop(_key(fn, args), None)
+    if child is None:
+        return False, None
+    return True, child.result()
+
+
+def drop() -> None:
+    """End this thread's children not taken (its task failed between :func:`start` and :func:`take`)."""
+    me = threading.get_ident()
+    with _lock:
+        children = [_pending.pop(key) for key in [k for k in _pending if k[0] == me]]
+    for child in children:
+        child.close()
