@@ -39,6 +39,15 @@ def test_any_bytes_in_a_model_config_are_an_object_or_one_line_naming_the_file(t
         max_tokens(tmp_path, {})
     except UsageError as exc:
         assert "\n" not in str(exc)
+    from vllm_eval.models.encoder.vllm import _st_normalizes
+    from vllm_eval.models.sparse_encoder.base import sparse_flavour
+    from vllm_eval.utils.modelinfo import ModelRef
+
+    for read in (lambda: _st_normalizes(str(tmp_path)), lambda: sparse_flavour(ModelRef(path=str(tmp_path)))):
+        try:  # the backends' own reads of modules.json: a value or the same one-line error
+            assert read() in (True, False, None, "splade")
+        except UsageError as exc:
+            assert "\n" not in str(exc) and str(tmp_path) in str(exc)
 
 
 def test_a_missing_file_is_empty_and_a_list_of_modules_is_checked(tmp_path):

@@ -17,7 +17,7 @@ import numpy as np
 from ...engine.args import backend_engine_kwargs
 from ...engine.jobs import embed_job, embed_texts_job, encoder_info, submit_embed
 from ...utils.errors import UsageError
-from ...utils.modelinfo import ModelRef, build_model_meta
+from ...utils.modelinfo import ModelRef, build_model_meta, model_modules
 from ..images import ImageInput, cache_form, prompted_inputs
 from ..presets import ImagePrompts
 from ..prompts import InstructionTemplate, resolve_prompting
@@ -261,11 +261,9 @@ def vars_of(recipe: ImagePrompts | None) -> dict[str, Any] | None:
 
 
 def _st_normalizes(model: str) -> bool:
-    """Whether the model directory's sentence-transformers modules end with ``Normalize``."""
-    import json
-    from pathlib import Path
+    """Whether the model directory's sentence-transformers modules end with ``Normalize``.
 
-    modules = Path(model) / "modules.json"
-    if not modules.is_file():
-        return False
-    return any(str(m.get("type", "")).endswith("Normalize") for m in json.loads(modules.read_text()))
+    Raises:
+        UsageError: a ``modules.json`` that is not a list of modules (:func:`~vllm_eval.utils.modelinfo.model_modules`).
+    """
+    return any(str(m.get("type") or "").endswith("Normalize") for m in model_modules(model))

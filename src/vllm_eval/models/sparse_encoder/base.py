@@ -18,7 +18,6 @@ every other task type, as mteb's ``SparseEncoderWrapper`` densifies for tasks th
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 
 from ...engine.jobs import pack_sparse_row as pack_row
 from ...utils.errors import UsageError
-from ...utils.modelinfo import ModelRef
+from ...utils.modelinfo import ModelRef, model_modules
 from ..encoder.base import EncoderBase
 
 __all__ = [
@@ -54,10 +53,9 @@ def sparse_flavour(ref: ModelRef) -> str | None:
     architectures = [str(a) for a in ref.config.get("architectures") or ()]
     if "BertSpladeSparseEmbeddingModel" in architectures:
         return "splade"
-    modules = path / "modules.json"
-    if not modules.is_file():
+    if not (path / "modules.json").is_file():
         return "splade" if any(a.endswith("ForMaskedLM") for a in architectures) else None
-    if any("SpladePooling" in str(m.get("type", "")) for m in json.loads(modules.read_text())):
+    if any("SpladePooling" in str(m.get("type") or "") for m in model_modules(path)):
         return "splade"
     return None
 

@@ -16,7 +16,6 @@ this backend's own sparse engine.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ import numpy as np
 from ...engine.args import backend_engine_kwargs, merge_engine_kwargs
 from ...engine.jobs import lexical_weights_job, pooling_info, splade_job
 from ...utils.errors import UsageError
-from ...utils.modelinfo import ModelRef, build_model_meta
+from ...utils.modelinfo import ModelRef, build_model_meta, model_json
 from ..prompts import PromptResolver
 from ..streaming import BatchTokenizer
 from ..vllm_backend import VllmBackend
@@ -66,7 +65,7 @@ def _splade_options(ref: ModelRef) -> dict[str, Any]:
     """
     pooling = Path(ref.path) / "1_SpladePooling" / "config.json"
     if pooling.is_file():
-        cfg = json.loads(pooling.read_text())
+        cfg = model_json(pooling)
         if cfg.get("pooling_strategy", "max") != "max" or cfg.get("activation_function", "relu") != "relu":
             raise UsageError(
                 f"{ref.path}: SpladePooling {cfg} — vLLM's BertSpladeSparseEmbeddingModel computes max pooling of "
