@@ -283,3 +283,36 @@ def test_a_step_computed_ahead_is_taken_once_and_computed_here_when_the_child_fa
     assert ahead.start(_square, value)
     ahead.drop()  # a task that failed before asking: its child ends
     assert ahead.take(_square, value) == (False, None)
+
+
+def test_per_query_measures_in_ranges_of_forked_children_are_the_whole_ones(monkeypatch):
+    """Many queries: their measures computed in ranges, all but the first in forked children, give mteb's result;
+    a query without qrels fails as in mteb, whichever range holds it."""
+    from mteb._evaluators.retrieval_metrics import calculate_retrieval_scores as mtebs
+
+    from vllm_eval.evaluation.scoring import retrieval
+
+    rng = np.random.default_rng(5)
+    results, qrels = {}, {}
+    for i in range(60):
+        docs = rng.choice(DOCS, size=int(rng.integers(0, len(DOCS))), replace=False)
+        values = rng.choice([0.5, 0.25, float(rng.random()), float(np.float32(rng.random())) + 1e-12], size=len(docs))
+        results[f"q{i}"] = dict(zip(docs.tolist(), values.tolist(), strict=True))
+        judged = rng.choice([*DOCS, "x"], size=int(rng.integers(1, 4)), replace=False)
+        qrels[f"q{i}"] = {d: int(rng.integers(-1, 3)) for d in judged.tolist()}
+    ks = [1, 3, 10]
+    theirs = mtebs(results, qrels, ks)
+    monkeypatch.setattr(retrieval, "SHARD_MIN_QUERIES", 1)
+    monkeypatch.setattr(retrieval, "worker_threads", lambda: 4)
+    from vllm_eval.evaluation.scoring import ahead
+
+    taken, take = [], ahead.take
+    monkeypatch.setattr(ahead, "take", lambda *args: taken.append(take(*args)) or taken[-1])
+    same_result(calculate_retrieval_scores(ranked(results), qrels, ks), theirs)
+    assert [found for found, _ in taken] == [True, True, True]  # three ranges answered by children
+    same_result(calculate_retrieval_scores(results, qrels, ks), theirs)
+    del qrels["q50"]  # in the last range: its child fails, the range computed here fails as mteb's function does
+    with pytest.raises(KeyError):
+        mtebs(results, qrels, ks)
+    with pytest.raises(KeyError):
+        calculate_retrieval_scores(ranked(results), qrels, ks)

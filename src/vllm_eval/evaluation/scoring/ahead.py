@@ -127,6 +127,14 @@ def take(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
     return True, child.result()
 
 
+def cancel(fn: Callable[..., Any], *args: Any) -> None:
+    """End the child :func:`start` began with this function and these objects, if it was not taken."""
+    with _lock:
+        child = _pending.pop(_key(fn, args), None)
+    if child is not None:
+        child.close()
+
+
 def drop() -> None:
     """End this thread's children not taken (its task failed between :func:`start` and :func:`take`)."""
     me = threading.get_ident()
