@@ -225,8 +225,8 @@ def test_merged_subqueries_computed_ahead_in_a_child_are_the_same_scores(replica
     import mteb
 
     from vllm_eval.evaluation import scoring
-    from vllm_eval.evaluation.scoring import ahead
     from vllm_eval.tasks.shaped import replica_tasks
+    from vllm_eval.utils import forked as ahead
 
     taken, take = [], ahead.take
 
@@ -264,7 +264,7 @@ def _slow_in_a_child(parent: int) -> str:
 
 
 def test_a_step_computed_ahead_is_taken_once_and_computed_here_when_the_child_fails(monkeypatch):
-    from vllm_eval.evaluation.scoring import ahead
+    from vllm_eval.utils import forked as ahead
 
     value = 7
     assert ahead.take(_square, value) == (False, None)  # nothing begun
@@ -304,7 +304,7 @@ def test_per_query_measures_in_ranges_of_forked_children_are_the_whole_ones(monk
     theirs = mtebs(results, qrels, ks)
     monkeypatch.setattr(retrieval, "SHARD_MIN_QUERIES", 1)
     monkeypatch.setattr(retrieval, "worker_threads", lambda: 4)
-    from vllm_eval.evaluation.scoring import ahead
+    from vllm_eval.utils import forked as ahead
 
     taken, take = [], ahead.take
     monkeypatch.setattr(ahead, "take", lambda *args: taken.append(take(*args)) or taken[-1])

@@ -225,6 +225,22 @@ def test_queries_that_repeat_are_scored_once_each_as_if_every_one_were_encoded(m
         assert list(once[q].items()) == list(every[q].items())
 
 
+def test_candidates_looked_up_in_ranges_of_forked_children_rank_as_in_one(monkeypatch):
+    rng = np.random.default_rng(3)
+    queries = rng.normal(size=(30, 8)).astype(np.float32)
+    docs = rng.normal(size=(12, 8)).astype(np.float32)
+    query_ids, doc_ids = [f"q{i}" for i in range(30)], [f"d{i}" for i in range(12)]
+    top_ranked = {q: [doc_ids[j] for j in rng.choice(12, size=rng.integers(0, 9), replace=False)] for q in query_ids}
+    whole = search.rank_candidates(_Cosine, queries, query_ids, docs, doc_ids, top_ranked, 4)
+    monkeypatch.setattr(search, "SHARD_MIN_QUERIES", 1)
+    monkeypatch.setattr(search, "worker_threads", lambda: 3)
+    ranged = search.rank_candidates(_Cosine, queries, query_ids, docs, doc_ids, top_ranked, 4)
+    assert [list(ranged[q].items()) for q in query_ids] == [list(whole[q].items()) for q in query_ids]
+    top_ranked["q29"] = ["d1", "nowhere"]  # in the last range: its child fails, the range here fails as mteb's
+    with pytest.raises(KeyError, match="nowhere"):
+        search.rank_candidates(_Cosine, queries, query_ids, docs, doc_ids, top_ranked, 4)
+
+
 def test_distinct_texts_keep_first_seen_order_and_map_every_text():
     texts = ["b", "a", "b", "c", "a"]
     distinct, rows = search.distinct_texts(texts)

@@ -77,7 +77,7 @@ def _retrieval_evaluate(
 
 
 #: Queries from which a task scored with ``max_over_subqueries`` computes it ahead in a child process
-#: (:mod:`.ahead`): MindSmallReranking has 2.4 million; below this a fork gains less than it costs.
+#: (:mod:`vllm_eval.utils.forked`): MindSmallReranking has 2.4 million; below this a fork gains less than it costs.
 AHEAD_MIN_QUERIES = 100_000
 
 
@@ -193,7 +193,7 @@ def fast_scoring(enabled: bool = True) -> Iterator[None]:
         with columnar(False):
             yield
         return
-    from . import ahead
+    from ...utils import forked as ahead
 
     try:
         with _fast.applied(), _eager.applied(), columnar(True):

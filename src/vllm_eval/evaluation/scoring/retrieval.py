@@ -222,8 +222,8 @@ def skip_first(runs: Runs) -> Runs:
 
 
 #: Queries from which the per-query measures are computed in ranges of queries, all but the first in forked
-#: children (:mod:`.ahead`): MindSmallReranking's 2.36 million subqueries took about 30 s of one process's Python
-#: (qrels read from dicts) on a 2-core CPU.
+#: children (:mod:`vllm_eval.utils.forked`): MindSmallReranking's 2.36 million subqueries took about 30 s of one
+#: process's Python (qrels read from dicts) on a 2-core CPU.
 SHARD_MIN_QUERIES = 200_000
 
 _Measures = tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]
@@ -244,22 +244,11 @@ def _measures(runs: Runs, qrels: Mapping[str, Mapping[str, int]], k_values: list
 
 def _all_measures(runs: Runs, qrels: Mapping[str, Mapping[str, int]], k_values: list[int]) -> _Measures:
     """:func:`_measures` of every query: in :func:`worker_threads` ranges from :data:`SHARD_MIN_QUERIES` queries,
-    the first here and the others in forked children meanwhile (a range whose child failed is computed here)."""
-    from . import ahead
+    the first here and the others in forked children meanwhile (:func:`vllm_eval.utils.forked.in_ranges`)."""
+    from ...utils.forked import in_ranges
 
     n = len(runs.query_ids)
-    shards = worker_threads() if n >= SHARD_MIN_QUERIES else 1
-    bounds = [n * i // shards for i in range(shards + 1)]
-    ranges = list(zip(bounds, bounds[1:], strict=False))
-    started = [r for r in ranges[1:] if ahead.start(_measures, runs, qrels, k_values, *r)]
-    try:
-        parts = [_measures(runs, qrels, k_values, *ranges[0])]
-        for r in ranges[1:]:
-            found, value = ahead.take(_measures, runs, qrels, k_values, *r) if r in started else (False, None)
-            parts.append(value if found else _measures(runs, qrels, k_values, *r))
-    finally:
-        for r in started:
-            ahead.cancel(_measures, runs, qrels, k_values, *r)
+    parts = in_ranges(_measures, n, worker_threads() if n >= SHARD_MIN_QUERIES else 1, runs, qrels, k_values)
     if len(parts) == 1:
         return parts[0]
     return tuple({key: np.concatenate([p[i][key] for p in parts]) for key in parts[0][i]} for i in range(3))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ...models.ranked import RankedLists
-from . import ahead
+from ...utils import forked as ahead
 from .arrays import Runs, runs_of
 from .retrieval import calculate_retrieval_scores
 
@@ -67,8 +67,8 @@ def max_over_subqueries(
 
 
 def start_ahead(qrels: Mapping[str, Any], results: Mapping[str, Mapping[str, float]], k_values: Sequence[int]) -> bool:
-    """Begin :func:`max_over_subqueries` of these objects in a forked child (:mod:`.ahead`) while this process
-    scores the subqueries themselves; False where no child was started."""
+    """Begin :func:`max_over_subqueries` of these objects in a forked child (:mod:`vllm_eval.utils.forked`) while
+    this process scores the subqueries themselves; False where no child was started."""
     return ahead.start(_max_over_subqueries, qrels, results, k_values)
 
 

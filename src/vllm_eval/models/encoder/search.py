@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ranked import RankedLists, as_results, best_first
+from ..ranked import RankedLists, as_results, best_first, worker_threads
 from ..streaming import Batches
 
 logger = logging.getLogger(__name__)
@@ -282,6 +282,21 @@ def _by_block(pair_query: np.ndarray, rows: int, n_queries: int) -> tuple[np.nda
     return np.argsort(block, kind="stable"), np.concatenate([[0], np.cumsum(counts)]).tolist()
 
 
+#: Queries from which their candidates are looked up in ranges, all but the first in forked children
+#: (:func:`vllm_eval.utils.forked.in_ranges`): MindSmallReranking's 97 million candidates, one dict lookup each.
+SHARD_MIN_QUERIES = 200_000
+
+
+def _doc_rows(lists: list[list[str]], doc_index: dict[str, int], counts: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The row in ``doc_index`` of every candidate of ``lists[lo:hi]``, in order, int64.
+
+    Raises:
+        KeyError: a candidate that is not a document of the corpus (as mteb's search fails on it).
+    """
+    flat = itertools.chain.from_iterable(lists[lo:hi])
+    return np.fromiter(map(doc_index.__getitem__, flat), dtype=np.int64, count=int(counts[lo:hi].sum()))
+
+
 def rank_candidates(
     model: Any,
     queries: np.ndarray,
@@ -311,12 +326,14 @@ def rank_candidates(
     Raises:
         ValueError: a score is NaN (as mteb).
     """
+    from ...utils.forked import in_ranges
+
     doc_index = {d: i for i, d in enumerate(doc_ids)}
     lists = [top_ranked.get(qid) or [] for qid in query_ids]
     counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
     pair_query = np.repeat(np.arange(len(query_ids)), counts)
-    flat = itertools.chain.from_iterable(lists)
-    pair_doc = np.fromiter(map(doc_index.__getitem__, flat), dtype=np.int64, count=int(counts.sum()))
+    parts = worker_threads() if len(lists) >= SHARD_MIN_QUERIES else 1
+    pair_doc = np.concatenate(in_ranges(_doc_rows, len(lists), parts, lists, doc_index, counts))
     scored = pair_query if rows is None else np.asarray(rows, dtype=np.int64)[pair_query]
     scores = candidate_scores(model.similarity, model.similarity_pairwise, queries, docs, scored, pair_doc)
     if np.isnan(scores).any():

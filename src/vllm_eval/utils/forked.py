@@ -1,11 +1,15 @@
-"""A scoring step computed ahead in a forked child process while this process computes another.
+"""A step computed ahead in a forked child process while this process computes another.
 
 mteb scores MindSmallReranking in two steps, one after the other in one process: the retrieval metrics of its 2.4
 million subqueries, then (``task_specific_scores``) the same metrics of the subqueries merged per impression. The
 second needs only the qrels and the search results, which the first has too, so it is started in a child forked at
 the first (:func:`start`): the child shares the arrays and dicts copy-on-write, so nothing is pickled on the way in,
 and sends back only its few hundred floats. On four H100s (BERT-base, the whole replica) the two steps took about
-65 s of the task's scoring, which ended the run (docs/bench/h100x4-scaling).
+65 s of the task's scoring, which ended the run (docs/bench/h100x4-scaling-2).
+
+MindSmallReranking's first step is split the same way, its queries in ranges of forked children
+(``evaluation.scoring.retrieval``), and so is the pairing of its 97 million candidates with their documents
+(``models.encoder.search.rank_candidates``).
 
 Where the child cannot be had (no ``os.fork``) or fails, the step is computed in this process when asked, so the
 numbers never depend on the child: it runs the same function on the same objects.
@@ -125,6 +129,25 @@ def take(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
     if child is None:
         return False, None
     return True, child.result()
+
+
+def in_ranges(fn: Callable[..., Any], n: int, parts: int, *args: Any) -> list[Any]:
+    """``[fn(*args, lo, hi) for lo, hi in ranges]`` over ``parts`` contiguous ranges splitting ``range(n)`` (at most
+    ``n``): the first computed here while the others run in forked children (:func:`start`), each computed here
+    where its child failed. ``fn``'s own errors are raised here, as if every range ran here."""
+    parts = max(1, min(parts, n))
+    bounds = [n * i // parts for i in range(parts + 1)]
+    ranges = list(zip(bounds, bounds[1:], strict=False))
+    started = [r for r in ranges[1:] if start(fn, *args, *r)]
+    try:
+        out = [fn(*args, *ranges[0])]
+        for r in ranges[1:]:
+            found, value = take(fn, *args, *r) if r in started else (False, None)
+            out.append(value if found else fn(*args, *r))
+    finally:
+        for r in started:
+            cancel(fn, *args, *r)
+    return out
 
 
 def cancel(fn: Callable[..., Any], *args: Any) -> None:
