@@ -101,8 +101,25 @@ def test_reranker_passes_what_mtebs_cross_encoder_wrapper_passes(backend, reques
 
 @pytest.mark.parametrize("backend", ["vllm", "hf"])
 def test_token_embedder_passes_what_mtebs_multi_vector_wrapper_passes(backend, colbert, mteb_colbert):
+    from mteb.mocks.mock_run import get_compatible_mock_tasks
+    from mteb.models.sentence_transformer_wrapper import MultiVectorWrapper
+
     from vllm_eval.models.backends import load_backend
+    from vllm_eval.utils.errors import UsageError
 
     with load_backend("token_embedder", backend, colbert, show_progress_bar=False) as model:
         ours = _passed(model)
+        offered = {t.metadata.name: t for t in get_compatible_mock_tasks(model)}
+        other = next(t for t in mock_tasks() if t.metadata.type == "Classification")
+        with pytest.raises(UsageError, match=r"is Classification: a token_embed \(multi-vector\) model ranks"):
+            model.encode([], task_metadata=other.metadata, hf_split="test", hf_subset="default")
     _check(f"token_embedder {backend}, MiniLM ColBERT", ours, mteb_colbert)
+    # offered what mteb offers its own multi-vector wrapper (search tasks), not all 28 text tasks
+    theirs = {t.metadata.name for t in get_compatible_mock_tasks(MultiVectorWrapper(colbert, device="cpu"))}
+    assert set(offered) == theirs and ours <= set(offered)
+
+
+def mock_tasks():
+    from mteb.mocks.mock_run import ALL_MOCK_TASK_TEST_GRID
+
+    return ALL_MOCK_TASK_TEST_GRID

@@ -26,7 +26,7 @@ def test_max_sim_on_a_hand_checked_example():
     for batch in (1, 2, 1024):
         got = TokenEmbedderBase.similarity(_Scorer(batch), q, docs).numpy()
         np.testing.assert_allclose(got, [[1.0, 1.6, 1.4]], atol=1e-3)
-    pair = TokenEmbedderBase.similarity_pairwise(_Scorer(1), q * 2, docs[1:]).numpy()
+    pair = TokenEmbedderBase.pairwise_max_sim(_Scorer(1), q * 2, docs[1:]).numpy()
     np.testing.assert_allclose(pair, [1.6, 1.4], atol=1e-3)
 
 

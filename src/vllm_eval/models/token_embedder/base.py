@@ -86,6 +86,10 @@ class TokenEmbedderBase(EncoderBase, ABC):
     kind: ClassVar[str] = "token_embedder"
     experiment_output: ClassVar[str | None] = "multi-vector"
     ragged: ClassVar[bool] = True
+    #: mteb sees a search model, as it sees its own ``MultiVectorWrapper``: a method of mteb's ``EncoderProtocol`` set
+    #: to None (Python's protocol check reads it as not implemented), ``index``/``search`` given, so ``mteb.mock_run``
+    #: and mteb's task filters offer it the search tasks only. The pairwise MaxSim is :meth:`pairwise_max_sim`.
+    similarity_pairwise: ClassVar[None] = None
 
     def __init__(self, *, store_dtype: str = "float32", score_batch_size: int = 1024, **kwargs: Any) -> None:
         if store_dtype not in STORE_DTYPES:
@@ -116,6 +120,42 @@ class TokenEmbedderBase(EncoderBase, ABC):
     def _output_width(self) -> int:
         return 0
 
+    def encode(self, inputs: Any, *, task_metadata: Any = None, **kwargs: Any) -> Any:
+        """One (n_tokens, dim) array per input (see the class doc), for a task MaxSim can score.
+
+        Raises:
+            UsageError: ``task_metadata`` names a task of another type (what mteb would otherwise fail on deep in
+                its scoring, e.g. "inhomogeneous shape").
+        """
+        kind = getattr(task_metadata, "type", None)
+        if kind is not None and kind not in TOKEN_EMBED_TASK_TYPES:
+            raise UsageError(
+                f"task {task_metadata.name} is {kind}: a token_embed (multi-vector) model ranks documents by MaxSim, "
+                "retrieval and reranking tasks only"
+            )
+        return super().encode(inputs, task_metadata=task_metadata, **kwargs)
+
+    def _searcher(self) -> Any:
+        """This thread's mteb ``SearchEncoderWrapper`` over this model (kept from ``index`` to ``search``)."""
+        import threading
+
+        from mteb.models.search_wrappers import SearchEncoderWrapper
+
+        searchers = self.__dict__.setdefault("_searchers", {})
+        key = threading.get_ident()
+        if key not in searchers:
+            searchers[key] = SearchEncoderWrapper(_MaxSimEncoder(self))
+        return searchers[key]
+
+    def index(self, corpus: Any, **kwargs: Any) -> None:
+        """mteb's ``SearchProtocol.index``: mteb's own search over :meth:`encode` and MaxSim (its
+        ``SearchEncoderWrapper``, as for any encoder)."""
+        self._searcher().index(corpus, **kwargs)
+
+    def search(self, queries: Any, **kwargs: Any) -> Any:
+        """mteb's ``SearchProtocol.search`` of the corpus this thread indexed (see :meth:`index`)."""
+        return self._searcher().search(queries, **kwargs)
+
     def similarity(self, embeddings1: Any, embeddings2: Any) -> Any:
         """MaxSim of every query (``embeddings1``) against every document (``embeddings2``).
 
@@ -139,7 +179,7 @@ class TokenEmbedderBase(EncoderBase, ABC):
             parts.append(torch.as_tensor(max_sim(queries, docs)).float().cpu())
         return torch.cat(parts, dim=1)
 
-    def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> Any:
+    def pairwise_max_sim(self, embeddings1: Any, embeddings2: Any) -> Any:
         """MaxSim of each pair (``embeddings1[i]``, ``embeddings2[i]``): float32 tensor (n,)."""
         import torch
         from mteb.similarity_functions import pairwise_max_sim
@@ -147,3 +187,20 @@ class TokenEmbedderBase(EncoderBase, ABC):
         a = [torch.as_tensor(np.asarray(x, dtype=np.float32)) for x in embeddings1]
         b = [torch.as_tensor(np.asarray(x, dtype=np.float32)) for x in embeddings2]
         return torch.as_tensor(pairwise_max_sim(a, b)).float()
+
+
+class _MaxSimEncoder:
+    """A token embedder as mteb's ``EncoderProtocol`` sees an encoder, for mteb's ``SearchEncoderWrapper``."""
+
+    def __init__(self, model: TokenEmbedderBase) -> None:
+        self._model = model
+        self.mteb_model_meta = model.mteb_model_meta
+
+    def encode(self, inputs: Any, **kwargs: Any) -> Any:
+        return self._model.encode(inputs, **kwargs)
+
+    def similarity(self, embeddings1: Any, embeddings2: Any) -> Any:
+        return self._model.similarity(embeddings1, embeddings2)
+
+    def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> Any:
+        return self._model.pairwise_max_sim(embeddings1, embeddings2)
