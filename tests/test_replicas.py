@@ -453,7 +453,17 @@ def test_replicas_start_after_what_released_in_process_engines_left_is_collected
     assert collected == [False] and build._RELEASED_ON_GPU == [False]
 
 
-def test_an_engine_start_that_lost_its_port_is_tried_again_on_the_next_ports(monkeypatch):
+@pytest.mark.parametrize(
+    ("failures", "error", "tried", "outcome"),
+    [
+        (2, "The server socket has failed to listen ... code: -98, name: EADDRINUSE", 3, "engine"),
+        (9, "EADDRINUSE", 3, "could not start an engine for 'm': EADDRINUSE"),  # PORT_RETRIES + 1 tries, then named
+        (9, "no such architecture", 1, "no such architecture"),  # another failure: at once
+    ],
+)
+def test_an_engine_start_that_lost_its_port_is_tried_again_on_the_next_ports(
+    monkeypatch, failures, error, tried, outcome
+):
     """torch.distributed's store found the port vLLM had checked taken (EADDRINUSE, seen with 16 Ray actors on one
     node): the start is tried again PORT_RETRIES times with VLLM_PORT moved, then named; other failures at once."""
     import vllm
@@ -462,34 +472,18 @@ def test_an_engine_start_that_lost_its_port_is_tried_again_on_the_next_ports(mon
 
     ports = []
 
-    def lost(model, **kwargs):
+    def start(model, **kwargs):
         ports.append(os.environ["VLLM_PORT"])
-        if len(ports) < 3:
-            raise RuntimeError("The server socket has failed to listen ... code: -98, name: EADDRINUSE")
+        if len(ports) <= failures:
+            raise RuntimeError(error)
         return "engine"
 
     monkeypatch.setenv("VLLM_PORT", "38400")
-    monkeypatch.setattr(vllm, "LLM", lost)
-    assert build._start_llm("m", {}, []) == "engine"
-    assert ports == ["38400", "38437", "38474"]
-    ports.clear()
-    monkeypatch.setenv("VLLM_PORT", "38000")
-
-    def always(model, **kwargs):
-        ports.append(os.environ["VLLM_PORT"])
-        raise RuntimeError("EADDRINUSE")
-
-    monkeypatch.setattr(vllm, "LLM", always)
-    with pytest.raises(EngineError, match="could not start an engine for 'm': EADDRINUSE"):
-        build._start_llm("m", {}, [])
-    assert len(ports) == build.PORT_RETRIES + 1
-    ports.clear()
-
-    def broken(model, **kwargs):
-        ports.append(os.environ["VLLM_PORT"])
-        raise ValueError("no such architecture")
-
-    monkeypatch.setattr(vllm, "LLM", broken)
-    with pytest.raises(EngineError, match="no such architecture"):
-        build._start_llm("m", {}, [])
-    assert len(ports) == 1
+    monkeypatch.setattr(vllm, "LLM", start)
+    if outcome == "engine":
+        assert build._start_llm("m", {}, []) == "engine"
+    else:
+        with pytest.raises(EngineError, match=outcome):
+            build._start_llm("m", {}, [])
+    assert ports == [str(38400 + build.PORT_STEP * i) for i in range(tried)]
+    assert tried <= build.PORT_RETRIES + 1

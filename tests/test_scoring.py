@@ -224,7 +224,7 @@ def test_merged_subqueries_computed_ahead_in_a_child_are_the_same_scores(replica
     this process, and the child's answer is the one used."""
     import mteb
 
-    from vllm_eval.evaluation import scoring
+    from vllm_eval.evaluation.scoring import subqueries
     from vllm_eval.tasks.shaped import replica_tasks
     from vllm_eval.utils import forked as ahead
 
@@ -232,13 +232,14 @@ def test_merged_subqueries_computed_ahead_in_a_child_are_the_same_scores(replica
 
     def counted(*args):
         found, value = take(*args)
-        taken.append(found)
+        if args[0] is subqueries._max_over_subqueries:  # not the ranges of the per-query measures
+            taken.append(found)
         return found, value
 
     monkeypatch.setattr(ahead, "take", counted)
     scores = {}
     for at_least in (10**9, 0):  # never ahead, then always
-        monkeypatch.setattr(scoring, "AHEAD_MIN_QUERIES", at_least)
+        monkeypatch.setattr(ahead, "MIN_ITEMS", at_least)
         tasks = [t for t in replica_tasks(replica) if t.metadata.name == "MindSmallReranking"]
         with fast_scoring():
             result = mteb.evaluate(InstantSearchEncoder(64), tasks, cache=None, co2_tracker=False,
@@ -302,9 +303,10 @@ def test_per_query_measures_in_ranges_of_forked_children_are_the_whole_ones(monk
         qrels[f"q{i}"] = {d: int(rng.integers(-1, 3)) for d in judged.tolist()}
     ks = [1, 3, 10]
     theirs = mtebs(results, qrels, ks)
-    monkeypatch.setattr(retrieval, "SHARD_MIN_QUERIES", 1)
-    monkeypatch.setattr(retrieval, "worker_threads", lambda: 4)
     from vllm_eval.utils import forked as ahead
+
+    monkeypatch.setattr(ahead, "MIN_ITEMS", 1)
+    monkeypatch.setattr(retrieval, "worker_threads", lambda: 4)
 
     taken, take = [], ahead.take
     monkeypatch.setattr(ahead, "take", lambda *args: taken.append(take(*args)) or taken[-1])

@@ -187,15 +187,21 @@ class _Cosine:
         return (a * b).sum(-1)
 
 
+def _candidates(seed, n_queries, n_docs, dim, most):
+    """Seeded query and document vectors, their ids, and up to ``most`` - 1 distinct candidates per query."""
+    rng = np.random.default_rng(seed)
+    queries = rng.normal(size=(n_queries, dim)).astype(np.float32)
+    docs = rng.normal(size=(n_docs, dim)).astype(np.float32)
+    query_ids, doc_ids = [f"q{i}" for i in range(n_queries)], [f"d{i}" for i in range(n_docs)]
+    picks = {q: rng.choice(n_docs, size=rng.integers(0, most), replace=False) for q in query_ids}
+    return rng, queries, query_ids, docs, doc_ids, {q: [doc_ids[j] for j in p] for q, p in picks.items()}
+
+
 @pytest.mark.parametrize("factor", [0, 16])  # 0: every pair gathered; 16: read from the score matrix
 def test_candidates_ranked_best_first_and_cut_at_k(monkeypatch, factor):
     monkeypatch.setattr(search, "MATRIX_FACTOR", factor)
     monkeypatch.setattr(search, "BLOCK_ENTRIES", 7 * 16)  # several blocks either way
-    rng = np.random.default_rng(1)
-    queries = rng.normal(size=(40, 16)).astype(np.float32)
-    docs = rng.normal(size=(25, 16)).astype(np.float32)
-    query_ids, doc_ids = [f"q{i}" for i in range(40)], [f"d{i}" for i in range(25)]
-    top_ranked = {q: [doc_ids[j] for j in rng.choice(25, size=rng.integers(0, 12), replace=False)] for q in query_ids}
+    _, queries, query_ids, docs, doc_ids, top_ranked = _candidates(1, 40, 25, 16, 12)
     ranked = search.rank_candidates(_Cosine, queries, query_ids, docs, doc_ids, top_ranked, 5)
     full = _Cosine.similarity(queries, docs).numpy()
     assert list(ranked) == query_ids
@@ -212,12 +218,9 @@ def test_queries_that_repeat_are_scored_once_each_as_if_every_one_were_encoded(m
     pairs read block by block in any order."""
     monkeypatch.setattr(search, "MATRIX_FACTOR", factor)
     monkeypatch.setattr(search, "BLOCK_ENTRIES", 3 * 25)  # blocks of 3 distinct queries: pairs out of order
-    rng = np.random.default_rng(2)
+    rng, _, query_ids, docs, doc_ids, top_ranked = _candidates(2, 50, 25, 16, 12)
     distinct = rng.normal(size=(9, 16)).astype(np.float32)
     rows = rng.integers(0, 9, size=50)
-    docs = rng.normal(size=(25, 16)).astype(np.float32)
-    query_ids, doc_ids = [f"q{i}" for i in range(50)], [f"d{i}" for i in range(25)]
-    top_ranked = {q: [doc_ids[j] for j in rng.choice(25, size=rng.integers(0, 12), replace=False)] for q in query_ids}
     once = search.rank_candidates(_Cosine, distinct, query_ids, docs, doc_ids, top_ranked, 5, rows)
     every = search.rank_candidates(_Cosine, distinct[rows], query_ids, docs, doc_ids, top_ranked, 5)
     assert list(once) == list(every) == query_ids
@@ -226,13 +229,11 @@ def test_queries_that_repeat_are_scored_once_each_as_if_every_one_were_encoded(m
 
 
 def test_candidates_looked_up_in_ranges_of_forked_children_rank_as_in_one(monkeypatch):
-    rng = np.random.default_rng(3)
-    queries = rng.normal(size=(30, 8)).astype(np.float32)
-    docs = rng.normal(size=(12, 8)).astype(np.float32)
-    query_ids, doc_ids = [f"q{i}" for i in range(30)], [f"d{i}" for i in range(12)]
-    top_ranked = {q: [doc_ids[j] for j in rng.choice(12, size=rng.integers(0, 9), replace=False)] for q in query_ids}
+    from vllm_eval.utils import forked
+
+    _, queries, query_ids, docs, doc_ids, top_ranked = _candidates(3, 30, 12, 8, 9)
     whole = search.rank_candidates(_Cosine, queries, query_ids, docs, doc_ids, top_ranked, 4)
-    monkeypatch.setattr(search, "SHARD_MIN_QUERIES", 1)
+    monkeypatch.setattr(forked, "MIN_ITEMS", 1)
     monkeypatch.setattr(search, "worker_threads", lambda: 3)
     ranged = search.rank_candidates(_Cosine, queries, query_ids, docs, doc_ids, top_ranked, 4)
     assert [list(ranged[q].items()) for q in query_ids] == [list(whole[q].items()) for q in query_ids]

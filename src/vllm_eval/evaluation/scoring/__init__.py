@@ -62,6 +62,7 @@ def _retrieval_evaluate(
     """``RetrievalEvaluator.evaluate`` with :func:`.retrieval.calculate_retrieval_scores`; identical ids are
     dropped in place, as mteb pops them."""
     from ...models.ranked import RankedLists
+    from ...utils.forked import worth_forking
     from . import subqueries
     from .retrieval import calculate_retrieval_scores
 
@@ -71,14 +72,9 @@ def _retrieval_evaluate(
         else:
             for qid, rels in results.items():
                 rels.pop(qid, None)
-    if _merges_subqueries(self) and len(results) >= AHEAD_MIN_QUERIES:
+    if _merges_subqueries(self) and worth_forking(len(results)):
         subqueries.start_ahead(qrels, results, k_values)  # mteb's task_specific_scores asks for it next
     return calculate_retrieval_scores(results, qrels, list(k_values), skip_first_result)
-
-
-#: Queries from which a task scored with ``max_over_subqueries`` computes it ahead in a child process
-#: (:mod:`vllm_eval.utils.forked`): MindSmallReranking has 2.4 million; below this a fork gains less than it costs.
-AHEAD_MIN_QUERIES = 100_000
 
 
 def _merges_subqueries(evaluator: Any) -> bool:

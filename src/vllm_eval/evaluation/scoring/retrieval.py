@@ -221,11 +221,6 @@ def skip_first(runs: Runs) -> Runs:
     return Runs(runs.query_ids, offsets, runs.docs[keep], runs.scores[keep], runs.names)
 
 
-#: Queries from which the per-query measures are computed in ranges of queries, all but the first in forked
-#: children (:mod:`vllm_eval.utils.forked`): MindSmallReranking's 2.36 million subqueries took about 30 s of one
-#: process's Python (qrels read from dicts) on a 2-core CPU.
-SHARD_MIN_QUERIES = 200_000
-
 _Measures = tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]
 
 
@@ -243,12 +238,12 @@ def _measures(runs: Runs, qrels: Mapping[str, Mapping[str, int]], k_values: list
 
 
 def _all_measures(runs: Runs, qrels: Mapping[str, Mapping[str, int]], k_values: list[int]) -> _Measures:
-    """:func:`_measures` of every query: in :func:`worker_threads` ranges from :data:`SHARD_MIN_QUERIES` queries,
-    the first here and the others in forked children meanwhile (:func:`vllm_eval.utils.forked.in_ranges`)."""
+    """:func:`_measures` of every query, in :func:`worker_threads` ranges where there are enough queries: the first
+    here and the others in forked children meanwhile (:func:`vllm_eval.utils.forked.in_ranges`; MindSmallReranking's
+    2.36 million subqueries took about 30 s of one process's Python, qrels read from dicts, on a 2-core CPU)."""
     from ...utils.forked import in_ranges
 
-    n = len(runs.query_ids)
-    parts = in_ranges(_measures, n, worker_threads() if n >= SHARD_MIN_QUERIES else 1, runs, qrels, k_values)
+    parts = in_ranges(_measures, len(runs.query_ids), worker_threads(), runs, qrels, k_values)
     if len(parts) == 1:
         return parts[0]
     return tuple({key: np.concatenate([p[i][key] for p in parts]) for key in parts[0][i]} for i in range(3))

@@ -282,11 +282,6 @@ def _by_block(pair_query: np.ndarray, rows: int, n_queries: int) -> tuple[np.nda
     return np.argsort(block, kind="stable"), np.concatenate([[0], np.cumsum(counts)]).tolist()
 
 
-#: Queries from which their candidates are looked up in ranges, all but the first in forked children
-#: (:func:`vllm_eval.utils.forked.in_ranges`): MindSmallReranking's 97 million candidates, one dict lookup each.
-SHARD_MIN_QUERIES = 200_000
-
-
 def _doc_rows(lists: list[list[str]], doc_index: dict[str, int], counts: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """The row in ``doc_index`` of every candidate of ``lists[lo:hi]``, in order, int64.
 
@@ -332,8 +327,8 @@ def rank_candidates(
     lists = [top_ranked.get(qid) or [] for qid in query_ids]
     counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
     pair_query = np.repeat(np.arange(len(query_ids)), counts)
-    parts = worker_threads() if len(lists) >= SHARD_MIN_QUERIES else 1
-    pair_doc = np.concatenate(in_ranges(_doc_rows, len(lists), parts, lists, doc_index, counts))
+    # in ranges of forked children where there are enough queries (MindSmall: 97 million lookups)
+    pair_doc = np.concatenate(in_ranges(_doc_rows, len(lists), worker_threads(), lists, doc_index, counts))
     scored = pair_query if rows is None else np.asarray(rows, dtype=np.int64)[pair_query]
     scores = candidate_scores(model.similarity, model.similarity_pairwise, queries, docs, scored, pair_doc)
     if np.isnan(scores).any():

@@ -135,26 +135,33 @@ class TokenEmbedderBase(EncoderBase, ABC):
             )
         return super().encode(inputs, task_metadata=task_metadata, **kwargs)
 
-    def _searcher(self) -> Any:
-        """This thread's mteb ``SearchEncoderWrapper`` over this model (kept from ``index`` to ``search``)."""
+    def _searchers(self) -> dict[int, Any]:
+        """Each thread's mteb ``SearchEncoderWrapper`` over this model, from its ``index`` to its ``search``."""
+        return self.__dict__.setdefault("_search_wrappers", {})
+
+    def index(self, corpus: Any, **kwargs: Any) -> None:
+        """mteb's ``SearchProtocol.index``: mteb's own search over :meth:`encode` and MaxSim (its
+        ``SearchEncoderWrapper``, as for any encoder), kept for this thread's next :meth:`search`."""
         import threading
 
         from mteb.models.search_wrappers import SearchEncoderWrapper
 
-        searchers = self.__dict__.setdefault("_searchers", {})
-        key = threading.get_ident()
-        if key not in searchers:
-            searchers[key] = SearchEncoderWrapper(_MaxSimEncoder(self))
-        return searchers[key]
-
-    def index(self, corpus: Any, **kwargs: Any) -> None:
-        """mteb's ``SearchProtocol.index``: mteb's own search over :meth:`encode` and MaxSim (its
-        ``SearchEncoderWrapper``, as for any encoder)."""
-        self._searcher().index(corpus, **kwargs)
+        searcher = SearchEncoderWrapper(_MaxSimEncoder(self))
+        searcher.index(corpus, **kwargs)
+        self._searchers()[threading.get_ident()] = searcher
 
     def search(self, queries: Any, **kwargs: Any) -> Any:
-        """mteb's ``SearchProtocol.search`` of the corpus this thread indexed (see :meth:`index`)."""
-        return self._searcher().search(queries, **kwargs)
+        """mteb's ``SearchProtocol.search`` of the corpus this thread indexed (the corpus let go after).
+
+        Raises:
+            ValueError: :meth:`index` was not called first on this thread (as mteb's wrapper).
+        """
+        import threading
+
+        searcher = self._searchers().pop(threading.get_ident(), None)
+        if searcher is None:
+            raise ValueError("Corpus must be indexed before searching.")
+        return searcher.search(queries, **kwargs)
 
     def similarity(self, embeddings1: Any, embeddings2: Any) -> Any:
         """MaxSim of every query (``embeddings1``) against every document (``embeddings2``).
