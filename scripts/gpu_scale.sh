@@ -21,7 +21,7 @@
 #            (`--ray-address`; Ray places actors only where the layout is given: pass it in $EXTRA). With
 #            $KILL_AT=S (with RAY=1), the newest replica actor and its children are SIGKILLed S seconds in
 #            (named in NAME.txt).
-#   bench    `vllm-eval bench` of $MODEL, fixed:512 texts, $N_TEXTS (default 2000), one backend per configuration of
+#   bench    `vllm-eval bench` of $MODEL, fixed:512 texts (max_model_len 8192; BERT-base's 512), $N_TEXTS (default 2000), one backend per configuration of
 #            $CONFIGS (extra flags per configuration, separated by ';'), each its own process on $GPUS;
 #            $OUT/bench-NAME.txt.
 set -uo pipefail
@@ -36,7 +36,7 @@ case $part in
   setup)
     { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
       python3 -c "import vllm, mteb, torch; print('vllm', vllm.__version__, 'mteb', mteb.__version__, 'torch', torch.__version__)"
-    } 2>/dev/null | tee "$out/setup.txt"
+    } 2>/dev/null | tee -a "$out/setup.txt"
     for m in ${MODELS:-bert-base qwen3-8b}; do
       start=$(date +%s.%N); d=$([ "$m" = bert-base ] && echo float16 || echo bfloat16)
       python3 -c "from vllm_eval.testing import build_random_embedding_model as b; b('$models/$m', '$m', '.devtok/bert', dtype='$d')" \
@@ -104,7 +104,7 @@ PY
     for i in "${!configs[@]}"; do
       CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 "${LIMIT:-240}" python3 -m vllm_eval.cli bench --model "$models/$model" \
         --dtypes "$dtype" --backends vllm --lengths fixed:512 --n-texts "${N_TEXTS:-2000}" --batch-sizes "${N_TEXTS:-2000}" \
-        --max-model-len 8192 ${configs[$i]} --output-dir "/root/work/$name-$i" > "$out/$name-$i.log" 2>&1
+        --max-model-len "$([ "$model" = bert-base ] && echo 512 || echo 8192)" ${configs[$i]} --output-dir "/root/work/$name-$i" > "$out/$name-$i.log" 2>&1
       echo "== config $i '${configs[$i]}': exit $?" | tee -a "$out/bench-$name.txt"
       tr '\r' '\n' < "$out/$name-$i.log" | grep -v "it/s\]" | grep -E "│|tok/s|rror|ready" | tee -a "$out/bench-$name.txt"
     done ;;

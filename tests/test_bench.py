@@ -111,3 +111,29 @@ def test_mfu_beside_each_throughput_against_the_computing_dtypes_peak(monkeypatc
     assert "MFU 62% of 2 x NVIDIA H200's 989 TFLOP/s bfloat16" in capsys.readouterr().out
     monkeypatch.setattr(telemetry, "device_name", lambda: "CPU: AMD EPYC (2 cores)")
     assert bench._with_mfu(record, 7_567_295_488, "float32").mfu is None  # no known peak: left out
+
+
+def test_a_given_layout_reaches_the_backend_as_given_and_the_label_names_the_layout_started(monkeypatch):
+    """``--replicas-per-gpu 1 2 4``: the 1 is a choice (one engine), not "none given" (which lets a GPU machine
+    choose 4 for a small model), and each measurement is labelled by the layout that started."""
+    from types import SimpleNamespace
+
+    from vllm_eval.measure import bench
+    from vllm_eval.models import backends
+
+    seen = []
+
+    def fake_load(kind, name, model, **kw):
+        seen.append({k: kw[k] for k in ("data_parallel_size", "replicas_per_gpu") if k in kw})
+        rpg = kw.get("replicas_per_gpu") or 4  # what a GPU machine chooses for a small model when none is given
+        layout = SimpleNamespace(data_parallel_size=kw.get("data_parallel_size") or 1, replicas_per_gpu=rpg)
+        return SimpleNamespace(layout=layout, accelerators=1, encode_texts=None)
+
+    monkeypatch.setattr(backends, "load_backend", fake_load)
+    labels = [
+        bench._Backend("vllm", "m", "float16", {}, replicas=r).label
+        for r in ({"replicas_per_gpu": 1}, {"replicas_per_gpu": 2}, None, {"data_parallel_size": 2})
+    ]
+    assert seen == [{"replicas_per_gpu": 1}, {"replicas_per_gpu": 2}, {}, {"data_parallel_size": 2}]
+    assert labels == ["vllm", "vllm-dp1x2", "vllm-dp1x4", "vllm-dp2x4"]
+    assert bench._replica_label(SimpleNamespace(), {"data_parallel_size": 2, "ray_address": "auto"}) == "vllm-dp2-ray"

@@ -214,11 +214,11 @@ class _Backend:
             self.devices = engine_kwargs.get("tensor_parallel_size") or 1
             return
         if name == "vllm":
-            r = {k: v for k, v in (replicas or {}).items() if v != 1}
-            self.label = _replica_label(r)
+            r = dict(replicas or {})
             self.obj = load_backend(
                 "encoder", "vllm", model, dtype=dtype, show_progress_bar=False, **r, **engine_kwargs
             )
+            self.label = _replica_label(self.obj, r)
             self.devices = self.obj.accelerators
             # Distinct texts only: dedup must not flatter the numbers.
             self.encode = self.obj.encode_texts
@@ -256,9 +256,9 @@ class _Backend:
 
         quiet = {"dtype": dtype, "show_progress_bar": False}
         if name == "vllm":
-            r = {k: v for k, v in (replicas or {}).items() if v != 1}
-            self.label = _replica_label(r)
+            r = dict(replicas or {})
             self.obj = load_backend("sparse_encoder", "vllm", model, **quiet, **r, **engine_kwargs)
+            self.label = _replica_label(self.obj, r)
             self.devices = self.obj.accelerators
             self.encode = self.obj.encode_sparse  # distinct texts, rows kept sparse (CSR)
         elif name == "st":
@@ -282,15 +282,17 @@ class _Backend:
         gc.collect()
 
 
-def _replica_label(r: dict[str, Any]) -> str:
-    """``vllm``, or with replicas e.g. ``vllm-dp2``, ``vllm-dp1x4`` (4 replicas on one GPU), ``-ray`` on Ray."""
-    if not r:
+def _replica_label(backend: Any, given: dict[str, Any]) -> str:
+    """``vllm`` for one engine, else the layout started, e.g. ``vllm-dp2`` (two GPUs), ``vllm-dp1x4`` (4 replicas on
+    one GPU), ``-ray`` on Ray: read from ``backend.layout`` (the layout a GPU machine chose when none was given),
+    ``given`` (``data_parallel_size``, ``replicas_per_gpu``, ``ray_address``) where the backend has none."""
+    layout = getattr(backend, "layout", None)
+    dp = getattr(layout, "data_parallel_size", None) or given.get("data_parallel_size") or 1
+    rpg = getattr(layout, "replicas_per_gpu", None) or given.get("replicas_per_gpu") or 1
+    ray = given.get("ray_address")
+    if dp == 1 and rpg == 1 and not ray:
         return "vllm"
-    return (
-        f"vllm-dp{r.get('data_parallel_size', 1)}"
-        + (f"x{r['replicas_per_gpu']}" if r.get("replicas_per_gpu", 1) != 1 else "")
-        + ("-ray" if r.get("ray_address") else "")
-    )
+    return f"vllm-dp{dp}" + (f"x{rpg}" if rpg != 1 else "") + ("-ray" if ray else "")
 
 
 def mteb_vllm_wrapper(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> Any:
