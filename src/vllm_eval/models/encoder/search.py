@@ -212,6 +212,18 @@ def query_texts(queries: Any) -> list[str] | None:
     return [t + " " + i if i is not None else t for t, i in zip(texts, column(queries, "instruction"), strict=True)]
 
 
+def flat_query_texts(queries: Any) -> list[str]:
+    """:func:`query_texts`, with conversations flattened as mteb flattens them for a text model (its
+    ``_retrieval_texts``: turns joined as ``role: content; ...``, an instruction in front), row by row."""
+    texts = query_texts(queries)
+    if texts is not None:
+        return texts
+    from mteb._create_dataloaders import _retrieval_texts
+    from mteb.types import PromptType
+
+    return _retrieval_texts(queries, PromptType.query)
+
+
 def candidate_scores(
     similarity: Any, pairwise: Any, queries: np.ndarray, docs: np.ndarray, pair_query: np.ndarray, pair_doc: np.ndarray
 ) -> np.ndarray:

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ...utils.errors import UsageError
-from ..encoder.search import ENCODE_CHUNK, column, document_texts, query_texts
+from ..encoder.search import ENCODE_CHUNK, column, document_texts, flat_query_texts
 from ..ranked import RankedLists, as_results, best_first, refuse_other_task_types
 from .search import SparseSearch, _top, pair_scores
 
@@ -190,9 +190,7 @@ class HybridSearch(SparseSearch):
         from mteb.types import PromptType
 
         corpus = self._indexed_corpus()
-        texts = query_texts(queries)
-        if texts is None:
-            raise ValueError("BGE-M3 embeds text queries, not conversations")
+        texts = flat_query_texts(queries)
         prefix = {t: self.prompting.prefix(task_metadata, t) for t in (PromptType.query, PromptType.document)}
         q_texts = [prefix[PromptType.query] + t for t in texts]
         d_texts = [prefix[PromptType.document] + t for t in document_texts(corpus)]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..encoder.search import ENCODE_CHUNK, IndexedCorpus, column, document_texts, query_texts
+from ..encoder.search import ENCODE_CHUNK, IndexedCorpus, column, document_texts, flat_query_texts
 from ..ranked import RankedLists, as_results, best_first
 
 #: Dense score entries per block of queries (queries x documents of one chunk): 2^25 float32 = 128 MiB.
@@ -105,7 +105,7 @@ class SparseSearch(IndexedCorpus):
         corpus = self._indexed_corpus()
         where = {"task_metadata": task_metadata, "hf_split": hf_split, "hf_subset": hf_subset}
         batch = encode_kwargs.get("batch_size", 32)
-        q = self._encode_column(query_texts(queries), PromptType.query, where, batch)
+        q = self._encode_column(flat_query_texts(queries), PromptType.query, where, batch)
         query_ids, doc_ids = column(queries, "id"), column(corpus, "id")
         texts = document_texts(corpus)
         if top_ranked is not None:
@@ -117,11 +117,9 @@ class SparseSearch(IndexedCorpus):
         offsets = np.arange(len(query_ids) + 1, dtype=np.int64) * index.shape[1]
         return as_results(RankedLists(query_ids, offsets, index.ravel(), scores.ravel(), doc_ids))
 
-    def _encode_column(self, texts: list[str] | None, prompt_type: Any, where: dict[str, Any], batch: int) -> Any:
+    def _encode_column(self, texts: list[str], prompt_type: Any, where: dict[str, Any], batch: int) -> Any:
         from ..streaming import Batches
 
-        if texts is None:
-            raise ValueError("a sparse encoder embeds text queries, not conversations")
         return self.encode_csr(Batches.of_texts(texts, batch), prompt_type=prompt_type, **where)
 
 
