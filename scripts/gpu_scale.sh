@@ -21,9 +21,9 @@
 #            (`--ray-address`; Ray places actors only where the layout is given: pass it in $EXTRA). With
 #            $KILL_AT=S (with RAY=1), the newest replica actor and its children are SIGKILLed S seconds in
 #            (named in NAME.txt).
-#   bench    `vllm-eval bench` of $MODEL, fixed:512 texts (max_model_len 8192; BERT-base's 512), $N_TEXTS (default 2000), one backend per configuration of
-#            $CONFIGS (extra flags per configuration, separated by ';'), each its own process on $GPUS;
-#            $OUT/bench-NAME.txt.
+#   bench    `vllm-eval bench` of $MODEL, fixed:512 texts (max_model_len 8192; BERT-base's 512), $N_TEXTS (default
+#            2000), one backend per configuration of $CONFIGS (extra flags per configuration, separated by ';'), each
+#            its own process on $GPUS; $OUT/bench-NAME.txt.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

