@@ -62,6 +62,10 @@ _PARITY_SHARED = (
 )
 
 
+#: What :func:`evaluate` does not hand on to a sweep as keywords.
+_NOT_SWEPT = ("model", "tasks", "options", "sweep", "sweep_models", "models")
+
+
 @dataclass
 class EvaluationResult:
     """What :func:`evaluate` returns.
@@ -131,7 +135,9 @@ def evaluate(
 
     Args:
         model: a model directory, a hub id (offline: a cached one), or for a served model the served name;
-            default: the packaged all-MiniLM-L6-v2.
+            default: the packaged all-MiniLM-L6-v2. Several (a list, a glob, or a training folder whose
+            ``checkpoint-*`` subfolders are the models): a sweep, one job (:mod:`vllm_eval.api.sweep`), returning a
+            :class:`~vllm_eval.api.sweep.SweepResult`.
         tasks: mteb task names (a list, or one string of names separated by spaces or commas); a benchmark's
             name here runs that benchmark. Default: the offline suite (with no ``benchmark`` or ``data``).
         benchmark: mteb benchmark names, e.g. ``"MTEB(eng, v2)"``.
@@ -174,6 +180,11 @@ def evaluate(
         ModelNotFoundError: a local model that does not exist.
         EngineError, EndpointError: a failure of the engine or a server while running.
     """
+    from .sweep import sweep, sweep_models
+
+    models = sweep_models(model)
+    if models is not None:
+        return sweep(models, tasks, **{k: v for k, v in locals().items() if k not in _NOT_SWEPT}, **options)
     check_scoring(scoring)
     kind, session = _prepare(model, backend, (pooling_task, bge_m3_mode), options, output_dir, verbose, started)
     _check(kind, (backend, model), session, log_samples, check_parity, concurrent_tasks)

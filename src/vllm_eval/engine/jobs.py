@@ -368,3 +368,16 @@ def lexical_weights_job(llm: Any, payload: tuple[list[list[int]], int | None, li
         kept = ~np.isin(tokens, np.asarray(special, dtype=np.int64))
         rows.append(pack_sparse_row(tokens[kept], weights[kept], max_active_dims))
     return rows
+
+
+def reload_job(llm: Any, model: str) -> None:
+    """A replica's engine loads ``model``'s weights in place (:func:`vllm_eval.engine.build.reload_engine`).
+
+    Raises:
+        EngineError: the engine is shared in the replica's process (it never is), or vLLM failed to load them.
+    """
+    from ..utils.errors import EngineError
+    from .build import reload_engine
+
+    if not reload_engine(llm, model):
+        raise EngineError(f"the replica's engine is shared: {model!r}'s weights were not loaded into it")

@@ -31,12 +31,19 @@ class Prefetch:
         imports: modules to import on the same thread before the first load: what ``mteb.evaluate`` imports on
             its first call (sentence-transformers, and torch with it) while an engine starts elsewhere. On one H100
             a parent of replicas imported them in its first task, holding the GIL every other task waited for.
+        keep: leave each task's data loaded when it is done (a sweep evaluates it again for the next model).
     """
 
     def __init__(
-        self, tasks: Sequence[Any], ahead: int = 2, skip: Sequence[str] = (), imports: Sequence[str] = ()
+        self,
+        tasks: Sequence[Any],
+        ahead: int = 2,
+        skip: Sequence[str] = (),
+        imports: Sequence[str] = (),
+        keep: bool = False,
     ) -> None:
         self._imports = list(imports)
+        self._keep = keep
         self._tasks = list(tasks)
         self._skip = set(skip)
         self._futures: dict[int, Future] = {id(t): Future() for t in self._tasks}
@@ -87,7 +94,8 @@ class Prefetch:
         if future is None or not future.done() or future.exception() is not None or not future.result():
             return
         try:
-            task.unload_data()
+            if not self._keep:
+                task.unload_data()
         except Exception as exc:  # freeing memory is best effort
             logger.debug("unloading %s raised %s", task.metadata.name, exc)
         self._slots.release()
@@ -100,10 +108,10 @@ class Prefetch:
 
 
 def prefetch_for(
-    tasks: Sequence[Any], workers: int, *, skip: Sequence[str] = (), imports: Sequence[str] = ()
+    tasks: Sequence[Any], workers: int, *, skip: Sequence[str] = (), imports: Sequence[str] = (), keep: bool = False
 ) -> Prefetch:
     """The :class:`Prefetch` of a run evaluating ``workers`` tasks at once: tasks in the order they start
     (:func:`~vllm_eval.evaluation.concurrency.in_run_order`), the next one loaded ahead of each running one."""
     from .concurrency import in_run_order
 
-    return Prefetch(in_run_order(tasks, workers), ahead=workers + 1, skip=skip, imports=imports)
+    return Prefetch(in_run_order(tasks, workers), ahead=workers + 1, skip=skip, imports=imports, keep=keep)

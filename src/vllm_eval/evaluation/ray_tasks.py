@@ -57,7 +57,9 @@ class RayTaskProcesses(TaskProcesses):
 
     shares_files = False
 
-    def __init__(self, address: str, n: int, first: Sequence[Any] = (), cpus: float = TASK_CPUS) -> None:
+    def __init__(
+        self, address: str, n: int, first: Sequence[Any] = (), cpus: float = TASK_CPUS, keep_data: bool = False
+    ) -> None:
         ray = connect(address)
         have = ray.cluster_resources().get("CPU", 0.0)
         if n * cpus > have + 1e-6:
@@ -74,7 +76,7 @@ class RayTaskProcesses(TaskProcesses):
                 f"available: {ray.available_resources()}"
             ) from None
         try:
-            super().__init__(n, first, threads=max(1, int(cpus)))
+            super().__init__(n, first, threads=max(1, int(cpus)), keep_data=keep_data)
         except BaseException:  # an actor that could not be made: the others and the group go with it
             for worker in getattr(self, "_workers", []):
                 if worker is not None:

@@ -128,6 +128,7 @@ def evaluate(
     concurrent_tasks: int | None = 1,
     processes: Any = None,
     scoring: str = "fast",
+    keep_processes: bool = False,
 ) -> list[TaskScore]:
     """Evaluate ``model`` (any mteb model protocol) on ``tasks`` with ``mteb.evaluate``, task by task.
 
@@ -155,7 +156,8 @@ def evaluate(
             (:mod:`vllm_eval.evaluation.task_processes`, spawned: call ``evaluate`` under ``if __name__ ==
             "__main__":``).
         processes: the :class:`~vllm_eval.evaluation.task_processes.TaskProcesses` to use (started before the engine);
-            default: started here when wanted. Closed on return.
+            default: started here when wanted. Closed on return unless ``keep_processes`` (a sweep's next model
+            uses them).
         scoring: ``fast`` (:mod:`vllm_eval.evaluation.scoring`) or ``mteb`` (mteb's own scoring code).
 
     Every phase (data load, encode calls, scoring, writes) goes on the run's timeline, kept in ``summary.json``.
@@ -204,7 +206,7 @@ def evaluate(
             run_tasks(tasks, one, workers=workers, display=task_progress, done=finished)
     finally:
         prefetch.close()
-        if processes is not None:
+        if processes is not None and not keep_processes:
             processes.close()
     return [r for r in rows if r is not None]
 

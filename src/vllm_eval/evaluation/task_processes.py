@@ -80,6 +80,8 @@ class TaskProcesses:
         first: the tasks to be evaluated first, in the order the task threads take them: process ``k`` loads
             ``first[k]``'s data at once (while the engine starts) and is given that task.
         threads: BLAS/OpenMP threads per process (default: the cores shared among the ``n``).
+        keep_data: each process keeps the data of the tasks it evaluated, and a task goes back to a process that
+            holds it (a sweep evaluates every task once per model: its data is loaded once).
 
     Raises:
         TaskProcessError: from :meth:`evaluate`, a process died (its exit code in the message).
@@ -88,10 +90,13 @@ class TaskProcesses:
     #: Whether the processes read and write this machine's folders (a Ray actor's node may be another machine).
     shares_files = True
 
-    def __init__(self, n: int, first: Sequence[Any] = (), threads: int | None = None) -> None:
+    def __init__(self, n: int, first: Sequence[Any] = (), threads: int | None = None, keep_data: bool = False) -> None:
         from ..utils.logs import settings
         from .concurrency import cores
 
+        self.keep_data = keep_data
+        #: The tasks whose data each process holds (``keep_data``).
+        self._held: dict[int, set[str]] = {}
         self._settings = (threads or max(1, cores() // max(n, 1)), settings())
         self._gpus = scoring_gpus()
         self._lock = threading.Condition()
@@ -106,6 +111,7 @@ class TaskProcesses:
 
     def _start(self, k: int, task: Any) -> None:
         self._workers[k] = self._launch(k, pickle.dumps(task) if task is not None else None)
+        self._held[k] = set()
         if task is not None:
             self._preloaded[k] = task.metadata.name
 
@@ -137,12 +143,15 @@ class TaskProcesses:
         name = task.metadata.name
         k = self._take(name)
         try:
-            preloaded = self._preloaded.pop(k, None) == name
+            preloaded = self._preloaded.pop(k, None) == name or name in self._held[k]
             searches = hasattr(model, "search") and hasattr(model, "index")
             payload = None if preloaded else pickle.dumps(task)
             run, args, kwargs, finish = self._as_sent(run, args, folders or {})
-            self._workers[k].send(("task", payload, model.mteb_model_meta, searches, run, args, kwargs))
+            message = ("task", name, payload, self.keep_data, model.mteb_model_meta, searches, run, args, kwargs)
+            self._workers[k].send(message)
             value = finish(self._serve(k, name, model))
+            if self.keep_data:
+                self._held[k].add(name)
             self.ran[name] = self._workers[k].where()
             return value
         finally:
@@ -154,11 +163,22 @@ class TaskProcesses:
                 self._idle.append(k)
                 self._lock.notify_all()
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
     def _take(self, name: str) -> int:
         with self._lock:
             while not self._idle:
                 self._lock.wait()
-            mine = [k for k in self._idle if self._preloaded.get(k) == name]
+            mine = [k for k in self._idle if self._preloaded.get(k) == name or name in self._held[k]]
+            if not mine and any(name in held for held in self._held.values()):  # its holder is busy: wait for it
+                while not mine:
+                    self._lock.wait()
+                    mine = [k for k in self._idle if name in self._held[k]]
+                    if not any(name in held for held in self._held.values()):
+                        break
             free = [k for k in self._idle if k not in self._preloaded]
             k = (mine or free or self._idle)[0]
             self._idle.remove(k)
@@ -373,8 +393,10 @@ def _child(
 
 def serve_tasks(conn: Any, first: bytes | None) -> None:
     """A worker's loop, in a task process or a Ray actor: load ``first``'s data, then evaluate the tasks ``conn``
-    brings (``send``/``recv`` of messages) until ``None`` or ``conn`` closes."""
+    brings (``send``/``recv`` of messages) until ``None`` or ``conn`` closes; a task sent with ``keep`` keeps its
+    data loaded for the next time it is sent (by name, without its payload)."""
     preloaded, load_error = None, None
+    held: dict[str, Any] = {}
     if first is not None:
         try:
             preloaded = pickle.loads(first)
@@ -388,12 +410,12 @@ def serve_tasks(conn: Any, first: bytes | None) -> None:
             return
         if message is None:
             return
-        _, payload, meta, searches, run, args, kwargs = message
-        task = preloaded
+        _, name, payload, keep, meta, searches, run, args, kwargs = message
+        task = held.pop(name, None) or preloaded
         try:
             if payload is not None:
                 task = pickle.loads(payload)
-            elif load_error is not None:
+            elif load_error is not None and task is preloaded:
                 raise load_error
             _load(conn, task)
             conn.send(("done", run(_proxy(conn, meta, searches), task, *args, **kwargs)))
@@ -401,7 +423,9 @@ def serve_tasks(conn: Any, first: bytes | None) -> None:
             conn.send(("failed", _portable(exc)))
         finally:
             preloaded = load_error = None
-            if task is not None:
+            if task is not None and keep:
+                held[name] = task
+            elif task is not None:
                 _unload(task)
 
 
@@ -502,15 +526,17 @@ def start_for(
     backend: type,
     *,
     skip: Sequence[str] = (),
-    start: Callable[[int, list[Any]], TaskProcesses] = TaskProcesses,
+    start: Callable[..., TaskProcesses] = TaskProcesses,
+    keep_data: bool = False,
 ) -> TaskProcesses | None:
     """The :class:`TaskProcesses` of a run of ``backend`` (its class, before it is built) evaluating ``workers``
     tasks at once (None when :func:`wanted` says no), each process loading one of the first tasks in run order
     (those in ``skip`` left out) while the engine starts. ``start(workers, first)`` makes them: local processes,
-    or e.g. :class:`~vllm_eval.evaluation.ray_tasks.RayTaskProcesses` of a cluster."""
+    or e.g. :class:`~vllm_eval.evaluation.ray_tasks.RayTaskProcesses` of a cluster; ``keep_data``: see
+    :class:`TaskProcesses`."""
     from .concurrency import in_run_order
 
     if not wanted(workers, backend):
         return None
     first = [t for t in in_run_order(tasks, workers) if t.metadata.name not in set(skip) and sendable(t)][:workers]
-    return start(workers, first)
+    return start(workers, first, keep_data=keep_data)

@@ -93,6 +93,10 @@ class VllmBackend(Resource):
     built_with: dict[str, Any] | None = None
     #: A chunk of this backend went through the in-process pipeline (:mod:`vllm_eval.engine.pipeline`).
     _pipelining: bool = False
+    #: What another model's backend must match to take this one's engine in a sweep (:mod:`.handoff`).
+    _reuse_key: str | None = None
+    #: Whether :meth:`start` took a sweep's engine and loaded this model's weights into it.
+    engine_reused: bool = False
 
     def start(
         self,
@@ -107,7 +111,8 @@ class VllmBackend(Resource):
         for the model and the GPUs on a GPU machine, else 1 (:mod:`vllm_eval.replicas.layout`);
         returns ``setup(llm)`` of the engine (of the first replica). Records the wall seconds until ready
         (``engine_start_seconds`` in the counters, also when they exist already) and keeps ``dtype`` and
-        ``quantization`` from the info.
+        ``quantization`` from the info. In a sweep, the engine a backend of a model of the same shape left is taken
+        and the weights loaded into it (:mod:`vllm_eval.models.handoff`).
 
         Raises:
             UsageError: a replica layout the machine (or the Ray cluster) cannot hold; Ray missing.
@@ -116,10 +121,27 @@ class VllmBackend(Resource):
         """
         started, wall = time.perf_counter(), time.time()
         self.layout = self._layout(ref, data_parallel_size, replicas_per_gpu, ray_address)
-        data_parallel_size, replicas_per_gpu = self.layout.data_parallel_size, self.layout.replicas_per_gpu
+        self._data_parallel_size = self.layout.data_parallel_size
+        info = self._take_parked(ref, setup)
+        if info is not None:  # a sweep's engine, its weights reloaded (the reload is on the timeline)
+            self._engine_start_s, self.engine_reused = time.perf_counter() - started, True
+        else:
+            info = self._start_engines(ref, setup, ray_address)
+            # The pool times its own start (until every replica is ready); planning it takes no time to speak of.
+            self._engine_start_s = self.pool.start_seconds if self.pool is not None else time.perf_counter() - started
+            _record_start(wall, self._engine_start_s, self.pool, ref)
+        counters = getattr(self, "counters", None)
+        if counters is not None:  # a base built before the engine started (the generator's)
+            counters.engine_start_seconds = self._engine_start_s
+        self.dtype, self.quantization = info["dtype"], info["quantization"]
+        return info
+
+    def _start_engines(self, ref: Any, setup: Callable[[Any], dict[str, Any]], ray_address: str | None) -> dict:
+        """Start the engines of ``self.layout``: Ray actors, one in-process engine, or local replicas; ``setup`` of
+        the (first) engine."""
+        dp, rpg = self.layout.data_parallel_size, self.layout.replicas_per_gpu
         tp = self.layout.tensor_parallel_size
-        self._data_parallel_size = data_parallel_size
-        if ray_address or data_parallel_size * replicas_per_gpu > 1:
+        if ray_address or dp * rpg > 1:
             collect_released_on_gpu()  # an in-process engine's leftovers would count against the replicas' GPUs
         if ray_address:
             from ..replicas.ray import RayReplicaPool
@@ -128,38 +150,49 @@ class VllmBackend(Resource):
                 ref.path,
                 self.engine_kwargs,
                 address=ray_address,
-                replicas=data_parallel_size * replicas_per_gpu,
+                replicas=dp * rpg,
                 tensor_parallel_size=tp,
-                replicas_per_gpu=replicas_per_gpu,
+                replicas_per_gpu=rpg,
                 setup=setup,
             )
-            info = self.pool.info
-        elif data_parallel_size * replicas_per_gpu <= 1:
+            return self.pool.info
+        if dp * rpg <= 1:
             self.llm = acquire_engine(ref, **self.engine_kwargs)
-            info = setup(self.llm)
-        else:
-            from ..replicas.ahead import take_ahead
-            from ..replicas.pool import ReplicaPool, plan_replicas
+            return setup(self.llm)
+        from ..replicas.ahead import take_ahead
+        from ..replicas.pool import ReplicaPool, plan_replicas
 
-            placements = plan_replicas(
-                data_parallel_size,
-                replicas_per_gpu,
-                tensor_parallel_size=tp,
-                engine_kwargs=self.engine_kwargs,
-                model=ref.path,
-            )
-            self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=setup, ahead=take_ahead(placements))
-            # What each replica's engine is built with: its share of the GPU, its KV-cache size (alike for all).
-            self.built_with = {**self.engine_kwargs, **placements[0].engine_kwargs}
-            info = self.pool.info
-        # The pool times its own start (until every replica is ready); planning it takes no time to speak of.
-        self._engine_start_s = self.pool.start_seconds if self.pool is not None else time.perf_counter() - started
-        _record_start(wall, self._engine_start_s, self.pool, ref)
-        counters = getattr(self, "counters", None)
-        if counters is not None:  # a base built before the engine started (the generator's)
-            counters.engine_start_seconds = self._engine_start_s
-        self.dtype, self.quantization = info["dtype"], info["quantization"]
-        return info
+        placements = plan_replicas(dp, rpg, tensor_parallel_size=tp, engine_kwargs=self.engine_kwargs, model=ref.path)
+        self.pool = ReplicaPool(ref.path, self.engine_kwargs, placements, setup=setup, ahead=take_ahead(placements))
+        # What each replica's engine is built with: its share of the GPU, its KV-cache size (alike for all).
+        self.built_with = {**self.engine_kwargs, **placements[0].engine_kwargs}
+        return self.pool.info
+
+    def _take_parked(self, ref: Any, setup: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
+        """In a sweep (:func:`vllm_eval.models.handoff.engines_kept`): the engine or replicas a closed backend of a
+        model of the same shape parked, with ``ref``'s weights loaded in place, and ``setup`` of it; else None (a
+        parked engine of another shape is shut down first)."""
+        from ..engine.build import reload_engine
+        from ..engine.jobs import reload_job
+        from . import handoff
+
+        if not handoff.keeping():
+            return None
+        self._reuse_key = handoff.reuse_key(ref.path, self.engine_kwargs, self.layout, setup)
+        parked = handoff.take(self._reuse_key)
+        if parked is None:
+            return None
+        with timeline.phase("reload", detail=str(ref.path)):
+            if parked.pool is not None:
+                for future in parked.pool.broadcast(reload_job, ref.path):
+                    future.result()
+                self.pool, self.built_with = parked.pool, parked.built_with
+                return self.pool.info
+            if not reload_engine(parked.llm, ref.path):
+                parked.close()
+                return None
+            self.llm = parked.llm
+            return setup(self.llm)
 
     def _layout(self, ref: Any, dp: int | None, rpg: int | None, ray_address: str | None) -> Any:
         """The layout to start (:func:`vllm_eval.replicas.layout.resolve_layout`), printed on a GPU machine; a
@@ -283,6 +316,10 @@ class VllmBackend(Resource):
         pool, self.pool = self.pool, None
         llm, self.llm = self.llm, None
         if pool is None and llm is None:
+            return
+        from . import handoff
+
+        if handoff.park(self._reuse_key, llm, pool, getattr(self, "model", ""), self.built_with):
             return
         with timeline.phase("shutdown"):
             if pool is not None:

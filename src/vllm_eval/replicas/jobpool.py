@@ -138,6 +138,29 @@ class JobPool:
             self._dispatch(job_id)
         return future
 
+    def broadcast(self, fn: Callable[[Any, Any], Any], payload: Any) -> list[Future]:
+        """Run ``fn(llm, payload)`` once on every live replica (e.g. loading new weights into each); a replica lost
+        meanwhile has its call redone by another, as for any job, so ``fn`` must be safe to run twice.
+
+        Raises:
+            ReplicaError: the pool is closed or no replica is alive.
+        """
+        if self._closed:
+            raise ReplicaError("the replica pool is closed")
+        self._check()
+        futures: list[Future] = []
+        with self._lock:
+            live = [i for i in self._outstanding if i not in self._dead]
+            if not live:
+                raise ReplicaError(f"every replica has been lost ({self._lost_summary()})")
+            for index in live:
+                job_id, self._next = self._next, self._next + 1
+                self._jobs[job_id] = _Job(Future(), fn, payload)
+                self._outstanding[index].add(job_id)
+                self._send(index, job_id, fn, payload)
+                futures.append(self._jobs[job_id].future)
+        return futures
+
     def submit_split(
         self, fn: Callable[[Any, Any], Any], n: int, payload: Callable[[int, int], Any]
     ) -> list[tuple[int, Future]]:
