@@ -21,6 +21,9 @@
 #            (`--ray-address`; Ray places actors only where the layout is given: pass it in $EXTRA). With
 #            $KILL_AT=S (with RAY=1), the newest replica actor and its children are SIGKILLed S seconds in
 #            (named in NAME.txt).
+#   sweep    $N_MODELS (default 8) BERT-base checkpoints (setup with SEEDS=8: bert-seed-0.., random seeds) on the
+#            replica: a warm-up run, one `run` per checkpoint, then one sweep (`run --model <all>`), all timed; every
+#            score compared; $OUT/sweep.txt, sweep.json, sweep.tgz. SEPARATE=0 or SWEEP=0 skips a half.
 #   bench    `vllm-eval bench` of $MODEL, fixed:512 texts (max_model_len 8192; BERT-base's 512), $N_TEXTS (default
 #            2000), one backend per configuration of $CONFIGS (extra flags per configuration, separated by ';'), each
 #            its own process on $GPUS; $OUT/bench-NAME.txt.
@@ -43,6 +46,11 @@ case $part in
         2>&1 | grep -v "it/s" | tail -2
       echo "model $m ($d) built in $(secs "$start") s" | tee -a "$out/setup.txt"
     done
+    for ((i=0; i<${SEEDS:-0}; i++)); do
+      python3 -c "from vllm_eval.testing import build_random_embedding_model as b; b('$models/bert-seed-$i', 'bert-base', '.devtok/bert', dtype='float16', seed=$i)" \
+        2>&1 | grep -v "it/s" | tail -2
+    done
+    [ "${SEEDS:-0}" -gt 0 ] && echo "bert-base seeds 0..$((SEEDS-1)) built" | tee -a "$out/setup.txt"
     start=$(date +%s.%N)
     python3 -c "from vllm_eval.tasks.shaped import build_replica as b; b('$replica', 'MTEB(eng, v2)', '.devtok/bert', fraction=$fraction)" \
       2>&1 | tail -2
@@ -108,5 +116,44 @@ PY
       echo "== config $i '${configs[$i]}': exit $?" | tee -a "$out/bench-$name.txt"
       tr '\r' '\n' < "$out/$name-$i.log" | grep -v "it/s\]" | grep -E "│|tok/s|rror|ready" | tee -a "$out/bench-$name.txt"
     done ;;
+  sweep)
+    # $N_MODELS (default 8) checkpoints bert-seed-0.. on $GPUS: one `run` each (after one warm-up run), then one
+    # `run --model <all>` (the sweep), each timed from command to exit; then every score compared (bit for bit).
+    n=${N_MODELS:-8}; work=/root/work/sweep; rm -rf "$work"; mkdir -p "$work"; ckpts=()
+    for ((i=0; i<n; i++)); do ckpts+=("$models/bert-seed-$i"); done
+    go() { CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 "${LIMIT:-300}" python3 -m vllm_eval.cli run --data "$replica" \
+             --dtype float16 --no-cache --no-progress ${EXTRA:-} --output-dir "$@" ; }
+    if [ "${SEPARATE:-1}" = 1 ]; then
+      start=$(date +%s.%N); go "$work/warmup" --model "${ckpts[0]}" > "$work/warmup.txt" 2>&1
+      echo "warm-up run (seed 0): exit $?, $(secs "$start") s" | tee -a "$out/sweep.txt"
+      all=$(date +%s.%N)
+      for ((i=0; i<n; i++)); do
+        start=$(date +%s.%N); go "$work/separate/bert-seed-$i" --model "${ckpts[$i]}" > "$work/separate-$i.txt" 2>&1
+        echo "separate run $i: exit $?, $(secs "$start") s" | tee -a "$out/sweep.txt"
+      done
+      echo "separate runs, all $n: $(secs "$all") s" | tee -a "$out/sweep.txt"
+    fi
+    if [ "${SWEEP:-1}" = 1 ]; then
+      start=$(date +%s.%N); go "$work/sweep" --model "${ckpts[@]}" > "$work/sweep.txt" 2>&1
+      echo "sweep of $n: exit $?, $(secs "$start") s" | tee -a "$out/sweep.txt"
+      grep -E "seconds per model|layout" "$work/sweep.txt" | tee -a "$out/sweep.txt"
+      cp "$work/sweep/sweep.json" "$out/sweep.json" 2>/dev/null
+    fi
+    python3 - "$work" "$n" <<'PY' | tee -a "$out/sweep.txt"
+import json, sys, pathlib
+work, n = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+sweep = work / "sweep" / "sweep.json"
+if sweep.is_file() and (work / "separate").is_dir():
+    swept = json.loads(sweep.read_text())["scores"]
+    same = diff = 0
+    for i in range(n):
+        label = f"bert-seed-{i}"
+        alone = {r["task"]: r["main_score"] for r in json.loads((work / "separate" / label / "summary.json").read_text())["scores"]}
+        for task, score in alone.items():
+            same += swept.get(label, {}).get(task) == score
+            diff += swept.get(label, {}).get(task) != score
+    print(f"scores equal to the separate runs': {same}, different: {diff}")
+PY
+    tar czf "$out/sweep.tgz" -C "$work" --exclude='*.npz' --exclude='results' . 2>/dev/null ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac

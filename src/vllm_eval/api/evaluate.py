@@ -62,10 +62,6 @@ _PARITY_SHARED = (
 )
 
 
-#: What :func:`evaluate` does not hand on to a sweep as keywords.
-_NOT_SWEPT = ("model", "tasks", "options", "sweep", "sweep_models", "models")
-
-
 @dataclass
 class EvaluationResult:
     """What :func:`evaluate` returns.
@@ -135,15 +131,14 @@ def evaluate(
 
     Args:
         model: a model directory, a hub id (offline: a cached one), or for a served model the served name;
-            default: the packaged all-MiniLM-L6-v2. Several (a list, a glob, or a training folder whose
-            ``checkpoint-*`` subfolders are the models): a sweep, one job (:mod:`vllm_eval.api.sweep`), returning a
-            :class:`~vllm_eval.api.sweep.SweepResult`.
+            default: the packaged all-MiniLM-L6-v2. Several (a list, a glob, a folder of ``checkpoint-*``): a
+            sweep (:mod:`vllm_eval.api.sweep`), returning a :class:`~vllm_eval.api.sweep.SweepResult`.
         tasks: mteb task names (a list, or one string of names separated by spaces or commas); a benchmark's
             name here runs that benchmark. Default: the offline suite (with no ``benchmark`` or ``data``).
         benchmark: mteb benchmark names, e.g. ``"MTEB(eng, v2)"``.
         task_types, languages: keep tasks of these mteb types (``STS``, ``Retrieval`` ...) and ISO 639-3 languages.
-        data: your own data as an mteb task: a ``.jsonl``/``.csv``/``.parquet`` file, a BEIR directory, or a
-            benchmark replica (``bench --suite``); ``data_type`` the mteb task type when the fields do not say.
+        data, data_type: your own data as an mteb task (a ``.jsonl``/``.csv``/``.parquet`` file, a BEIR directory, a
+            ``bench --suite`` replica); its mteb task type when the fields do not say.
         backend: ``vllm`` (default), ``st`` (sentence-transformers, the reference), ``hf``, ``remote``.
         pooling_task: ``embed`` or ``token_embed``; default ``token_embed`` for a ColBERT architecture, and a sparse
             encoder (:mod:`vllm_eval.models.sparse_encoder`) for a SPLADE model (sentence-transformers'
@@ -153,18 +148,17 @@ def evaluate(
             with that output's pooling task; ``all``: retrieval by the weighted sum of the three scores, weights
             ``bge_m3_weights`` (default ``(1, 1, 1)``; :mod:`vllm_eval.models.sparse_encoder.hybrid`).
         output_dir: mteb's result JSON per task, ``summary.json`` and ``vllm-eval.log`` go here (created now).
-        cache_dir, no_cache: the output cache's folder (default ``$VLLMEVAL_CACHE_DIR``, else
-            ``~/.cache/vllm-eval``), or none at all.
-        overwrite_strategy: mteb's: ``only-missing`` (resume), ``always``, ``never``.
-        continue_on_error: a failed task becomes a row with ``status="failed: ..."`` and the run goes on.
-        log_samples: ``<output_dir>/samples/<Task>.jsonl`` per task.
+        cache_dir, no_cache: the output cache's folder (default ``$VLLMEVAL_CACHE_DIR``, else ``~/.cache/vllm-eval``).
+            ``log_samples``: ``<output_dir>/samples/<Task>.jsonl`` per task.
+        overwrite_strategy: mteb's: ``only-missing`` (resume), ``always``, ``never``. ``continue_on_error``: a failed
+            task becomes a row with ``status="failed: ..."`` and the run goes on.
         check_parity: embed this many of each task's inputs with the reference backend too: rows' minimum cosine
             ``parity_min_cosine`` (sparse: against ``st``/``hf`` for SPLADE/BGE-M3, and ``parity_max_abs_diff``).
         concurrent_tasks: tasks evaluated at once (default: by the machine's cores).
         scoring: ``fast`` (mteb's metrics computed on arrays: the same numbers, :mod:`vllm_eval.evaluation.scoring`)
             or ``mteb`` (mteb's own scoring code).
-        show_progress: progress bars. ``verbose``: vLLM's INFO logs and third-party warnings.
-        started: when the run started (``time.time()``), so ``summary.json``'s total counts from there; default now.
+        show_progress, verbose: progress bars; vLLM's INFO logs and third-party warnings.
+        started: when the run started (``time.time()``; ``summary.json``'s total counts from there); default now.
         **options: backend options (``preset``, ``prompts``, ``instruction_template``, ``dimensions``,
             ``chunk_size``, ``data_parallel_size``, ``replicas_per_gpu``, ``ray_address``, ``endpoint`` ...) and
             vLLM ``EngineArgs`` (``dtype``, ``max_model_len``, ``max_num_seqs`` ...; checked against vLLM's list).
@@ -174,17 +168,12 @@ def evaluate(
 
     Raises:
         UsageError: a bad option or combination (one line, before anything loads).
-        OptionError: an unknown engine option (close names suggested).
-        UnknownNameError: an unknown task, benchmark or backend.
-        DataUnavailableError: a task whose data is not available offline (without ``continue_on_error``).
-        ModelNotFoundError: a local model that does not exist.
+        OptionError, UnknownNameError: an unknown engine option, task, benchmark or backend (close names suggested).
+        DataUnavailableError, ModelNotFoundError: task data not available offline; a local model that is not there.
         EngineError, EndpointError: a failure of the engine or a server while running.
     """
-    from .sweep import sweep, sweep_models
-
-    models = sweep_models(model)
-    if models is not None:
-        return sweep(models, tasks, **{k: v for k, v in locals().items() if k not in _NOT_SWEPT}, **options)
+    if _swept(model):
+        return _sweep({k: v for k, v in locals().items() if k != "options"}, options)
     check_scoring(scoring)
     kind, session = _prepare(model, backend, (pooling_task, bge_m3_mode), options, output_dir, verbose, started)
     _check(kind, (backend, model), session, log_samples, check_parity, concurrent_tasks)
@@ -209,6 +198,21 @@ def evaluate(
         continue_on_error=continue_on_error,
         log_samples=log_samples,
     )
+
+
+def _swept(model: Any) -> bool:
+    """Whether ``model`` names several models (:func:`vllm_eval.api.sweep.sweep_models`)."""
+    from .sweep import sweep_models
+
+    return sweep_models(model) is not None
+
+
+def _sweep(given: dict[str, Any], options: dict[str, Any]) -> Any:
+    """:func:`vllm_eval.api.sweep.sweep` of :func:`evaluate`'s keywords ``given`` and ``options``."""
+    from .sweep import sweep, sweep_models
+
+    models, tasks = sweep_models(given.pop("model")), given.pop("tasks")
+    return sweep(models, tasks, **given, **options)
 
 
 def _prepare(

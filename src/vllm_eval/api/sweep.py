@@ -242,6 +242,7 @@ def _run_sweep(session: Any, models: list[SweepModel], refs: list[Any], tasks: l
     from ..models.handoff import engines_kept
     from ..tasks import unavailable
     from ..utils.errors import DataUnavailableError
+
     ev = _evaluate_module()
 
     with phase("tasks"):
@@ -266,6 +267,7 @@ def _run_sweep(session: Any, models: list[SweepModel], refs: list[Any], tasks: l
                 evaluated = _finished(folder, model, tasks) or _one_model(
                     session, ref, tasks, (cache, missing, processes, workers, folder, started), how
                 )
+                _close_timeline(evaluated.summary_path)
                 result.results.append(evaluated)
                 result.reloaded.append(bool(evaluated.timeline.get("reloaded")))
                 result.seconds.append(round(time.time() - started, 2))
@@ -278,6 +280,15 @@ def _run_sweep(session: Any, models: list[SweepModel], refs: list[Any], tasks: l
     if out is not None:
         write_sweep(result)
     return result
+
+
+def _close_timeline(summary: Path | None) -> None:
+    """A model's ``summary.json`` keeps the timeline up to its last task: the sweep's end does not rewrite it with
+    the phases of the models after it."""
+    from ..utils import timeline
+
+    if summary is not None:
+        timeline.current().summaries.pop(summary, None)
 
 
 def _read_ahead(ref: Any) -> None:
@@ -294,6 +305,7 @@ def _one_model(session: Any, ref: Any, tasks: list[Any], shared: tuple, how: dic
     from ..evaluation.results import evaluate as evaluate_tasks
     from ..evaluation.results import results_dir
     from ..utils import timeline
+
     ev = _evaluate_module()
 
     cache, missing, processes, workers, folder, started = shared
@@ -343,6 +355,7 @@ def _finished(folder: Path | None, model: SweepModel, tasks: list[Any]) -> Any:
     from ..evaluation.results import TaskScore
     from ..measure.runfiles import read_summary
     from ..utils.errors import VllmEvalError
+
     ev = _evaluate_module()
 
     path = folder / "summary.json" if folder else None
@@ -388,7 +401,8 @@ def write_sweep(result: SweepResult) -> None:
     for _, r in done:
         for row in r.rows:
             tasks.setdefault(row.task, row.main_score_name)
-    result.significance = sweep_significance([m.label for m, _ in done], [r.results_dir for _, r in done])
+    folders = [r.summary_path.parent if r.summary_path else None for _, r in done]
+    result.significance = sweep_significance([m.label for m, _ in done], folders)
     payload = {
         "models": [
             {

@@ -46,6 +46,38 @@ def print_table(rows: list[Any], title: str) -> None:
     Console(width=max(100, Console().width)).print(table)
 
 
+def print_sweep(result: Any) -> None:
+    """A sweep's table: one row per task, one column per model (main scores); a model's score that differs from the
+    first model's by more than the paired bootstrap's noise is marked ``*`` (95 % interval without 0), and one that
+    could not be tested (no per-unit scores) ``?``."""
+    from rich.console import Console
+    from rich.table import Table
+
+    labels = [m.label for m in result.models[: len(result.results)]]
+    table = Table(title="sweep: main scores (* differs from the first model, paired bootstrap, 95 %)")
+    table.add_column("task")
+    table.add_column("main score")
+    for label, model in zip(labels, result.models, strict=False):
+        table.add_column(label if model.step is None else f"{label}\n(step {model.step})", justify="right")
+    tasks: dict[str, str] = {}
+    for r in result.results:
+        for row in r.rows:
+            tasks.setdefault(row.task, row.main_score_name)
+    for task, main in tasks.items():
+        cells = []
+        for i, r in enumerate(result.results):
+            score = r.scores.get(task)
+            mark = ""
+            if i and score is not None:
+                diff = result.significance.get(labels[i], {}).get(task, {})
+                mark = " *" if diff.get("significant") else ("" if "significant" in diff else " ?")
+            cells.append("-" if score is None else f"{score:.4f}{mark}")
+        table.add_row(task, main, *cells)
+    Console(width=max(100, Console().width)).print(table)
+    seconds = ", ".join(f"{label} {s:.1f}" for label, s in zip(labels, result.seconds, strict=False))
+    print(f"seconds per model: {seconds}")
+
+
 def print_rows(rows: list[dict[str, Any]], columns: list[str], title: str, width: int = 100) -> None:
     """A rich table of dict rows, one column per key in ``columns`` (lists joined, None as ``-``)."""
     from rich.console import Console

@@ -259,7 +259,9 @@ def reload_engine(llm: Any, model: str) -> bool:
             del _ENGINES[key]
             _shutdown(llm)
             reason = " ".join(str(exc).split()) or type(exc).__name__
-            raise EngineError(f"vLLM could not load the weights of {model!r} into the running engine: {reason}") from exc
+            raise EngineError(
+                f"vLLM could not load the weights of {model!r} into the running engine: {reason}"
+            ) from exc
         del _ENGINES[key]
         _ENGINES[json.dumps({**json.loads(key), "model": model}, sort_keys=True)] = entry
         return True

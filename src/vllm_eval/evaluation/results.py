@@ -2,11 +2,9 @@
 
 Per-task scores are mteb's own result JSON, written by ``mteb.ResultCache`` as each task finishes:
 ``<output_dir>/results/<org__name>/<revision>/experiments/<experiment>/<Task>.json``, where the
-experiment names the backend and the settings that change numbers (dtype, quantization,
-dimensions), so runs of one model with different backends or dtypes never overwrite or
-short-circuit each other; mteb's tooling reads them. Next to them, ``summary.json`` records the
-run (model, backend, engine options, package versions, the table so far) and is rewritten after
-every task. A rerun of the same command reads finished tasks back (mteb's ``only-missing``) and
+experiment names the backend and the settings that change numbers (dtype, quantization, dimensions), so runs of
+one model with different backends or dtypes never overwrite or short-circuit each other; mteb's tooling reads them.
+``summary.json`` records the run (model, backend, engine options, versions, the table so far) after every task. A rerun of the same command reads finished tasks back (mteb's ``only-missing``) and
 says so; the output cache (:mod:`vllm_eval.models.cache`) makes an interrupted task reuse its stored batches.
 """
 
@@ -142,8 +140,7 @@ def evaluate(
             row with ``status="failed: ..."`` and the run goes on; otherwise the error propagates.
         log_samples: also write each task's per-sample predictions as JSONL under
             ``<output_dir>/samples/`` (see :func:`write_samples`).
-        skip: task name -> reason, for tasks known not to run (their data is unavailable): each
-            becomes a ``failed`` row without being started.
+        skip: task name -> reason, for tasks known not to run (data unavailable): ``failed`` rows, not started.
         started: when the command started (``time.time()``): the summary's total counts from there; default now.
         parity_reference, parity_sample: an encoder to check against (e.g. the sentence-transformers backend of
             the same model): ``parity_sample`` of the inputs each task sent are embedded by both and the minimum
@@ -155,9 +152,8 @@ def evaluate(
             None: by the machine's cores; 1 with a parity check); for an encoder, each in a process of its own
             (:mod:`vllm_eval.evaluation.task_processes`, spawned: call ``evaluate`` under ``if __name__ ==
             "__main__":``).
-        processes: the :class:`~vllm_eval.evaluation.task_processes.TaskProcesses` to use (started before the engine);
-            default: started here when wanted. Closed on return unless ``keep_processes`` (a sweep's next model
-            uses them).
+        processes, keep_processes: the :class:`~vllm_eval.evaluation.task_processes.TaskProcesses` to use (started
+            before the engine; default: started here when wanted), closed on return unless ``keep_processes``.
         scoring: ``fast`` (:mod:`vllm_eval.evaluation.scoring`) or ``mteb`` (mteb's own scoring code).
 
     Every phase (data load, encode calls, scoring, writes) goes on the run's timeline, kept in ``summary.json``.
@@ -349,7 +345,10 @@ def run_task(
     ``scoring``: ``fast`` or ``mteb`` (:func:`vllm_eval.evaluation.scoring.fast_scoring`)."""
     import mteb
 
-    with fast_scoring(scoring == "fast"):
+    from .scoring.units import recording
+
+    folder = getattr(cache, "cache_path", None) if not reused and scoring == "fast" else None
+    with fast_scoring(scoring == "fast"), recording(task, folder):
         result = mteb.evaluate(
             model,
             [task],
@@ -514,11 +513,9 @@ def write_summary(
 ) -> None:
     """Write ``summary.json``: the model, the run's settings and provenance, package versions and the rows so far.
 
-    Provenance: the engine options in force after our defaults, the prompts and templates, the
-    device, engine start seconds, start and end timestamps and the total seconds since ``started``
-    (engine start and data loading included), and the run's timeline (phases that ended after
-    ``started``). Written to a temporary file and renamed, so a reader never sees half a file.
-    """
+    Provenance: the engine options in force after our defaults, the prompts and templates, the device, engine start
+    seconds, start and end times, the total seconds since ``started`` (engine start and data loading included), and
+    the timeline (phases that ended after ``started``). Written to a temporary file renamed (never half a file)."""
     meta = model.mteb_model_meta
     output_dir = path.parent
     now = time.time()

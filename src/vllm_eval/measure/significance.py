@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["METHOD", "STATISTICS", "Difference", "paired_bootstrap"]
+__all__ = ["METHOD", "STATISTICS", "Difference", "compare_runs", "paired_bootstrap", "sweep_significance"]
 
 #: How the numbers below are computed, written beside them.
 METHOD = (
@@ -69,6 +70,23 @@ def _average_precision(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
         )
 
 
+def _pearson(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Pearson's r of ``values[:, 0]`` and ``values[:, 1]`` over each row of ``idx`` (``scipy.stats.pearsonr``)."""
+    drawn = values[idx]
+    centred = drawn - drawn.mean(axis=-2, keepdims=True)
+    cov = (centred[..., 0] * centred[..., 1]).sum(axis=-1)
+    norm = np.sqrt((centred[..., 0] ** 2).sum(axis=-1) * (centred[..., 1] ** 2).sum(axis=-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm > 0, cov / norm, np.nan)
+
+
+def _max_average_precision(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """mteb's pair-classification ``max_ap``: the largest average precision of labels ``values[:, 0]`` ranked by
+    each score column ``values[:, 1:]`` (distances negated), over each row of ``idx``."""
+    per_column = [_average_precision(values[:, [0, c]], idx) for c in range(1, values.shape[1])]
+    return np.max(per_column, axis=0)
+
+
 #: The statistics a task's main score is recomputed with on each resample: name -> (units array, index array of
 #: shape (..., n)) -> statistic of shape (...). ``mean``: units (n,), e.g. per-query nDCG@10 or per-sample
 #: correctness; ``spearman``: (n, 2) gold and predicted similarity; ``average_precision``: (n, 2) 0/1 label and score.
@@ -76,6 +94,8 @@ STATISTICS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "mean": _mean,
     "spearman": _spearman,
     "average_precision": _average_precision,
+    "pearson": _pearson,
+    "max_average_precision": _max_average_precision,
 }
 
 
@@ -114,8 +134,8 @@ class Difference:
 
 
 def paired_bootstrap(
-    a: np.ndarray,
-    b: np.ndarray,
+    a: np.ndarray | list[np.ndarray],
+    b: np.ndarray | list[np.ndarray],
     statistic: str = "mean",
     *,
     resamples: int = 10_000,
@@ -126,14 +146,17 @@ def paired_bootstrap(
 
     Args:
         a, b: the two runs' units, aligned (row ``i`` of each is the same query, pair or sample): float arrays of
-            shape (n,) for ``mean``, (n, 2) for ``spearman`` and ``average_precision`` (see :data:`STATISTICS`).
+            shape (n,) for ``mean``, (n, 2) for ``spearman``, ``pearson`` and ``average_precision``, (n, 1 + k)
+            for ``max_average_precision`` (see :data:`STATISTICS`). Or lists of such arrays, one per group (an
+            mteb task's subsets and splits, whose main score is the mean of the groups'): each group is drawn
+            from on its own and the statistic is the mean of the groups'.
         statistic: a :data:`STATISTICS` name.
         resamples: draws of ``n`` units with replacement, at least 100.
         seed: the draws' seed (``numpy.random.default_rng``): equal inputs and seed give equal results.
         confidence: the interval's coverage, in (0, 1).
 
     Returns:
-        A :class:`Difference`.
+        A :class:`Difference` (``n``: the units of every group).
 
     Raises:
         ValueError: an unknown statistic, runs of different shapes, no units, fewer than 100 resamples, a
@@ -141,33 +164,90 @@ def paired_bootstrap(
     """
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {sorted(STATISTICS)}, got {statistic!r}")
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.shape != b.shape:
-        raise ValueError(f"the runs' units differ in shape: {a.shape} and {b.shape} (not the same task's units?)")
-    if not len(a):
+    groups_a = [np.asarray(g, dtype=np.float64) for g in (a if isinstance(a, list) else [a])]
+    groups_b = [np.asarray(g, dtype=np.float64) for g in (b if isinstance(b, list) else [b])]
+    if [g.shape for g in groups_a] != [g.shape for g in groups_b]:
+        shapes = [g.shape for g in groups_a], [g.shape for g in groups_b]
+        raise ValueError(f"the runs' units differ in shape: {shapes[0]} and {shapes[1]} (not the same task's units?)")
+    if not groups_a or not all(len(g) for g in groups_a):
         raise ValueError("no units to resample")
     if resamples < 100 or not 0 < confidence < 1:
         raise ValueError(f"resamples must be >= 100 and confidence in (0, 1), got {resamples} and {confidence}")
-    fn, n = STATISTICS[statistic], len(a)
-    whole = np.arange(n)
-    stat_a, stat_b = float(fn(a, whole)), float(fn(b, whole))
+    fn = STATISTICS[statistic]
+    stat_a = float(np.mean([fn(g, np.arange(len(g))) for g in groups_a]))
+    stat_b = float(np.mean([fn(g, np.arange(len(g))) for g in groups_b]))
     if np.isnan(stat_a) or np.isnan(stat_b):
         raise ValueError(f"{statistic} is undefined on these units (constant values, or no positive label)")
     rng = np.random.default_rng(seed)
-    per_chunk = max(1, min(resamples, _CHUNK_ENTRIES // n))
-    deltas = []
-    for start in range(0, resamples, per_chunk):
-        idx = rng.integers(0, n, size=(min(per_chunk, resamples - start), n))
-        deltas.append(fn(b, idx) - fn(a, idx))
-    d = np.concatenate(deltas)
-    d = d[~np.isnan(d)]  # a draw on which the statistic is undefined (all ties) says nothing either way
+    d = np.zeros(resamples)
+    for ga, gb in zip(groups_a, groups_b, strict=True):
+        n = len(ga)
+        per_chunk = max(1, min(resamples, _CHUNK_ENTRIES // n))
+        for start in range(0, resamples, per_chunk):
+            idx = rng.integers(0, n, size=(min(per_chunk, resamples - start), n))
+            d[start : start + len(idx)] += fn(gb, idx) - fn(ga, idx)
+    d = d[~np.isnan(d)] / len(groups_a)  # a draw on which the statistic is undefined (all ties) says nothing
     delta = stat_b - stat_a
     tail = (1 - confidence) / 2
     low, high = np.quantile(d, [tail, 1 - tail]) if len(d) else (np.nan, np.nan)
     p = (1 + int(np.sum(np.abs(d - delta) >= abs(delta) - 1e-12))) / (1 + len(d))
-    return Difference(statistic, stat_a, stat_b, delta, float(low), float(high), min(1.0, p), n, resamples, seed,
+    n_all = sum(len(g) for g in groups_a)
+    return Difference(statistic, stat_a, stat_b, delta, float(low), float(high), min(1.0, p), n_all, resamples, seed,
                       confidence)  # fmt: skip
 
 
-def sweep_significance(labels, folders):  # placeholder while the per-unit files are built
-    return {}
+def compare_runs(a: str | Path, b: str | Path, *, resamples: int = 10_000, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """The paired bootstrap of every task both runs recorded units for (:mod:`vllm_eval.evaluation.scoring.units`,
+    ``<run folder>/units/<task>.npz``): task -> :meth:`Difference.as_json` (``b - a``), or ``{"note": why
+    none}`` for a task with units on one side only, or units that do not pair (other queries, other sizes).
+
+    Raises:
+        ValueError: a units file that cannot be read (named).
+    """
+    from ..evaluation.scoring.units import read_units
+
+    files_a = {p.stem: p for p in sorted(Path(a, "units").glob("*.npz"))}
+    files_b = {p.stem: p for p in sorted(Path(b, "units").glob("*.npz"))}
+    out: dict[str, dict[str, Any]] = {}
+    for task in sorted(set(files_a) | set(files_b)):
+        if task not in files_a or task not in files_b:
+            out[task] = {"note": f"per-unit scores in {'the second' if task in files_b else 'the first'} run only"}
+            continue
+        ua, ub = read_units(files_a[task]), read_units(files_b[task])
+        try:
+            ga, gb = _paired_groups(ua, ub)
+            diff = paired_bootstrap(ga, gb, ua["meta"]["statistic"], resamples=resamples, seed=seed)
+        except ValueError as exc:
+            out[task] = {"note": str(exc)}
+            continue
+        out[task] = {**diff.as_json(), "main_score": ua["meta"]["main_score"]}
+    return out
+
+
+def _paired_groups(ua: dict[str, Any], ub: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Both runs' groups, rows in the same order (by query id where there are ids)."""
+    if ua["meta"]["statistic"] != ub["meta"]["statistic"] or sorted(ua["groups"]) != sorted(ub["groups"]):
+        raise ValueError("the runs recorded different units (main score, subsets or splits)")
+    ga, gb = [], []
+    for group in sorted(ua["groups"]):
+        (va, ia), (vb, ib) = ua["groups"][group], ub["groups"][group]
+        if ia is not None and ib is not None:
+            if set(ia.tolist()) != set(ib.tolist()):
+                raise ValueError(f"{group}: the runs scored different queries")
+            order = {q: i for i, q in enumerate(ib.tolist())}
+            vb = vb[[order[q] for q in ia.tolist()]]
+        ga.append(va)
+        gb.append(vb)
+    return ga, gb
+
+
+def sweep_significance(labels: list[str], folders: list[Any], **kwargs: Any) -> dict[str, dict[str, Any]]:
+    """Each model of a sweep against the first (:func:`compare_runs` of their folders): label -> task -> difference;
+    the first model and those without a folder are left out."""
+    out: dict[str, dict[str, Any]] = {}
+    if not folders or folders[0] is None:
+        return out
+    for label, folder in zip(labels[1:], folders[1:], strict=True):
+        if folder is not None:
+            out[label] = compare_runs(folders[0], folder, **kwargs)
+    return out

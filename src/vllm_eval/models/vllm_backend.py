@@ -19,6 +19,7 @@ itself from a replica too.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -31,8 +32,10 @@ from ..engine.build import acquire_engine, collect_released_on_gpu, release_engi
 from ..engine.outputs import RequestFailed, check_outputs, first_request_error, refusals_as_usage_errors
 from ..engine.pipeline import drain as drain_pipeline
 from ..utils import timeline
-from ..utils.errors import EngineError
+from ..utils.errors import EngineError, VllmEvalError
 from .base import Resource
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "RequestFailed",
@@ -182,17 +185,21 @@ class VllmBackend(Resource):
         parked = handoff.take(self._reuse_key)
         if parked is None:
             return None
-        with timeline.phase("reload", detail=str(ref.path)):
-            if parked.pool is not None:
-                for future in parked.pool.broadcast(reload_job, ref.path):
-                    future.result()
-                self.pool, self.built_with = parked.pool, parked.built_with
-                return self.pool.info
-            if not reload_engine(parked.llm, ref.path):
-                parked.close()
-                return None
-            self.llm = parked.llm
-            return setup(self.llm)
+        try:
+            with timeline.phase("reload", detail=str(ref.path)):
+                if parked.pool is not None:
+                    for future in parked.pool.broadcast(reload_job, ref.path):
+                        future.result()
+                    self.pool, self.built_with = parked.pool, parked.built_with
+                    return self.pool.info
+                if reload_engine(parked.llm, ref.path):
+                    self.llm = parked.llm
+                    return setup(self.llm)
+        except VllmEvalError as exc:  # an engine that cannot reload (an older vLLM): a fresh one, as a run would
+            logger.warning("loading %s into the running engine failed, starting a fresh one: %s", ref.path, exc)
+        self.pool = self.llm = None
+        parked.close()
+        return None
 
     def _layout(self, ref: Any, dp: int | None, rpg: int | None, ray_address: str | None) -> Any:
         """The layout to start (:func:`vllm_eval.replicas.layout.resolve_layout`), printed on a GPU machine; a

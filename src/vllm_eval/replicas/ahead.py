@@ -63,7 +63,10 @@ def layout_of(argv: Sequence[str]) -> tuple[int, int, int] | None:
     sizes = (args.data_parallel_size, args.replicas_per_gpu, args.tensor_parallel_size)
     if args.help or args.ray_address or args.endpoint or args.backend != "vllm" or min(s or 1 for s in sizes) < 1:
         return None
-    layout = _resolved(command, args)
+    try:
+        layout = _resolved(command, args)
+    except Exception:  # a model it cannot read (a sweep's glob or training folder): the backend plans its own
+        return None
     return layout if layout[0] * layout[1] > 1 else None
 
 

@@ -149,8 +149,9 @@ def _scoring(phases: list[Phase]) -> list[Phase]:
     out: list[Phase] = []
     for span in (p for p in phases if p.name == "task"):
         cursor = span.start
-        calls = sorted(
-            (p for p in phases if p.name in ("encode", "wait") and p.task == span.task), key=lambda p: p.start
+        calls = sorted(  # within the span: a sweep evaluates a task of this name once per model
+            (p for p in phases if p.name in ("encode", "wait") and p.task == span.task and _within(p, span)),
+            key=lambda p: p.start,
         )
         for call in calls:
             if call.start - cursor > MERGE_GAP_S:
@@ -159,6 +160,10 @@ def _scoring(phases: list[Phase]) -> list[Phase]:
         if span.end - cursor > MERGE_GAP_S:
             out.append(Phase("score", cursor, span.end, span.task))
     return out
+
+
+def _within(call: Phase, span: Phase) -> bool:
+    return call.end >= span.start and call.start <= span.end
 
 
 _CURRENT = Timeline()

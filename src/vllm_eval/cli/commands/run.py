@@ -37,9 +37,11 @@ class RunCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--model",
+            nargs="+",
             default=None,
             help="model directory or hub id (default: packaged all-MiniLM-L6-v2); "
-            "served: the served name (default: the server's)",
+            "served: the served name (default: the server's). Several, a glob, or a training folder of "
+            "checkpoint-* subfolders: a sweep, one job (results per model under --output-dir, sweep.json)",
         )
         parser.add_argument("--revision", default=None, help="hub revision")
         parser.add_argument("--model-name", default=None, help="name recorded in results (org/name)")
@@ -133,7 +135,17 @@ class RunCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...api.evaluate import evaluate
 
+        if args.model is not None and len(args.model) == 1:
+            args.model = args.model[0]
         result = self.call(evaluate, args, ctx)
+        if hasattr(result, "models"):  # a sweep
+            from ..tables import print_sweep
+
+            print_sweep(result)
+            report_cache(result.results[0].cache if result.results else None)
+            if result.sweep_path:
+                print(f"sweep: {result.sweep_path}")
+            return 1 if result.failed else 0
         print_table(result.rows, f"{result.model_name} ({result.backend})")
         report_cache(result.cache)
         if result.results_dir:

@@ -63,7 +63,7 @@ def _retrieval_evaluate(
     dropped in place, as mteb pops them."""
     from ...models.ranked import RankedLists
     from ...utils.forked import worth_forking
-    from . import subqueries
+    from . import subqueries, units
     from .retrieval import calculate_retrieval_scores
 
     if ignore_identical_ids:
@@ -74,7 +74,9 @@ def _retrieval_evaluate(
                 rels.pop(qid, None)
     if _merges_subqueries(self) and worth_forking(len(results)):
         subqueries.start_ahead(qrels, results, k_values)  # mteb's task_specific_scores asks for it next
-    return calculate_retrieval_scores(results, qrels, list(k_values), skip_first_result)
+    scores = calculate_retrieval_scores(results, qrels, list(k_values), skip_first_result)
+    units.record_retrieval(scores)
+    return scores
 
 
 def _merges_subqueries(evaluator: Any) -> bool:
@@ -135,6 +137,7 @@ def _patches() -> list[tuple[Any, str, Any]]:
 
     run_experiment = AbsTaskClassification._run_experiment
     save = AbsTask._save_task_predictions
+    recorded = _recording_patches()
 
     def _run_experiment(self: Any, train_split: Any, eval_split: Any, *args: Any, **kwargs: Any) -> Any:
         return run_experiment(self, _Labels(train_split), _Labels(eval_split), *args, **kwargs)
@@ -154,6 +157,41 @@ def _patches() -> list[tuple[Any, str, Any]]:
         (retrieval_task, "_filter_queries_without_positives", _filter_queries_without_positives),
         (AbsTaskClassification, "_run_experiment", _run_experiment),
         (AbsTask, "_save_task_predictions", _save_task_predictions),
+        *recorded,
+    ]
+
+
+def _recording_patches() -> list[tuple[Any, str, Any]]:
+    """mteb's STS, pair-classification and classification metrics, unchanged, with their inputs recorded as the
+    task's per-unit scores (:mod:`.units`) where a task is being recorded."""
+    from mteb.abstasks.classification import AbsTaskClassification
+    from mteb.abstasks.pair_classification import AbsTaskPairClassification
+    from mteb.abstasks.sts import AbsTaskSTS
+
+    from . import units
+
+    sts, pairs, classification = (
+        AbsTaskSTS._calculate_scores,
+        AbsTaskPairClassification._compute_metrics,
+        AbsTaskClassification._calculate_scores,
+    )
+
+    def sts_scores(self: Any, scores: Any, normalized_scores: Any) -> Any:
+        units.record_sts(scores, normalized_scores)
+        return sts(self, scores, normalized_scores)
+
+    def pair_metrics(self: Any, similarity_scores: Any, labels: Any) -> Any:
+        units.record_pairs(similarity_scores, labels)
+        return pairs(self, similarity_scores, labels)
+
+    def classification_scores(self: Any, y_test: Any, y_pred: Any) -> Any:
+        units.record_classification(y_test, y_pred)
+        return classification(self, y_test, y_pred)
+
+    return [
+        (AbsTaskSTS, "_calculate_scores", sts_scores),
+        (AbsTaskPairClassification, "_compute_metrics", pair_metrics),
+        (AbsTaskClassification, "_calculate_scores", classification_scores),
     ]
 
 

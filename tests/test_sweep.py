@@ -1,0 +1,123 @@
+"""Sweeps (several models in one job) and the paired bootstrap between runs, on real vLLM (CPU) and real mteb."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import vllm_eval
+from vllm_eval.api.sweep import sweep_models
+from vllm_eval.utils.errors import UsageError
+
+TASKS = ["WordSim353", "PangLeePolarity"]
+
+
+def _copy(source: str, dest, noise: float = 0.0, seed: int = 0) -> str:
+    """A copy of the packaged MiniLM at ``dest``, with seeded noise of sd ``noise`` on every float tensor."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(source, dest)
+    if noise:
+        tensors = load_file(str(dest / "model.safetensors"))
+        rng = np.random.default_rng(seed)
+        for name, value in tensors.items():
+            if value.dtype == np.float32:
+                tensors[name] = (value + rng.normal(0, noise, value.shape)).astype(np.float32)
+        save_file(tensors, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    return str(dest)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """A training folder: checkpoint-100 (MiniLM, lightly perturbed), checkpoint-200 (the same weights) and
+    checkpoint-300 (noise 5e-2 on every weight: a model that must score worse)."""
+    from vllm_eval.utils.modelinfo import packaged_model_path
+
+    root = tmp_path_factory.mktemp("training")
+    first = _copy(packaged_model_path(), root / "checkpoint-100", noise=1e-3, seed=1)
+    shutil.copytree(first, root / "checkpoint-200")
+    _copy(packaged_model_path(), root / "checkpoint-300", noise=5e-2, seed=2)
+    (root / "runs").mkdir()  # a training folder's other contents are not models
+    return root
+
+
+def test_a_sweep_equals_separate_runs_shares_one_engine_and_marks_real_differences(checkpoints, tmp_path, capsys):
+    # One job over a training folder: the second and third checkpoints' weights go into the first one's engine,
+    # every score equals a separate run of the same checkpoint bit for bit, a checkpoint against its own weights
+    # differs by exactly nothing (every interval holds 0), and heavy noise is found significantly worse.
+    out = tmp_path / "sweep"
+    result = vllm_eval.evaluate(model=str(checkpoints), tasks=TASKS, output_dir=out, no_cache=True, show_progress=False)
+    labels = [m.label for m in result.models]
+    assert labels == ["checkpoint-100", "checkpoint-200", "checkpoint-300"]
+    assert [m.step for m in result.models] == [100, 200, 300]
+    assert result.reloaded == [False, True, True]
+    alone = vllm_eval.evaluate(
+        model=checkpoints / "checkpoint-300", tasks=TASKS, output_dir=tmp_path / "alone", no_cache=True,
+        show_progress=False,
+    )  # fmt: skip
+    assert result.scores["checkpoint-300"] == alone.scores  # equal, not close
+    assert result.scores["checkpoint-200"] == result.scores["checkpoint-100"]
+    for label in labels:  # each model's folder is what a run writes
+        summary = json.loads((out / label / "summary.json").read_text())
+        assert [s["task"] for s in summary["scores"]] == TASKS
+        assert sorted(p.stem for p in (out / label / "units").glob("*.npz")) == sorted(TASKS)
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["scores"] == result.scores and sweep["pending"] == []
+    same, worse = sweep["significance"]["checkpoint-200"], sweep["significance"]["checkpoint-300"]
+    for task in TASKS:
+        assert same[task]["delta"] == 0 and same[task]["low"] <= 0 <= same[task]["high"]
+        assert not same[task]["significant"]
+    assert worse["WordSim353"]["delta"] < 0 and worse["WordSim353"]["significant"], worse["WordSim353"]
+    print(f"\nsweep seconds per model {result.seconds}; noise 5e-2 on WordSim353: {worse['WordSim353']}")
+    from vllm_eval.cli.tables import print_sweep
+
+    capsys.readouterr()
+    print_sweep(result)
+    table = capsys.readouterr().out
+    assert "(step 300)" in table and " *" in table
+
+    # Resumed: every model's results are there, so none is loaded again.
+    again = vllm_eval.evaluate(model=str(checkpoints), tasks=TASKS, output_dir=out, no_cache=True, show_progress=False)
+    assert again.scores == result.scores
+    assert {r.status for res in again.results for r in res.rows} == {"reused"}
+
+
+def test_units_give_back_the_main_scores(checkpoints, tmp_path):
+    # The per-unit files recompute each task's main score: mean of per-query nDCG@10 and of per-sample correctness
+    # (over mteb's experiments), Spearman's rho of gold and predicted similarity.
+    from vllm_eval.evaluation.scoring.units import read_units
+    from vllm_eval.measure.significance import STATISTICS
+
+    out = tmp_path / "one"
+    result = vllm_eval.evaluate(
+        model=checkpoints / "checkpoint-100", tasks=[*TASKS, "LeeKnownItemRetrieval"], output_dir=out, no_cache=True,
+        show_progress=False,
+    )  # fmt: skip
+    for task, score in result.scores.items():
+        units = read_units(out / "units" / f"{task}.npz")
+        (values, ids), *_ = units["groups"].values()
+        recomputed = float(STATISTICS[units["meta"]["statistic"]](values, np.arange(len(values))))
+        assert recomputed == pytest.approx(score, abs=1e-5), task  # mteb rounds retrieval means to 5 digits
+        assert (ids is not None) == (task == "LeeKnownItemRetrieval")
+
+
+def test_sweep_models_reads_globs_training_folders_and_steps(tmp_path):
+    for name in ("checkpoint-20", "checkpoint-3", "best"):
+        (tmp_path / "run" / name).mkdir(parents=True)
+        (tmp_path / "run" / name / "config.json").write_text("{}")
+    (tmp_path / "run" / "best" / "trainer_state.json").write_text('{"global_step": 25}')
+    found = sweep_models(str(tmp_path / "run"))
+    assert [(m.label, m.step) for m in found] == [("checkpoint-3", 3), ("checkpoint-20", 20)]
+    found = sweep_models(str(tmp_path / "run" / "*"))
+    assert [(m.label, m.step) for m in found] == [("checkpoint-3", 3), ("checkpoint-20", 20), ("best", 25)]
+    assert sweep_models(str(tmp_path / "run" / "best")) is None  # one model
+    with pytest.raises(UsageError, match="matches no file or folder"):
+        sweep_models(str(tmp_path / "nothing-*"))
+    (tmp_path / "other" / "best").mkdir(parents=True)
+    with pytest.raises(UsageError, match="would both write into best/"):
+        sweep_models([str(tmp_path / "run" / "best"), str(tmp_path / "other" / "best")])
+    with pytest.raises(UsageError, match="a sweep takes several"):
+        vllm_eval.evaluate(model=[str(tmp_path / "run" / "best")] * 1 + ["x"], log_samples=True, output_dir=tmp_path)
