@@ -5,7 +5,8 @@ Per-task scores are mteb's own result JSON, written by ``mteb.ResultCache`` as e
 experiment names the backend and the settings that change numbers (dtype, quantization, dimensions), so runs of
 one model with different backends or dtypes never overwrite or short-circuit each other; mteb's tooling reads them.
 ``summary.json`` records the run (model, backend, engine options, versions, the table so far) after every task.
-A rerun of the same command reads finished tasks back (mteb's ``only-missing``) and says so; the output cache (:mod:`vllm_eval.models.cache`) makes an interrupted task reuse its stored batches.
+A rerun reads finished tasks back (mteb's ``only-missing``) and says so; the output cache
+(:mod:`vllm_eval.models.cache`) makes an interrupted task reuse its stored batches.
 """
 
 from __future__ import annotations
