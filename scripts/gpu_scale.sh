@@ -119,7 +119,8 @@ PY
   sweep)
     # $N_MODELS (default 8) checkpoints bert-seed-0.. on $GPUS: one `run` each (after one warm-up run), then one
     # `run --model <all>` (the sweep), each timed from command to exit; then every score compared (bit for bit).
-    n=${N_MODELS:-8}; work=/root/work/sweep; rm -rf "$work"; mkdir -p "$work"; ckpts=()
+    n=${N_MODELS:-8}; work=/root/work/sweep; mkdir -p "$work"; ckpts=()
+    [ "${SEPARATE:-1}" = 1 ] && rm -rf "$work/separate" "$work/warmup"; [ "${SWEEP:-1}" = 1 ] && rm -rf "$work/sweep"
     for ((i=0; i<n; i++)); do ckpts+=("$models/bert-seed-$i"); done
     go() { CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 "${LIMIT:-300}" python3 -m vllm_eval.cli run --data "$replica" \
              --dtype float16 --no-cache --no-progress ${EXTRA:-} --output-dir "$@" ; }

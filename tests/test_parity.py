@@ -38,6 +38,36 @@ def test_every_offline_task_runs_through_mteb(suite_scores):
     assert "summary.json" in files and "LeeDocSimilarity.json" in files and "model_meta.json" in files
 
 
+def test_units_give_back_the_main_scores_and_the_two_backends_do_not_differ(suite_scores):
+    # The per-unit files recompute each task's main score (mean per-query nDCG@10, mean per-sample correctness over
+    # mteb's experiments, Spearman's and Pearson's r of gold and predicted similarity); the clustering task's
+    # v-measure has none. vLLM against sentence-transformers, the same model: no task differs significantly.
+    import time
+
+    import numpy as np
+
+    from vllm_eval.evaluation.scoring.units import read_units
+    from vllm_eval.measure.significance import STATISTICS, compare_runs
+
+    out, vllm_rows, _ = suite_scores
+    for row in vllm_rows:
+        path = out / "vllm" / "units" / f"{row.task}.npz"
+        if row.task_type == "Clustering":
+            assert not path.exists()
+            continue
+        units = read_units(path)
+        (values, ids), *_ = units["groups"].values()
+        recomputed = float(STATISTICS[units["meta"]["statistic"]](values, np.arange(len(values))))
+        assert recomputed == pytest.approx(row.main_score, abs=1e-5), row.task  # mteb rounds nDCG to 5 digits
+        assert (ids is not None) == (row.task_type == "Retrieval")
+    start = time.perf_counter()
+    table = compare_runs(out / "st", out / "vllm")
+    print(f"\nsignificance table of the offline suite (1,000 resamples): {time.perf_counter() - start:.2f} s")
+    for task, diff in table.items():
+        print(f"  {task}: {diff}")
+        assert "note" in diff or not diff["significant"], (task, diff)
+
+
 def test_main_scores_match_sentence_transformers(suite_scores):
     _, vllm_rows, st_rows = suite_scores
     deltas = {v.task: abs(v.main_score - s.main_score) for v, s in zip(vllm_rows, st_rows)}

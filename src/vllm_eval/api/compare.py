@@ -58,8 +58,8 @@ def compare(
 ) -> Comparison:
     """Run one model under several configurations and compare each with the reference configuration.
 
-    Every keyword has the name of ``vllm-eval compare``'s flag (``--tolerance-16bit`` is ``tolerance_16bit=``).
-    Call it under ``if __name__ == "__main__":``: vLLM starts its processes with ``spawn``.
+    Every keyword has the name of ``vllm-eval compare``'s flag (``--tolerance-16bit`` is ``tolerance_16bit=``); call
+    it under ``if __name__ == "__main__":`` (vLLM starts its processes with ``spawn``).
 
     Args:
         kind: the kind of model (:mod:`vllm_eval.models.kinds`): ``encoder`` (default), ``reranker``,
@@ -73,9 +73,9 @@ def compare(
         reference: ``BACKEND[:DTYPE]`` every configuration is compared with (default: the kind's reference, e.g.
             ``st:float32`` for encoders, or the first non-vllm backend of ``backends`` when that is another;
             with ``runs``, the first run).
-        runs: finished run directories (their ``summary.json``) to compare instead of running configurations.
-        tasks: task names (a list, or one string separated by spaces or commas); default: the kind's.
-            ``data``: your own data file or BEIR directory instead (token classifiers need one).
+        runs: finished run folders to compare instead of running configurations (a paired bootstrap per task).
+        tasks, data: task names (a list, or one string separated by spaces or commas; default: the kind's), or your
+            own data file or BEIR directory (token classifiers need one).
         first_stage, top_k: rerankers: the first stage (``bm25s`` or an embedding model) and candidates per query.
         limit: kinds with a runner of ours (generators, classifiers, token classifiers): first N items per task.
         tolerance, tolerance_16bit: |Δ main score| allowed in float32 (default 1e-4) and for 16-bit or quantized
@@ -97,8 +97,7 @@ def compare(
 
     Raises:
         UsageError: a bad option or combination (one line, before any model loads).
-        OptionError: an unknown engine option (close names suggested).
-        UnknownNameError: an unknown kind, backend or task.
+        OptionError, UnknownNameError: an unknown engine option, kind, backend or task (close names suggested).
         DataUnavailableError: a task whose data is not available offline.
         ModelNotFoundError: a local model that does not exist.
         EngineError: a failure of an engine while running.
@@ -112,6 +111,7 @@ def compare(
     if runs:
         results = [cmp.read_run_dir(path) for path in runs]
         comparison = cmp.compare_results(results, results[0], fp32, sixteen)
+        cmp.add_significance(comparison, runs)
     else:
         resolved, selected, configs = _plan(kind, model, backends, (tasks, data), (dtypes, quantization, dimensions))
         configs = cmp.reference_first(configs, cmp.parse_reference(reference or cmp.default_reference(kind, backends)))

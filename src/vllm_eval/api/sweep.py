@@ -237,6 +237,7 @@ def _resolved(model: SweepModel, kind: str, backend: str, session: Any, options:
 def _run_sweep(session: Any, models: list[SweepModel], refs: list[Any], tasks: list[Any], **how: Any) -> SweepResult:
     """Start the task processes once, then each model in turn on one engine where their shapes allow."""
     from ..evaluation.concurrency import task_workers
+    from ..evaluation.prefetch import TaskStore
     from ..evaluation.results import finish_summaries
     from ..evaluation.task_processes import start_for
     from ..models.handoff import engines_kept
@@ -255,6 +256,7 @@ def _run_sweep(session: Any, models: list[SweepModel], refs: list[Any], tasks: l
     processes = start_for(tasks, workers, spec.cls, skip=list(missing), keep_data=True, **ev._task_actors(spec.options))
     out = Path(session.output_dir) if session.output_dir else None
     result = SweepResult(models, [], out / "sweep.json" if out else None)
+    store = TaskStore()  # the tasks' data, loaded once, where they are evaluated on this process's threads
     try:
         with closing(processes) if processes else nullcontext(), engines_kept():
             for i, (model, ref) in enumerate(zip(models, refs, strict=True)):
@@ -265,14 +267,14 @@ def _run_sweep(session: Any, models: list[SweepModel], refs: list[Any], tasks: l
                 if processes is not None and processes.closed:  # the kind scores on threads (its own similarity)
                     processes = None
                 evaluated = _finished(folder, model, tasks) or _one_model(
-                    session, ref, tasks, (cache, missing, processes, workers, folder, started), how
+                    session, ref, tasks, (cache, missing, processes, workers, folder, started, store), how
                 )
                 _close_timeline(evaluated.summary_path)
                 result.results.append(evaluated)
                 result.reloaded.append(bool(evaluated.timeline.get("reloaded")))
                 result.seconds.append(round(time.time() - started, 2))
                 if out is not None:
-                    write_sweep(result)
+                    write_sweep(result, significance=False)  # the table so far; the bootstrap once, at the end
     finally:
         if cache is not None:
             cache.close()
@@ -308,14 +310,14 @@ def _one_model(session: Any, ref: Any, tasks: list[Any], shared: tuple, how: dic
 
     ev = _evaluate_module()
 
-    cache, missing, processes, workers, folder, started = shared
+    cache, missing, processes, workers, folder, started, store = shared
     spec = session.spec
     show = how.get("show_progress", True)
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
-    here = [] if processes else tasks
+    here = [] if processes else store.fresh(tasks)
     with (
-        closing(prefetch_for(here, workers, skip=list(missing), keep=True)) as prefetch,
+        closing(prefetch_for(here, workers, skip=list(missing), keep=store)) as prefetch,
         spec.load(ref, show_progress_bar=show) as encoder,
     ):
         reloaded = bool(getattr(encoder, "engine_reused", False))
@@ -323,7 +325,7 @@ def _one_model(session: Any, ref: Any, tasks: list[Any], shared: tuple, how: dic
             encoder.use_cache(cache)
         rows = evaluate_tasks(
             encoder,
-            tasks,
+            here or tasks,
             output_dir=folder,
             show_progress_bar=show,
             run_info=ev._run_info(spec, encoder, cache),
@@ -389,9 +391,10 @@ def _as_reused(row: Any) -> Any:
     return replace(row, status="reused")
 
 
-def write_sweep(result: SweepResult) -> None:
+def write_sweep(result: SweepResult, significance: bool = True) -> None:
     """``sweep.json``: the models (label, model, step, folder, seconds, engine reloaded or started), the tasks with
-    their main scores, the table of main scores, and each model's significance against the first."""
+    their main scores, the table of main scores, and (``significance``) each model's paired bootstrap against the
+    first."""
     if result.sweep_path is None:
         return
     from ..measure.significance import sweep_significance
@@ -401,8 +404,10 @@ def write_sweep(result: SweepResult) -> None:
     for _, r in done:
         for row in r.rows:
             tasks.setdefault(row.task, row.main_score_name)
-    folders = [r.summary_path.parent if r.summary_path else None for _, r in done]
-    result.significance = sweep_significance([m.label for m, _ in done], folders)
+    if significance:
+        folders = [r.summary_path.parent if r.summary_path else None for _, r in done]
+        with phase("significance"):
+            result.significance = sweep_significance([m.label for m, _ in done], folders, tasks=tasks)
     payload = {
         "models": [
             {

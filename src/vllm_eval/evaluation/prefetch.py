@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import pickle
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -31,7 +32,8 @@ class Prefetch:
         imports: modules to import on the same thread before the first load: what ``mteb.evaluate`` imports on
             its first call (sentence-transformers, and torch with it) while an engine starts elsewhere. On one H100
             a parent of replicas imported them in its first task, holding the GIL every other task waited for.
-        keep: leave each task's data loaded when it is done (a sweep evaluates it again for the next model).
+        keep: a :class:`TaskStore` that loads each task and keeps its data for the next model of a sweep (a task
+            it holds is not unloaded when done).
     """
 
     def __init__(
@@ -40,7 +42,7 @@ class Prefetch:
         ahead: int = 2,
         skip: Sequence[str] = (),
         imports: Sequence[str] = (),
-        keep: bool = False,
+        keep: TaskStore | None = None,
     ) -> None:
         self._imports = list(imports)
         self._keep = keep
@@ -70,7 +72,10 @@ class Prefetch:
                 continue
             try:
                 with phase("load", task=name):
-                    task.load_data()
+                    if self._keep is not None:
+                        self._keep.load(task)
+                    else:
+                        task.load_data()
             except BaseException as exc:  # re-raised where the task is evaluated, as its own failure
                 self._slots.release()
                 future.set_exception(exc)
@@ -94,7 +99,7 @@ class Prefetch:
         if future is None or not future.done() or future.exception() is not None or not future.result():
             return
         try:
-            if not self._keep:
+            if self._keep is None or not self._keep.holds(task):
                 task.unload_data()
         except Exception as exc:  # freeing memory is best effort
             logger.debug("unloading %s raised %s", task.metadata.name, exc)
@@ -108,10 +113,68 @@ class Prefetch:
 
 
 def prefetch_for(
-    tasks: Sequence[Any], workers: int, *, skip: Sequence[str] = (), imports: Sequence[str] = (), keep: bool = False
+    tasks: Sequence[Any],
+    workers: int,
+    *,
+    skip: Sequence[str] = (),
+    imports: Sequence[str] = (),
+    keep: TaskStore | None = None,
 ) -> Prefetch:
     """The :class:`Prefetch` of a run evaluating ``workers`` tasks at once: tasks in the order they start
     (:func:`~vllm_eval.evaluation.concurrency.in_run_order`), the next one loaded ahead of each running one."""
     from .concurrency import in_run_order
 
     return Prefetch(in_run_order(tasks, workers), ahead=workers + 1, skip=skip, imports=imports, keep=keep)
+
+
+def load_keeping(task: Any, load: Any) -> dict[str, Any]:
+    """``load()`` (which loads ``task``'s data) and the attributes it set: ``{name: value}`` of those added or
+    replaced (the data), to be given to a fresh copy of the task (:func:`fresh_task`); empty when it was loaded."""
+    if task.data_loaded:
+        return {}
+    before = dict(vars(task))
+    load()
+    return {k: v for k, v in vars(task).items() if k not in before or before[k] is not v}
+
+
+def fresh_task(pristine: bytes, data: dict[str, Any]) -> Any:
+    """The task pickled as ``pristine`` (before its data was loaded or it was evaluated), holding ``data`` (from
+    :func:`load_keeping`): the state an evaluation changes is new, the data is shared.
+
+    Why: mteb's clustering draws its subsamples from the task's own ``rng_state``; the same task object evaluated a
+    second time drew others (5 clustering tasks' scores of a second model moved on the MTEB(eng, v2) replica)."""
+    task = pickle.loads(pristine)
+    vars(task).update(data)
+    return task
+
+
+class TaskStore:
+    """Tasks' data loaded once for a sweep's models, on this process's threads: the first evaluation of a task
+    loads it (:class:`Prefetch` with ``keep=store``), each later one gets :meth:`fresh` of it. Tasks that do not
+    pickle (a data file's own task class) are not kept: loaded again for each model."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[bytes, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def load(self, task: Any) -> None:
+        """Load ``task``'s data, keeping it (and the task's state before) when the task pickles."""
+        try:
+            pristine = pickle.dumps(task)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            task.load_data()
+            return
+        data = load_keeping(task, task.load_data)
+        if data:
+            with self._lock:
+                self._held[task.metadata.name] = (pristine, data)
+
+    def holds(self, task: Any) -> bool:
+        with self._lock:
+            return task.metadata.name in self._held
+
+    def fresh(self, tasks: Sequence[Any]) -> list[Any]:
+        """``tasks`` with every held one replaced by a fresh copy holding its data."""
+        with self._lock:
+            held = dict(self._held)
+        return [fresh_task(*held[t.metadata.name]) if t.metadata.name in held else t for t in tasks]

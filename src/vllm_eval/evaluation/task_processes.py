@@ -395,12 +395,14 @@ def serve_tasks(conn: Any, first: bytes | None) -> None:
     """A worker's loop, in a task process or a Ray actor: load ``first``'s data, then evaluate the tasks ``conn``
     brings (``send``/``recv`` of messages) until ``None`` or ``conn`` closes; a task sent with ``keep`` keeps its
     data loaded for the next time it is sent (by name, without its payload)."""
-    preloaded, load_error = None, None
-    held: dict[str, Any] = {}
+    from .prefetch import fresh_task
+
+    preloaded, load_error, first_data = None, None, {}
+    held: dict[str, tuple[bytes, dict[str, Any]]] = {}  # a kept task: its state before loading, its data
     if first is not None:
         try:
             preloaded = pickle.loads(first)
-            _load(conn, preloaded)
+            first_data = _load(conn, preloaded)
         except Exception as exc:  # raised where the task is evaluated, as its own failure
             load_error = exc
     while True:
@@ -411,21 +413,23 @@ def serve_tasks(conn: Any, first: bytes | None) -> None:
         if message is None:
             return
         _, name, payload, keep, meta, searches, run, args, kwargs = message
-        task = held.pop(name, None) or preloaded
+        task, pristine, data = preloaded, first, first_data
         try:
-            if payload is not None:
-                task = pickle.loads(payload)
-            elif load_error is not None and task is preloaded:
+            if name in held:  # loaded for an earlier model: a fresh task holding that data
+                task, pristine = fresh_task(*held[name]), None
+            elif payload is not None:
+                task, pristine = pickle.loads(payload), payload
+            elif load_error is not None:
                 raise load_error
-            _load(conn, task)
+            data = _load(conn, task) or data
             conn.send(("done", run(_proxy(conn, meta, searches), task, *args, **kwargs)))
         except BaseException as exc:  # the parent raises it where the task was evaluated
             conn.send(("failed", _portable(exc)))
         finally:
-            preloaded = load_error = None
-            if task is not None and keep:
-                held[name] = task
-            elif task is not None:
+            preloaded, load_error, first_data = None, None, {}
+            if keep and pristine is not None and data:
+                held[name] = (pristine, data)
+            elif task is not None and name not in held:
                 _unload(task)
 
 
@@ -449,12 +453,16 @@ def set_up(logging_as: tuple[bool, str | None] | None) -> None:
         pass
 
 
-def _load(conn: Any, task: Any) -> None:
-    if task.data_loaded:
-        return
+def _load(conn: Any, task: Any) -> dict[str, Any]:
+    """Load ``task``'s data (timed for the parent's timeline); what loading set
+    (:func:`~vllm_eval.evaluation.prefetch.load_keeping`), empty when it was loaded."""
+    from .prefetch import load_keeping
+
     start = time.time()
-    task.load_data()
-    conn.send(("loaded", task.metadata.name, start, time.time()))
+    data = load_keeping(task, task.load_data)
+    if data:
+        conn.send(("loaded", task.metadata.name, start, time.time()))
+    return data
 
 
 def _unload(task: Any) -> None:

@@ -385,20 +385,50 @@ def read_run_dir(path: str | Path) -> ConfigResult:
 def print_comparison(comparison: Comparison) -> None:
     """The comparison as a table on standard output."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"compared with {comparison.reference}")
-    for col in ("task", "configuration", "main score", "|Δ|", "tolerance", "result"):
-        table.add_column(col, justify="right" if col in ("main score", "|Δ|", "tolerance") else "left")
+    table = Table(title=escape(f"compared with {comparison.reference}"))
+    tested = any("significance" in r for r in comparison.rows)
+    extra = ("b - a [95 % interval]", "p") if tested else ()
+    for col in ("task", "configuration", "main score", "|Δ|", "tolerance", "result", *extra):
+        table.add_column(col, justify="left" if col in ("task", "configuration", "result") else "right")
     for r in comparison.rows:
         delta = "-" if r["delta"] is None else f"{r['delta']:.2e}"
         result = "reference" if r["config"] == comparison.reference else ("pass" if r["passed"] else "FAIL")
-        table.add_row(r["task"], r["config"], f"{r['main_score']:.6f}", delta, f"{r['tolerance']:.0e}", result)
-    console = Console(width=max(100, Console().width))
+        cells = [r["task"], r["config"], f"{r['main_score']:.6f}", delta, f"{r['tolerance']:.0e}", result]
+        cells += _significance_cells(r.get("significance")) if tested else ()
+        table.add_row(*(escape(c) for c in cells))  # a run's label is `backend[folder]`: not markup
+    console = Console(width=max(140 if tested else 100, Console().width))
     console.print(table)
     for label, agree in comparison.agreement.items():
         if agree and label != comparison.reference:
             console.print(f"{label} against {comparison.reference}: {describe_agreement(agree)}")
+
+
+def _significance_cells(diff: dict[str, Any] | None) -> list[str]:
+    """A row's paired bootstrap against the reference run: the difference with its interval (``*`` where the
+    interval leaves out 0), and the p-value; the note where there is none."""
+    if not diff:
+        return ["", ""]
+    if "note" in diff:
+        return [diff["note"], "-"]
+    mark = " *" if diff["significant"] else ""
+    return [f"{diff['delta']:+.4f} [{diff['low']:+.4f}, {diff['high']:+.4f}]{mark}", f"{diff['p_value']:.3g}"]
+
+
+def add_significance(comparison: Comparison, runs: list[str | Path]) -> None:
+    """Each run after the first against the first, task by task: the paired bootstrap of their per-unit scores
+    (:func:`vllm_eval.measure.significance.compare_runs`) in each row's ``significance``."""
+    from .significance import compare_runs
+
+    labels = [read_run_dir(path).config.label for path in runs]
+    tasks = {r["task"]: r["task"] for r in comparison.rows}
+    for label, path in zip(labels[1:], runs[1:], strict=True):
+        table = compare_runs(runs[0], path, tasks=tasks)
+        for row in comparison.rows:
+            if row["config"] == label and row["task"] in table:
+                row["significance"] = table[row["task"]]
 
 
 def save(comparison: Comparison, output_dir: str | Path) -> Path:
