@@ -111,6 +111,36 @@ def test_suite_folders_list_their_runs_or_name_the_file(suite):
             assert all(Path(r).parent == folder for r in runs)
 
 
+SWEEP = {
+    "models": [
+        {"label": "checkpoint-100", "model": "/ckpt/checkpoint-100", "step": 100, "seconds": 35.7, "reloaded": False},
+        {"label": "checkpoint-200", "model": "/ckpt/checkpoint-200", "step": 200, "seconds": 19.6, "reloaded": True},
+    ],
+    "pending": [],
+    "tasks": {"WordSim353": "spearman", "TwentyNewsgroupsMini": "v_measure"},
+    "scores": {
+        "checkpoint-100": {"WordSim353": 0.7266, "TwentyNewsgroupsMini": 0.789},
+        "checkpoint-200": {"WordSim353": 0.6788, "TwentyNewsgroupsMini": 0.7645},
+    },
+    "significance": {
+        "checkpoint-200": {
+            "WordSim353": {"delta": -0.0478, "low": -0.08, "high": -0.01, "p_value": 0.006, "significant": True},
+            "TwentyNewsgroupsMini": {"note": "no per-unit scores for its main score (v_measure)"},
+        }
+    },
+}
+
+
+@settings(FUZZ, max_examples=40)
+@given(mutated_json(SWEEP))
+def test_sweep_folders_render_or_name_the_file(sweep):
+    with scratch() as folder:
+        (folder / "sweep.json").write_bytes(sweep)
+        run = outcome(lambda: report.load_run(folder), "sweep.json")
+        if run is not None:
+            report.render([run]).encode("utf-8")
+
+
 # Plain examples: each failed (a traceback, or a silent acceptance) before the readers checked it.
 
 

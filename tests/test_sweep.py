@@ -92,6 +92,12 @@ def test_a_sweep_equals_separate_runs_shares_one_engine_and_marks_real_differenc
     print_comparison(comparison)
     assert f"{rows['WordSim353']['significance']['delta']:+.4f} [" in capsys.readouterr().out
 
+    # report: the sweep's table and each task's score per step.
+    from vllm_eval.measure.report import write_report
+
+    page = write_report([out], tmp_path / "report.html").read_text()
+    assert "main score per checkpoint" in page and "checkpoint-300" in page
+
     # Resumed: every model's results are there, so none is loaded again.
     again = vllm_eval.evaluate(model=str(checkpoints), tasks=TASKS, output_dir=out, no_cache=True, show_progress=False)
     assert again.scores == result.scores

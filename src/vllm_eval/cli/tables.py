@@ -55,7 +55,7 @@ def print_sweep(result: Any) -> None:
 
     labels = [m.label for m in result.models[: len(result.results)]]
     table = Table(title="sweep: main scores (* differs from the first model, paired bootstrap, 95 %)")
-    table.add_column("task")
+    table.add_column("task", no_wrap=True)
     table.add_column("main score")
     for label, model in zip(labels, result.models, strict=False):
         table.add_column(label if model.step is None else f"{label}\n(step {model.step})", justify="right")
@@ -73,7 +73,7 @@ def print_sweep(result: Any) -> None:
                 mark = " *" if diff.get("significant") else ("" if "significant" in diff else " ?")
             cells.append("-" if score is None else f"{score:.4f}{mark}")
         table.add_row(task, main, *cells)
-    Console(width=max(100, Console().width)).print(table)
+    Console(width=max(60 + 17 * len(labels), Console().width)).print(table)
     seconds = ", ".join(f"{label} {s:.1f}" for label, s in zip(labels, result.seconds, strict=False))
     print(f"seconds per model: {seconds}")
 

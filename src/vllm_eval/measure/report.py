@@ -23,7 +23,7 @@ from typing import Any
 from ..utils.errors import UsageError
 from ..utils.timeline import PHASES, phase_totals
 from .compare import describe_agreement
-from .runfiles import read_compare, read_summary, suite_backends
+from .runfiles import read_compare, read_summary, read_sweep, suite_backends
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -47,6 +47,8 @@ def load_run(path: str | Path) -> dict[str, Any]:
     folder = Path(path)
     summary = folder / "summary.json"
     compare = folder / "compare.json"
+    if not summary.is_file() and not compare.is_file() and (folder / "sweep.json").is_file():
+        return {"sweep": read_sweep(folder / "sweep.json"), "path": str(folder)}
     if not summary.is_file() and not compare.is_file():
         raise UsageError(f"{str(path)!r} has neither summary.json nor compare.json; give a run's --output-dir")
     run: dict[str, Any] = read_summary(summary) if summary.is_file() else {}
@@ -209,6 +211,48 @@ def parity_plot(compare: dict[str, Any]) -> str | None:
     return _png(fig)
 
 
+def sweep_plot(sweep: dict[str, Any]) -> str | None:
+    """Each task's main score against the checkpoint's training step (the model's place in the sweep where no
+    step is known), as a PNG data URL; a filled marker where the paired bootstrap finds the model different from
+    the first (95 %)."""
+    models, scores = sweep.get("models") or [], sweep.get("scores") or {}
+    tasks = list(sweep.get("tasks") or {})
+    if not models or not tasks:
+        return None
+    steps = [m.get("step") for m in models]
+    xs = steps if all(isinstance(s, int) for s in steps) else list(range(len(models)))
+    fig, (left, right) = _figure(12, 4.5)
+    right.remove()
+    for task in tasks:
+        points = [(x, scores.get(m["label"], {}).get(task), m["label"]) for x, m in zip(xs, models, strict=True)]
+        points = [(x, y, label) for x, y, label in points if y is not None]
+        if not points:
+            continue
+        line = left.plot([p[0] for p in points], [p[1] for p in points], marker="o", mfc="white", label=task)
+        marked = [p for p in points if (sweep.get("significance") or {}).get(p[2], {}).get(task, {}).get("significant")]
+        left.scatter([p[0] for p in marked], [p[1] for p in marked], color=line[0].get_color(), zorder=3)
+    left.set_xlabel("training step" if xs is steps else "model (sweep order)")
+    left.set_ylabel("main score")
+    left.set_title("main score per checkpoint (filled: differs from the first, paired bootstrap 95 %)")
+    left.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
+    return _png(fig)
+
+
+def _sweep_table(sweep: dict[str, Any]) -> str:
+    models = sweep.get("models") or []
+    head = "".join(f"<th>{html.escape(m['label'])}</th>" for m in models)
+    body = []
+    for task, main in (sweep.get("tasks") or {}).items():
+        cells = []
+        for i, m in enumerate(models):
+            score = (sweep.get("scores") or {}).get(m["label"], {}).get(task)
+            diff = (sweep.get("significance") or {}).get(m["label"], {}).get(task, {})
+            mark = " *" if i and diff.get("significant") else ""
+            cells.append(_cell(score).replace("</td>", f"{mark}</td>"))
+        body.append(f"<tr><td>{html.escape(task)}</td><td>{html.escape(main)}</td>{''.join(cells)}</tr>")
+    return f"<table><tr><th>task</th><th>main score</th>{head}</tr>{''.join(body)}</table>"
+
+
 def _cell(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return '<td class="num">-</td>'
@@ -306,6 +350,12 @@ def render(runs: list[dict[str, Any]], title: str = "vllm-eval report") -> str:
         f"<p>{len(runs)} run(s); generated {datetime.now(timezone.utc).isoformat(timespec='seconds')}.</p>",
     ]
     for run in runs:
+        if "sweep" in run:
+            parts.append(f"<h2>sweep <small>({html.escape(run['path'])})</small></h2>" + _sweep_table(run["sweep"]))
+            plot = sweep_plot(run["sweep"])
+            if plot:
+                parts.append(f"<img alt='main score per checkpoint' src='{plot}'>")
+            continue
         name = run.get("model") or Path(run["path"]).name
         parts.append(
             f"<h2>{html.escape(str(name))} <small>("

@@ -1,4 +1,5 @@
-"""A run directory's own JSON read back: ``summary.json``, ``compare.json`` and a suite's ``suite.json``.
+"""A run directory's own JSON read back: ``summary.json``, ``compare.json``, a suite's ``suite.json`` and a sweep's
+``sweep.json``.
 
 ``report`` and ``compare --runs`` read these files, which people also keep, copy and edit by hand; a file cut
 short by a full disk or an edit that leaves a field of another type is named here (file, field, reason) instead
@@ -124,6 +125,45 @@ def read_compare(path: str | Path) -> dict[str, Any]:
             _number(agree, key, where, nan=True, required=True)
         field(agree, "n", (int,), where)
     return compare
+
+
+def read_sweep(path: str | Path) -> dict[str, Any]:
+    """A sweep's ``sweep.json``: its models (label, model, step, seconds), tasks (name -> main score name), main
+    scores (label -> task -> score) and paired bootstraps (label -> task -> difference or note), checked.
+
+    Raises:
+        DataUnavailableError: no such file.
+        UsageError: not JSON, or a field missing or of another type, or a score that is not a finite number (file
+            and field named).
+    """
+    sweep = json_object(path, read_json(path), "a sweep")
+    for i, model in enumerate(field(sweep, "models", (list,), str(path))):
+        where = f"{path}: field 'models'[{i}]"
+        check(model, (dict,), where)
+        field(model, "label", (str,), where)
+        field(model, "model", (str,), where)
+        field(model, "step", (int, _NONE), where)
+        _bounded(model, "seconds", where)
+    for task, main in (field(sweep, "tasks", (dict, _NONE), str(path)) or {}).items():
+        check(main, (str,), f"{path}: field 'tasks'.{task!r:.40}")
+    for label, scores in (field(sweep, "scores", (dict, _NONE), str(path)) or {}).items():
+        where = f"{path}: field 'scores'.{label!r:.40}"
+        check(scores, (dict,), where)
+        for task in scores:
+            _number(scores, task, where, required=True)
+    for label, table in (field(sweep, "significance", (dict, _NONE), str(path)) or {}).items():
+        where = f"{path}: field 'significance'.{label!r:.40}"
+        check(table, (dict,), where)
+        for task, diff in table.items():
+            here = f"{where}.{task!r:.40}"
+            check(diff, (dict,), here)
+            if "note" in diff:
+                field(diff, "note", (str,), here)
+                continue
+            for key in ("delta", "low", "high", "p_value"):
+                _number(diff, key, here, nan=True, required=True)
+            field(diff, "significant", (bool,), here)
+    return sweep
 
 
 def _number(obj: dict[str, Any], key: str, where: str, *, nan: bool = False, required: bool = False) -> None:

@@ -20,7 +20,8 @@ class ReportCommand(Command):
         parser.add_argument(
             "runs",
             nargs="+",
-            help="run directories (a run's or a comparison's --output-dir, or a bench --suite folder)",
+            help="run directories (a run's or a comparison's --output-dir, a bench --suite folder, or a sweep's "
+            "--output-dir: its table and each task's score per training step)",
         )
         parser.add_argument("--output", "-o", default="report.html", help="HTML file to write (default report.html)")
         parser.add_argument("--title", default="vllm-eval report")
