@@ -211,3 +211,29 @@ def test_own_data_tasks_stay_in_the_commands_process_with_the_same_scores(st_enc
     assert [(r.task, r.status) for r in together] == [(r.task, "computed") for r in alone]
     np.testing.assert_array_equal([r.main_score for r in together], [r.main_score for r in alone])
     assert not _left_running()
+
+
+def test_processes_keeping_task_data_load_it_once_and_score_as_fresh_tasks():
+    # A sweep's task processes keep each task's data for the next model (keep_data): the second and third
+    # evaluations load nothing, and each scores as a fresh task does (mteb's clustering draws from the task's own
+    # generator: a reused task object would not). Hashed vectors stand in for a model.
+    from vllm_eval.tasks import select_tasks
+    from vllm_eval.testing.instant import InstantEncoder
+    from vllm_eval.utils import timeline
+
+    encoder = InstantEncoder()
+    alone = evaluate(encoder, select_tasks(["TwentyNewsgroupsMini"]), show_progress_bar=False)
+    loads = lambda: sum(p.name == "load" for p in timeline.current().phases)  # noqa: E731
+    before = loads()
+    processes = TaskProcesses(1, keep_data=True)
+    try:
+        scores = [
+            evaluate(encoder, select_tasks(["TwentyNewsgroupsMini"]), show_progress_bar=False, processes=processes,
+                     keep_processes=True)[0].main_score
+            for _ in range(3)
+        ]  # fmt: skip
+    finally:
+        processes.close()
+    assert scores == [alone[0].main_score] * 3
+    assert loads() - before == 1
+    assert _left_running() == []

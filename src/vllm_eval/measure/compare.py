@@ -420,10 +420,12 @@ def _significance_cells(diff: dict[str, Any] | None) -> list[str]:
 def add_significance(comparison: Comparison, runs: list[str | Path]) -> None:
     """Each run after the first against the first, task by task: the paired bootstrap of their per-unit scores
     (:func:`vllm_eval.measure.significance.compare_runs`) in each row's ``significance``."""
+    from .runfiles import read_summary
     from .significance import compare_runs
 
     labels = [read_run_dir(path).config.label for path in runs]
-    tasks = {r["task"]: r["task"] for r in comparison.rows}
+    rows = read_summary(Path(runs[0]) / "summary.json").get("scores") or []
+    tasks = {r["task"]: str(r.get("main_score_name") or "main score") for r in rows}
     for label, path in zip(labels[1:], runs[1:], strict=True):
         table = compare_runs(runs[0], path, tasks=tasks)
         for row in comparison.rows:
