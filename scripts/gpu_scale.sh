@@ -146,14 +146,20 @@ work, n = pathlib.Path(sys.argv[1]), int(sys.argv[2])
 sweep = work / "sweep" / "sweep.json"
 if sweep.is_file() and (work / "separate").is_dir():
     swept = json.loads(sweep.read_text())["scores"]
-    same = diff = 0
+    same, diff = 0, []
     for i in range(n):
         label = f"bert-seed-{i}"
+        if label not in swept:
+            continue
         alone = {r["task"]: r["main_score"] for r in json.loads((work / "separate" / label / "summary.json").read_text())["scores"]}
         for task, score in alone.items():
-            same += swept.get(label, {}).get(task) == score
-            diff += swept.get(label, {}).get(task) != score
-    print(f"scores equal to the separate runs': {same}, different: {diff}")
+            if swept[label].get(task) == score:
+                same += 1
+            else:
+                diff.append((label, task, score, swept[label].get(task)))
+    print(f"models swept: {len(swept)} of {n}; scores equal to the separate runs': {same}, different: {len(diff)}")
+    for row in diff:
+        print("  different:", *row)
 PY
     tar czf "$out/sweep.tgz" -C "$work" --exclude='*.npz' --exclude='results' . 2>/dev/null ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
