@@ -143,3 +143,35 @@ def test_a_real_engine_whose_steps_schedule_nothing_is_stopped_and_goes_on_after
     monkeypatch.undo()
     assert not llm.llm_engine.has_unfinished_requests()
     assert vllm_encoder.encode_texts(texts).shape == (40, 384)
+
+
+_SWALLOWED_SCRIPT = (
+    _PROGRESS_SCRIPT.split("def work():")[0]
+    + """
+from vllm_eval.engine.watchdog import EngineStalled
+
+watchdog.watch(llm, "tiny-model", 60, progress=1.0)  # on the main thread: the stop is raised here
+llm.llm_engine.answer_every = 0
+swallowed = 0
+try:
+    while True:
+        try:
+            llm.llm_engine.step()
+        except EngineStalled:  # code between the handler and the caller that catches it and goes on
+            if swallowed:
+                raise
+            swallowed += 1
+except EngineStalled as exc:
+    print(f"stopped after {swallowed} swallowed: {str(exc)[:40]}", flush=True)
+"""
+)
+
+
+def test_a_stop_that_is_caught_on_its_way_is_signalled_again():
+    # The engine's caller catches the first EngineStalled and keeps stepping (requests held, none answered): the
+    # watchdog sees the engine still stepped and signals again (after RESIGNAL_S), instead of ending the process
+    # with exit 3 after its grace period.
+    proc = subprocess.run([sys.executable, "-c", _SWALLOWED_SCRIPT], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "stopped after 1 swallowed: the vLLM engine for tiny-model held requ\n", proc.stdout
+    assert "signalling again" in proc.stderr

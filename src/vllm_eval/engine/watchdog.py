@@ -74,6 +74,9 @@ STEP_FACTOR = 10.0
 STEPPED_GAP_S = 5.0
 #: Seconds the signalled process gets to unwind (shut its engines down, write its summary) before it is ended.
 GRACE_S = 60.0
+#: Seconds after which a progress stop that is not obeyed (the engine still stepped, its requests still held) is
+#: signalled again: a caller's code may catch the first one on its way; unwinding does not step the engine.
+RESIGNAL_S = 5.0
 STALL_SIGNAL = signal.SIGUSR2
 
 
@@ -282,9 +285,10 @@ def _stop(entry: _Watch, age: float, progress: bool = False) -> None:
         f"the vLLM engine for {entry.model} {what}: stopped; finished tasks and cached outputs are kept, the same "
         "command resumes"
     ]
-    if _HANDLER[0]:
+    if _HANDLER[0] and signal.getsignal(STALL_SIGNAL) is _raise_stalled:
         os.kill(os.getpid(), STALL_SIGNAL)
-        deadline = time.monotonic() + GRACE_S
+        signalled = time.monotonic()
+        deadline = signalled + GRACE_S
         while time.monotonic() < deadline:
             with _LOCK:
                 watched = any(e is entry for e in _WATCHED.values())
@@ -293,6 +297,13 @@ def _stop(entry: _Watch, age: float, progress: bool = False) -> None:
                 _STALLED.clear()
                 entry.quiet_since = None
                 return
+            now = time.monotonic()
+            if progress and now - signalled > RESIGNAL_S and _stepped(entry, entry.since, now, 1.0):
+                # Steps still come and requests are still held: the stop was caught on its way (by code between the
+                # handler and the caller that swallows exceptions), not obeyed. Ask again.
+                logger.warning("the stop was not obeyed (the engine is still being stepped): signalling again")
+                os.kill(os.getpid(), STALL_SIGNAL)
+                signalled = now
             time.sleep(0.2)
         logger.error("still stalled %.0f s after the stop was signalled: exiting", GRACE_S)
     logger.error("%s", _STALLED[0])
