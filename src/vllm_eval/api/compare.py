@@ -111,7 +111,7 @@ def compare(
     if runs:
         results = [cmp.read_run_dir(path) for path in runs]
         comparison = cmp.compare_results(results, results[0], fp32, sixteen)
-        cmp.add_significance(comparison, runs)
+        cmp.add_significance(comparison, runs, [r.config.label for r in results])
     else:
         resolved, selected, configs = _plan(kind, model, backends, (tasks, data), (dtypes, quantization, dimensions))
         configs = cmp.reference_first(configs, cmp.parse_reference(reference or cmp.default_reference(kind, backends)))

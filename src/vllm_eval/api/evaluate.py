@@ -172,8 +172,8 @@ def evaluate(
         DataUnavailableError, ModelNotFoundError: task data not available offline; a local model that is not there.
         EngineError, EndpointError: a failure of the engine or a server while running.
     """
-    if _swept(model):
-        return _sweep({k: v for k, v in locals().items() if k != "options"}, options)
+    if (models := _sweep_models(model)) is not None:
+        return _sweep(models, {k: v for k, v in locals().items() if k not in ("options", "models")}, options)
     check_scoring(scoring)
     kind, session = _prepare(model, backend, (pooling_task, bge_m3_mode), options, output_dir, verbose, started)
     _check(kind, (backend, model), session, log_samples, check_parity, concurrent_tasks)
@@ -200,19 +200,20 @@ def evaluate(
     )
 
 
-def _swept(model: Any) -> bool:
-    """Whether ``model`` names several models (:func:`vllm_eval.api.sweep.sweep_models`)."""
+def _sweep_models(model: Any) -> Any:
+    """The models ``model`` names when it names several (:func:`vllm_eval.api.sweep.sweep_models`), else None."""
     from .sweep import sweep_models
 
-    return sweep_models(model) is not None
+    return sweep_models(model)
 
 
-def _sweep(given: dict[str, Any], options: dict[str, Any]) -> Any:
-    """:func:`vllm_eval.api.sweep.sweep` of :func:`evaluate`'s keywords ``given`` and ``options``."""
-    from .sweep import sweep, sweep_models
+def _sweep(models: Any, given: dict[str, Any], options: dict[str, Any]) -> Any:
+    """:func:`vllm_eval.api.sweep.sweep` of ``models`` with :func:`evaluate`'s other keywords ``given`` and
+    ``options``."""
+    from .sweep import sweep
 
-    models, tasks = sweep_models(given.pop("model")), given.pop("tasks")
-    return sweep(models, tasks, **given, **options)
+    given.pop("model")
+    return sweep(models, given.pop("tasks"), **given, **options)
 
 
 def _prepare(
@@ -252,18 +253,12 @@ def _run(session: Session, model: Any, tasks: list[Any], cache_at: tuple[Any, bo
     closed on return."""
     from ..evaluation.concurrency import task_workers
     from ..evaluation.prefetch import prefetch_for
-    from ..evaluation.results import evaluate as evaluate_tasks
-    from ..evaluation.results import finish_summaries, results_dir
+    from ..evaluation.results import finish_summaries
     from ..evaluation.task_processes import start_for
-    from ..tasks import unavailable
     from ..utils import timeline
-    from ..utils.errors import DataUnavailableError
 
     spec = session.spec
-    with phase("tasks"):
-        missing = unavailable(tasks)
-    if missing and (not how["continue_on_error"] or len(missing) == len(tasks)):  # nothing to run: say so now
-        raise DataUnavailableError(next(iter(missing.values())))
+    missing = unavailable_tasks(tasks, how["continue_on_error"])
     cache = open_cache(*cache_at)
     reference = _parity_reference(spec, model, how["check_parity"])
     workers = task_workers(how["concurrent_tasks"], len(tasks), recording=reference is not None)
@@ -276,44 +271,94 @@ def _run(session: Session, model: Any, tasks: list[Any], cache_at: tuple[Any, bo
         with (
             closing(processes) if processes else nullcontext(),
             closing(prefetch_for(here[0], workers, skip=list(missing), imports=here[1])) as prefetch,
-            spec.load(model, show_progress_bar=how["show_progress"]) as encoder,
         ):
-            encoder.use_cache(cache)
-            rows = evaluate_tasks(
-                encoder,
-                tasks,
-                output_dir=session.output_dir,
-                show_progress_bar=how["show_progress"],
-                run_info=_run_info(spec, encoder, cache),
-                overwrite_strategy=how["overwrite_strategy"],
-                continue_on_error=how["continue_on_error"],
-                log_samples=how["log_samples"],
-                skip=missing,
-                started=session.started,
-                parity_reference=reference,
-                parity_sample=how["check_parity"] or 0,
-                prefetch=prefetch,
-                concurrent_tasks=workers,
-                processes=processes,
-                scoring=how["scoring"],
-            )
-            meta = encoder.mteb_model_meta
+            shared = Shared(cache, missing, processes, prefetch, workers, session.output_dir, session.started)
+            result, _ = evaluate_model(spec, model, tasks, shared, how, reference=reference)
     finally:
         if reference is not None:
             reference.close()
         if cache is not None:
             cache.close()
     finish_summaries()  # the engine's shutdown is on the timeline too
-    out = Path(session.output_dir) if session.output_dir else None
-    return EvaluationResult(
+    result.timeline = timeline.current().as_json(since=session.started)
+    return result
+
+
+def unavailable_tasks(tasks: list[Any], continue_on_error: bool) -> dict[str, str]:
+    """The tasks whose data is not available here (name -> reason).
+
+    Raises:
+        DataUnavailableError: some are, without ``continue_on_error``, or all are (nothing to run: said now).
+    """
+    from ..tasks import unavailable
+    from ..utils.errors import DataUnavailableError
+
+    with phase("tasks"):
+        missing = unavailable(tasks)
+    if missing and (not continue_on_error or len(missing) == len(tasks)):
+        raise DataUnavailableError(next(iter(missing.values())))
+    return missing
+
+
+@dataclass
+class Shared:
+    """What the evaluation of one model uses and does not own (a run's, or a sweep's for all its models): the
+    output cache, the unavailable tasks, the task processes and prefetch, the tasks at once, where the results go
+    and since when the summary counts; ``keep_processes``: the processes outlive this model (a sweep's)."""
+
+    cache: Any
+    missing: dict[str, str]
+    processes: Any
+    prefetch: Any
+    workers: int
+    output_dir: Any
+    started: float
+    keep_processes: bool = False
+
+
+def evaluate_model(
+    spec: Any, model: Any, tasks: list[Any], shared: Shared, how: dict[str, Any], reference: Any = None
+) -> tuple[EvaluationResult, bool]:
+    """Load the backend of ``model``, evaluate ``tasks`` with it into ``shared.output_dir`` and close it: the
+    result, and whether the backend took a sweep's engine and loaded its weights into it
+    (:mod:`vllm_eval.models.handoff`). ``how``: :func:`evaluate`'s keywords of the same names."""
+    from ..evaluation.results import evaluate as evaluate_tasks
+    from ..evaluation.results import results_dir
+    from ..utils import timeline
+
+    with spec.load(model, show_progress_bar=how.get("show_progress", True)) as encoder:
+        encoder.use_cache(shared.cache)
+        rows = evaluate_tasks(
+            encoder,
+            tasks,
+            output_dir=shared.output_dir,
+            show_progress_bar=how.get("show_progress", True),
+            run_info=_run_info(spec, encoder, shared.cache),
+            overwrite_strategy=how.get("overwrite_strategy", "only-missing"),
+            continue_on_error=how.get("continue_on_error", False),
+            log_samples=how.get("log_samples", False),
+            skip=shared.missing,
+            started=shared.started,
+            parity_reference=reference,
+            parity_sample=how.get("check_parity") or 0,
+            prefetch=shared.prefetch,
+            concurrent_tasks=shared.workers,
+            processes=shared.processes,
+            scoring=how.get("scoring", "fast"),
+            keep_processes=shared.keep_processes,
+        )
+        meta, reused = encoder.mteb_model_meta, bool(getattr(encoder, "engine_reused", False))
+    out = Path(shared.output_dir) if shared.output_dir else None
+    result = EvaluationResult(
         rows=rows,
         model_name=meta.name,
         backend=spec.name,
         results_dir=results_dir(out, meta) if out else None,
         summary_path=out / "summary.json" if out else None,
-        timeline=timeline.current().as_json(since=session.started),
-        cache=cache,
+        timeline=timeline.current().as_json(since=shared.started),
+        cache=shared.cache,
     )
+    return result, reused
 
 
 def select(

@@ -241,15 +241,9 @@ def _run_sweep(session: Any, models: list[SweepModel], refs: list[Any], tasks: l
     from ..evaluation.results import finish_summaries
     from ..evaluation.task_processes import start_for
     from ..models.handoff import engines_kept
-    from ..tasks import unavailable
-    from ..utils.errors import DataUnavailableError
 
     ev = _evaluate_module()
-
-    with phase("tasks"):
-        missing = unavailable(tasks)
-    if missing and (not how.get("continue_on_error") or len(missing) == len(tasks)):
-        raise DataUnavailableError(next(iter(missing.values())))
+    missing = ev.unavailable_tasks(tasks, how.get("continue_on_error", False))
     cache = ev.open_cache(how.get("cache_dir"), how.get("no_cache", False))
     workers = task_workers(how.get("concurrent_tasks"), len(tasks))
     spec = session.spec
@@ -266,12 +260,13 @@ def _run_sweep(session: Any, models: list[SweepModel], refs: list[Any], tasks: l
                 folder = out / model.label if out else None
                 if processes is not None and processes.closed:  # the kind scores on threads (its own similarity)
                     processes = None
-                evaluated = _finished(folder, model, tasks) or _one_model(
-                    session, ref, tasks, (cache, missing, processes, workers, folder, started, store), how
+                shared = ev.Shared(cache, missing, processes, None, workers, folder, started, keep_processes=True)
+                evaluated, reloaded = _finished(folder, model, tasks) or _one_model(
+                    spec, ref, tasks, shared, store, how
                 )
                 _close_timeline(evaluated.summary_path)
                 result.results.append(evaluated)
-                result.reloaded.append(bool(evaluated.timeline.get("reloaded")))
+                result.reloaded.append(reloaded)
                 result.seconds.append(round(time.time() - started, 2))
                 if out is not None:
                     write_sweep(result, significance=False)  # the table so far; the bootstrap once, at the end
@@ -301,59 +296,22 @@ def _read_ahead(ref: Any) -> None:
         read_ahead(path)
 
 
-def _one_model(session: Any, ref: Any, tasks: list[Any], shared: tuple, how: dict[str, Any]) -> Any:
-    """One model of the sweep evaluated into ``folder``, with the sweep's cache, task processes and engine."""
+def _one_model(spec: Any, ref: Any, tasks: list[Any], shared: Any, store: Any, how: dict[str, Any]) -> tuple:
+    """One model of the sweep (:func:`vllm_eval.api.evaluate.evaluate_model`) with the sweep's cache, task
+    processes and engine; on this process's threads, each task a fresh copy holding the data loaded for the first
+    model (``store``). Returns the result and whether the engine was reused."""
     from ..evaluation.prefetch import prefetch_for
-    from ..evaluation.results import evaluate as evaluate_tasks
-    from ..evaluation.results import results_dir
-    from ..utils import timeline
 
-    ev = _evaluate_module()
-
-    cache, missing, processes, workers, folder, started, store = shared
-    spec = session.spec
-    show = how.get("show_progress", True)
-    if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-    here = [] if processes else store.fresh(tasks)
-    with (
-        closing(prefetch_for(here, workers, skip=list(missing), keep=store)) as prefetch,
-        spec.load(ref, show_progress_bar=show) as encoder,
-    ):
-        reloaded = bool(getattr(encoder, "engine_reused", False))
-        if cache is not None:
-            encoder.use_cache(cache)
-        rows = evaluate_tasks(
-            encoder,
-            here or tasks,
-            output_dir=folder,
-            show_progress_bar=show,
-            run_info=ev._run_info(spec, encoder, cache),
-            overwrite_strategy=how.get("overwrite_strategy", "only-missing"),
-            continue_on_error=how.get("continue_on_error", False),
-            skip=missing,
-            started=started,
-            prefetch=prefetch,
-            concurrent_tasks=workers,
-            processes=processes,
-            scoring=how.get("scoring", "fast"),
-            keep_processes=True,
-        )
-        meta = encoder.mteb_model_meta
-    return ev.EvaluationResult(
-        rows=rows,
-        model_name=meta.name,
-        backend=spec.name,
-        results_dir=results_dir(folder, meta) if folder else None,
-        summary_path=folder / "summary.json" if folder else None,
-        timeline={**timeline.current().as_json(since=started), "reloaded": reloaded},
-        cache=cache,
-    )
+    if shared.output_dir is not None:
+        shared.output_dir.mkdir(parents=True, exist_ok=True)
+    here = [] if shared.processes else store.fresh(tasks)
+    with closing(prefetch_for(here, shared.workers, skip=list(shared.missing), keep=store)) as shared.prefetch:
+        return _evaluate_module().evaluate_model(spec, ref, here or tasks, shared, how)
 
 
-def _finished(folder: Path | None, model: SweepModel, tasks: list[Any]) -> Any:
+def _finished(folder: Path | None, model: SweepModel, tasks: list[Any]) -> tuple | None:
     """A model a sweep finished before (its ``summary.json`` has a computed or reused row for every task), as an
-    ``EvaluationResult`` of reused rows, without loading it; else None."""
+    ``EvaluationResult`` of reused rows (and False: no engine), without loading it; else None."""
     from ..evaluation.results import TaskScore
     from ..measure.runfiles import read_summary
     from ..utils.errors import VllmEvalError
@@ -373,22 +331,16 @@ def _finished(folder: Path | None, model: SweepModel, tasks: list[Any]) -> Any:
     if not all(t.metadata.name in rows for t in tasks):
         return None
     names = set(TaskScore.__dataclass_fields__)
-    kept = [TaskScore(**{k: v for k, v in rows[t.metadata.name].items() if k in names}) for t in tasks]
-    kept = [_as_reused(r) for r in kept]
-    return ev.EvaluationResult(
+    kept = [TaskScore(**{**{k: v for k, v in rows[t.metadata.name].items() if k in names}, "status": "reused"})
+            for t in tasks]  # fmt: skip
+    finished = ev.EvaluationResult(
         rows=kept,
         model_name=summary.get("model", model.label),
         backend=summary.get("backend", ""),
         results_dir=Path(summary["results_dir"]) if summary.get("results_dir") else None,
         summary_path=path,
-        timeline={"reloaded": False},
     )
-
-
-def _as_reused(row: Any) -> Any:
-    from dataclasses import replace
-
-    return replace(row, status="reused")
+    return finished, False
 
 
 def write_sweep(result: SweepResult, significance: bool = True) -> None:

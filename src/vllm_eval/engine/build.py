@@ -246,25 +246,23 @@ def reload_engine(llm: Any, model: str) -> bool:
     Raises:
         EngineError: vLLM failed to load the weights (the engine is shut down: its weights are a mix).
     """
-    with _LOCK:
+    with _LOCK:  # out of the table while it loads: nobody acquires an engine of either model meanwhile
         found = [(key, entry) for key, entry in _ENGINES.items() if entry.llm is llm]
         if not found or found[0][1].refs != 1:
             return False
         key, entry = found[0]
-        try:
-            llm.collective_rpc("reload_weights", kwargs={"weights_path": model, "is_checkpoint_format": True})
-            if hasattr(llm, "reset_prefix_cache"):  # a generator's cached prefixes hold the old weights' keys
-                llm.reset_prefix_cache()
-        except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
-            del _ENGINES[key]
-            _shutdown(llm)
-            reason = " ".join(str(exc).split()) or type(exc).__name__
-            raise EngineError(
-                f"vLLM could not load the weights of {model!r} into the running engine: {reason}"
-            ) from exc
         del _ENGINES[key]
+    try:
+        llm.collective_rpc("reload_weights", kwargs={"weights_path": model, "is_checkpoint_format": True})
+        if hasattr(llm, "reset_prefix_cache"):  # a generator's cached prefixes hold the old weights' keys
+            llm.reset_prefix_cache()
+    except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
+        _shutdown(llm)
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise EngineError(f"vLLM could not load the weights of {model!r} into the running engine: {reason}") from exc
+    with _LOCK:
         _ENGINES[json.dumps({**json.loads(key), "model": model}, sort_keys=True)] = entry
-        return True
+    return True
 
 
 #: Whether an engine whose core ran in this process on a GPU was released since the last collection.

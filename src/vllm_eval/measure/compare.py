@@ -417,13 +417,13 @@ def _significance_cells(diff: dict[str, Any] | None) -> list[str]:
     return [f"{diff['delta']:+.4f} [{diff['low']:+.4f}, {diff['high']:+.4f}]{mark}", f"{diff['p_value']:.3g}"]
 
 
-def add_significance(comparison: Comparison, runs: list[str | Path]) -> None:
+def add_significance(comparison: Comparison, runs: list[str | Path], labels: list[str]) -> None:
     """Each run after the first against the first, task by task: the paired bootstrap of their per-unit scores
-    (:func:`vllm_eval.measure.significance.compare_runs`) in each row's ``significance``."""
+    (:func:`vllm_eval.measure.significance.compare_runs`) in each row's ``significance``; ``labels``: the runs'
+    configuration labels (:func:`read_run_dir`'s)."""
     from .runfiles import read_summary
     from .significance import compare_runs
 
-    labels = [read_run_dir(path).config.label for path in runs]
     rows = read_summary(Path(runs[0]) / "summary.json").get("scores") or []
     tasks = {r["task"]: str(r.get("main_score_name") or "main score") for r in rows}
     for label, path in zip(labels[1:], runs[1:], strict=True):

@@ -46,11 +46,13 @@ class _Parked:
 
     def close(self) -> None:
         from ..engine.build import release_engine
+        from ..utils import timeline
 
-        if self.pool is not None:
-            self.pool.close()
-        if self.llm is not None:
-            release_engine(self.llm)
+        with timeline.phase("shutdown"):  # what VllmBackend.close does, deferred to here
+            if self.pool is not None:
+                self.pool.close()
+            if self.llm is not None:
+                release_engine(self.llm)
 
 
 _LOCK = threading.Lock()
