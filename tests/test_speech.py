@@ -256,6 +256,30 @@ def test_language_is_detected_when_not_given_and_long_audio_is_cut(vllm_base):
 
 
 @needs_speech
+def test_max_tokens_caps_both_backends_alike_and_the_warmup_is_not_timed(whisper, vllm_base, monkeypatch):
+    from vllm_eval.models.transcriber.hf import TransformersTranscriber
+    from vllm_eval.tasks.speech import decode_all, run_transcription
+    from vllm_eval.tasks.speech_hub import get_speech_task
+
+    task = get_speech_task("AsteriskPrompts.en")
+    audios = decode_all(task.samples[:3])
+    monkeypatch.setattr(vllm_base, "max_tokens", 3)
+    ours = vllm_base.transcribe(audios, "en")
+    assert [o["tokens"] for o in ours] == [3, 3, 3]
+    with TransformersTranscriber(whisper["base"], max_tokens=3, show_progress_bar=False) as reference:
+        assert [o["text"] for o in ours] == [o["text"] for o in reference.transcribe(audios, "en")]
+    monkeypatch.setattr(vllm_base, "max_tokens", None)
+    assert len(vllm_base.transcribe(audios[:1], "en")[0]["text"]) > len(ours[0]["text"])
+    with pytest.raises(UsageError, match="max_tokens must be a whole number >= 1, got 0"):
+        TransformersTranscriber(whisper["base"], max_tokens=0)
+    calls: list[int] = []
+    chunk = vllm_base._transcribe_chunk
+    monkeypatch.setattr(vllm_base, "_transcribe_chunk", lambda a, *rest: calls.append(len(a)) or chunk(a, *rest))
+    result = run_transcription(vllm_base, task, limit=3, warmup=2)
+    assert calls == [2, 3] and result["config"]["warmup"] == 2 and len(result["samples"]) == 3
+
+
+@needs_speech
 def test_transcribe_command_end_to_end_and_its_errors(whisper, vllm_base, cli_in_process, tmp_path):
     import shutil
 

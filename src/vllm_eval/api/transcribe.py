@@ -23,6 +23,7 @@ def transcribe(
     limit: int | None = None,
     backend: str = "vllm",
     output_dir: str | os.PathLike | None = None,
+    warmup: int = 0,
     **common: Any,
 ) -> TaskResults:
     """Transcribe (or translate into English) recordings and score them: WER and CER on Whisper's normalisers
@@ -41,9 +42,11 @@ def transcribe(
             instances' ``/v1/audio/*``: ``endpoint=``).
         output_dir: ``<output_dir>`` for one task, ``<output_dir>/<task>`` for several; default
             ``results/transcribe/<task>``.
+        warmup: before the first task's timed pass, transcribe its first N recordings once, untimed (the Open ASR
+            Leaderboard's warm-up; RTFx then leaves out first-call costs).
         **common: ``show_progress``, ``verbose``, ``started``, the backend options ``server_decoding`` (vllm:
-            decode exactly as vLLM's server does) and ``batch_size`` (hf), and vLLM ``EngineArgs``, as
-            :func:`vllm_eval.evaluate` takes them.
+            decode exactly as vLLM's server does), ``batch_size`` (hf) and ``max_tokens`` (tokens decoded per
+            recording at most), and vLLM ``EngineArgs``, as :func:`vllm_eval.evaluate` takes them.
 
     Returns:
         A :class:`~vllm_eval.api.classify.TaskResults`.
@@ -58,6 +61,8 @@ def transcribe(
 
     if task not in ("transcribe", "translate"):
         raise UsageError(f"--task must be transcribe or translate, got {task!r}")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise UsageError(f"--warmup must be a whole number of recordings >= 0, got {warmup!r}")
 
     def selected() -> list[Any]:
         from ..models.kinds import get_kind
@@ -79,7 +84,7 @@ def transcribe(
         at = next(i for i, t in enumerate(loaded) if t is one)
         if at + 1 < len(loaded):  # the next task's audio while this one is transcribed
             start_decoding(loaded[at + 1], limit)
-        return run_transcription(transcriber, one, limit=limit, output_dir=out)
+        return run_transcription(transcriber, one, limit=limit, output_dir=out, warmup=warmup if at == 0 else 0)
 
     loaded: list[Any] = []
 
@@ -91,6 +96,6 @@ def transcribe(
         backend=backend,
         output_dir=output_dir,
         kind="transcriber",
-        backend_options=("server_decoding", "batch_size"),
+        backend_options=("server_decoding", "batch_size", "max_tokens"),
         **{**common, "no_cache": True},  # transcripts are not cached
     )

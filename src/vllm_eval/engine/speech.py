@@ -28,6 +28,8 @@ __all__ = ["SUPPRESS_KEY", "WhisperSuppress", "transcribe_job", "transcriber_inf
 SUPPRESS_KEY = "vllm_eval_suppress"
 #: Sampling rate every audio is resampled to before it reaches the engine (Whisper's and vLLM's speech models').
 SAMPLE_RATE = 16000
+#: A request's suppression in :class:`WhisperSuppress`: (every step's tokens, the first step's, its outputs so far).
+_Row = tuple[tuple[int, ...], tuple[int, ...], list[int]]
 
 
 def _model_class(llm: Any) -> Any:
@@ -117,7 +119,8 @@ def _detect(llm: Any, cls: Any, stt: Any, audios: list[np.ndarray]) -> list[str]
 
 def transcribe_job(llm: Any, payload: tuple[list[np.ndarray], list[str | None], str, dict[str, Any]]) -> list[dict]:
     """Transcribe (``task`` ``"transcribe"``) or translate (``"translate"``) float32 mono 16 kHz audios, one
-    language code (or None: detected where the model can) each, with greedy decoding. ``options["server"]``: True
+    language code (or None: detected where the model can) each, with greedy decoding, at most
+    ``options["max_tokens"]`` tokens per piece (default ``max_model_len``). ``options["server"]``: True
     decodes exactly as vLLM's server does; False (default) keeps Whisper's own rules: its token suppression
     (:class:`WhisperSuppress`) and, for an English-only model, the decoder prompt it was trained with
     (``<|startoftranscript|><|notimestamps|>``: vLLM's adds language and task tokens the ``.en`` models never saw).
@@ -156,7 +159,9 @@ def transcribe_job(llm: Any, payload: tuple[list[np.ndarray], list[str | None], 
             owner.append(i)
     suppress = _suppressed(config, generation)
     extra = {SUPPRESS_KEY: suppress} if not server and any(suppress) else None
-    params = SamplingParams(temperature=0.0, max_tokens=int(config.max_model_len), extra_args=extra)
+    limit = int(config.max_model_len)
+    limit = min(int(options["max_tokens"]), limit) if options.get("max_tokens") else limit
+    params = SamplingParams(temperature=0.0, max_tokens=limit, extra_args=extra)
     outputs = llm.generate(prompts, params, use_tqdm=False)
     texts: list[list[str]] = [[] for _ in audios]
     tokens = [0] * len(audios)
@@ -209,37 +214,56 @@ class WhisperSuppress(_logits_processor_base()):  # type: ignore[misc]
         import torch
 
         self.device = device
-        self.rows: dict[int, tuple[list[int], list[int], list[int]]] = {}  # batch row -> (always, begin, outputs)
+        self.rows: dict[int, _Row] = {}  # batch row -> (always, begin, its outputs so far)
         self.neg_inf = torch.tensor(-float("inf"), dtype=torch.float32, device=device)
+        # (rows, columns) index tensors of the every-step suppression, per distinct token set, rebuilt only when the
+        # batch's membership changes: the per-step work stays a few device ops however many rows the batch holds
+        self.always: list[tuple[Any, Any]] | None = None
+        self.columns: dict[tuple[int, ...], Any] = {}
 
     def is_argmax_invariant(self) -> bool:
         return False  # suppressing tokens changes greedy picks
 
     @staticmethod
-    def _state(params: Any, _prompt: Any, outputs: list[int]) -> tuple[list[int], list[int], list[int]] | None:
+    def _state(params: Any, _prompt: Any, outputs: list[int]) -> _Row | None:
         extra = getattr(params, "extra_args", None) or {}
         if SUPPRESS_KEY not in extra:
             return None
         always, begin = extra[SUPPRESS_KEY]
-        return list(always), list(begin), outputs
+        return tuple(always), tuple(begin), outputs
 
     def update_state(self, batch_update: Any) -> None:
         from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-        process_dict_updates(self.rows, batch_update, self._state)
+        if process_dict_updates(self.rows, batch_update, self._state):
+            self.always = None
+
+    def _cols(self, tokens: tuple[int, ...]) -> Any:
+        import torch
+
+        if tokens not in self.columns:
+            self.columns[tokens] = torch.tensor(tokens, dtype=torch.long, device=self.device)
+        return self.columns[tokens]
 
     def apply(self, logits: Any) -> Any:
         import torch
 
         if not self.rows:
             return logits
-        rows: list[int] = []
-        cols: list[int] = []
-        for row, (always, begin, outputs) in self.rows.items():
-            picked = always + begin if not outputs else always
-            rows += [row] * len(picked)
-            cols += picked
-        if rows:
-            at = (torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device))
-            logits.index_put_(at, self.neg_inf.to(logits.dtype))
+        if self.always is None:
+            groups: dict[tuple[int, ...], list[int]] = {}
+            for row, (always, _, _) in self.rows.items():
+                if always:
+                    groups.setdefault(always, []).append(row)
+            self.always = [
+                (torch.tensor(rows, dtype=torch.long, device=self.device)[:, None], self._cols(tokens)[None, :])
+                for tokens, rows in groups.items()
+            ]
+        value = self.neg_inf.to(logits.dtype)
+        for rows, cols in self.always:
+            logits[rows, cols] = value
+        # the first step's suppression: only rows that have generated nothing yet (a few per step)
+        for row, (_, begin, outputs) in self.rows.items():
+            if begin and not outputs:
+                logits[row, self._cols(begin)] = value
         return logits

@@ -298,9 +298,17 @@ def start_decoding(task: SpeechTask, limit: int | None = None) -> None:
 
 
 def run_transcription(
-    transcriber: Any, task: SpeechTask, *, limit: int | None = None, output_dir: str | Path | None = None
+    transcriber: Any,
+    task: SpeechTask,
+    *,
+    limit: int | None = None,
+    output_dir: str | Path | None = None,
+    warmup: int = 0,
 ) -> dict[str, Any]:
     """Transcribe ``task``'s recordings with ``transcriber`` and score them (:func:`speech_scores.score`).
+    ``warmup``: the first N recordings are transcribed once before the timed pass, their transcripts dropped (the
+    Open ASR Leaderboard's warm-up: ``transcribe_seconds`` and ``rtfx`` then leave out first-call costs such as
+    kernel selection).
 
     Returns:
         The results dict (``task``, ``metrics``, ``model``, ``seconds`` ...), also written to
@@ -320,8 +328,12 @@ def run_transcription(
     audios = pending[1].result() if pending is not None and pending[0] == limit else decode_all(samples)
     task.decoding = None  # the audio is not kept with the task
     durations = [len(a) / SAMPLE_RATE for a in audios]
+    languages = [s.language or task.language for s in samples]
+    warmup = min(max(int(warmup), 0), len(audios))
+    if warmup:
+        transcriber.transcribe(audios[:warmup], languages[:warmup], task.task, show_progress_bar=False)
     start, before = time.perf_counter(), transcriber.counters.copy()
-    out = transcriber.transcribe(audios, [s.language or task.language for s in samples], task.task)
+    out = transcriber.transcribe(audios, languages, task.task)
     seconds = time.perf_counter() - start
     metrics, rows = score([s.text for s in samples], [o["text"] for o in out], task, [s.language for s in samples])
     metrics.update(
@@ -344,7 +356,8 @@ def run_transcription(
         }
         for s, d, o, row in zip(samples, durations, out, rows, strict=True)
     ]
-    results = task_record(transcriber, task, metrics, before, seconds, {"limit": limit, "task": task.task})
+    args = {"limit": limit, "task": task.task, "warmup": warmup}
+    results = task_record(transcriber, task, metrics, before, seconds, args)
     if output_dir:
         write_task_results(output_dir, results, records)
     results["samples"] = records

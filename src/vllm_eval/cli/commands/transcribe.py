@@ -32,7 +32,7 @@ class TranscribeCommand(Command):
         "Leaderboard's manifest fields audio_filepath, duration, text, pred_text)."
     )
     kind = "transcriber"
-    backend_options = ("server_decoding", "batch_size")
+    backend_options = ("server_decoding", "batch_size", "max_tokens")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_model(parser)
@@ -56,6 +56,20 @@ class TranscribeCommand(Command):
         )
         parser.add_argument(
             "--batch-size", type=positive_int, default=None, help="hf backend: audios per generate call (default 16)"
+        )
+        parser.add_argument(
+            "--max-tokens",
+            type=positive_int,
+            default=None,
+            help="at most N tokens decoded per recording (per 30 s piece; remote: max_completion_tokens); default: the "
+            "model's",
+        )
+        parser.add_argument(
+            "--warmup",
+            type=positive_int,
+            default=0,
+            help="transcribe the first N recordings once, untimed, before the timed pass (the Open ASR "
+            "Leaderboard's warm-up; RTFx then leaves out first-call costs)",
         )
         add_common(parser, "default: results/transcribe/<task>")
         add_remote_flags(parser, "/v1/audio/transcriptions")

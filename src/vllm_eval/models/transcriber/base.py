@@ -23,6 +23,19 @@ from ..base import BackendBase
 SPEECH_TASKS = ("transcribe", "translate")
 
 
+def check_max_tokens(value: int | None) -> int | None:
+    """``max_tokens`` checked: None, or a whole number >= 1.
+
+    Raises:
+        UsageError: anything else.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"max_tokens must be a whole number >= 1, got {value!r}")
+    return value
+
+
 class TranscriberBase(BackendBase, ABC):
     """Base of the transcriber backends: :meth:`transcribe` over one hook, :meth:`_transcribe_chunk`.
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ...utils.modelinfo import ModelRef
 from ..base import torch_dtype_name
-from .base import SAMPLE_RATE, TranscriberBase
+from .base import SAMPLE_RATE, TranscriberBase, check_max_tokens
 
 
 class TransformersTranscriber(TranscriberBase):
@@ -25,6 +25,8 @@ class TransformersTranscriber(TranscriberBase):
         device: torch device; None: CUDA when available, else CPU.
         dtype: ``float32`` (default), ``float16`` or ``bfloat16``.
         batch_size: audios per ``generate`` call.
+        max_tokens: at most this many new tokens per audio (``generate``'s ``max_new_tokens``); default the
+            generation config's ``max_length``.
         chunk_size, show_progress_bar, model_name, trust_remote_code: as for the vLLM backend.
 
     Raises:
@@ -42,6 +44,7 @@ class TransformersTranscriber(TranscriberBase):
         device: str | None = None,
         dtype: str = "float32",
         batch_size: int = 16,
+        max_tokens: int | None = None,
         chunk_size: int = 256,
         show_progress_bar: bool = True,
         model_name: str | None = None,
@@ -54,6 +57,7 @@ class TransformersTranscriber(TranscriberBase):
         self.dtype = torch_dtype_name(dtype)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.batch_size = batch_size
+        self.max_tokens = check_max_tokens(max_tokens)
         self.processor = AutoProcessor.from_pretrained(ref.path, revision=revision, trust_remote_code=trust_remote_code)
         self.hf_model = AutoModelForSpeechSeq2Seq.from_pretrained(
             ref.path, revision=revision, dtype=getattr(torch, self.dtype), trust_remote_code=trust_remote_code
@@ -64,7 +68,7 @@ class TransformersTranscriber(TranscriberBase):
         super().__init__(model=ref.path, model_ref=ref, chunk_size=chunk_size, show_progress_bar=show_progress_bar)
 
     def identity(self) -> dict[str, Any]:
-        return {**super().identity(), "dtype": self.dtype}
+        return {**super().identity(), "dtype": self.dtype, "max_tokens": self.max_tokens}
 
     def close(self) -> None:
         self.hf_model = None
@@ -91,10 +95,14 @@ class TransformersTranscriber(TranscriberBase):
         kwargs: dict[str, Any] = {"sampling_rate": SAMPLE_RATE, "return_tensors": "pt"}
         if long:  # long-form: the whole clip's features, with the attention mask generate needs
             kwargs.update(truncation=False, padding="longest", return_attention_mask=True)
+        else:  # the log-mel on the model's device, as the Open ASR Leaderboard's transformers runs compute it
+            kwargs["device"] = str(self.device)
         features = self.processor(audios, **kwargs)
         inputs = {k: v.to(self.device) for k, v in features.items() if k in ("input_features", "attention_mask")}
         inputs["input_features"] = inputs["input_features"].to(getattr(torch, self.dtype))
         gen: dict[str, Any] = {"num_beams": 1, "do_sample": False}
+        if self.max_tokens is not None:
+            gen["max_new_tokens"] = self.max_tokens
         if self.multilingual:
             gen.update(task=task, language=language)
         if long:

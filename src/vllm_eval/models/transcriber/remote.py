@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..http import HttpClient, HttpOptions, RemoteBackend, expect
-from .base import SAMPLE_RATE, TranscriberBase
+from .base import SAMPLE_RATE, TranscriberBase, check_max_tokens
 
 #: The route of each task.
 ROUTES = {"transcribe": "/v1/audio/transcriptions", "translate": "/v1/audio/translations"}
@@ -28,6 +28,7 @@ class RemoteTranscriber(RemoteBackend, TranscriberBase):
     Args:
         http: the endpoints and transport settings.
         model: served model name; None asks the first live endpoint's ``/v1/models``.
+        max_tokens: at most this many tokens per audio (sent as ``max_completion_tokens``); default the server's.
         chunk_size, show_progress_bar, model_name: as for the other transcriber backends.
 
     Raises:
@@ -41,10 +42,12 @@ class RemoteTranscriber(RemoteBackend, TranscriberBase):
         http: HttpOptions,
         model: str | None = None,
         *,
-        chunk_size: int = 256,
+        max_tokens: int | None = None,
+        chunk_size: int = 1024,
         show_progress_bar: bool = True,
         model_name: str | None = None,
     ) -> None:
+        self.max_tokens = check_max_tokens(max_tokens)
         served, _ = self._connect(http, model)
         with self.closed_on_error():
             self.served = served
@@ -54,7 +57,7 @@ class RemoteTranscriber(RemoteBackend, TranscriberBase):
 
     def identity(self) -> dict[str, Any]:
         """The base identity plus the server's version."""
-        return {**super().identity(), "server_version": self.server_version}
+        return {**super().identity(), "server_version": self.server_version, "max_tokens": self.max_tokens}
 
     def _transcribe_chunk(self, audios: list[np.ndarray], languages: list[str | None], task: str) -> list[dict]:
         client: HttpClient = self.http
@@ -65,6 +68,8 @@ class RemoteTranscriber(RemoteBackend, TranscriberBase):
             fields = {"model": self.served, "response_format": "json", "temperature": "0"}
             if language:
                 fields["language"] = language
+            if self.max_tokens is not None:
+                fields["max_completion_tokens"] = str(self.max_tokens)
             text = client.request(
                 "POST",
                 ROUTES[task],

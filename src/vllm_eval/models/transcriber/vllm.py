@@ -11,7 +11,7 @@ from ...engine.speech import transcribe_job, transcriber_info
 from ...utils.errors import UsageError
 from ...utils.modelinfo import ModelRef
 from ..vllm_backend import VllmBackend
-from .base import TranscriberBase
+from .base import TranscriberBase, check_max_tokens
 
 #: vLLM's logits processor that applies Whisper's token suppression (:class:`vllm_eval.engine.speech.WhisperSuppress`).
 SUPPRESS_PROCESSOR = "vllm_eval.engine.speech:WhisperSuppress"
@@ -31,7 +31,11 @@ class VllmTranscriber(VllmBackend, TranscriberBase):
             rules, as transformers and OpenAI's decoder apply them (the generation config's ``suppress_tokens`` and
             ``begin_suppress_tokens``; an English-only model's prompt without language and task tokens), see
             :func:`vllm_eval.engine.speech.transcribe_job`.
-        chunk_size: audios handed to the engine at once.
+        max_tokens: at most this many tokens decoded per audio (per 30 s piece of a longer one); default the
+            model's ``max_model_len`` (vLLM's ``SamplingParams.max_tokens``).
+        chunk_size: audios handed to the engine at once (default 1024: vLLM's engine core schedules each request as
+            it arrives, so the audio features of later requests are computed while earlier ones decode; every
+            chunk ends in a tail where the batch drains).
         show_progress_bar, model_name, trust_remote_code: as for the other vLLM backends.
         data_parallel_size, replicas_per_gpu, ray_address: engine replicas; each chunk is split over them.
         **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``max_num_seqs`` ...).
@@ -50,7 +54,8 @@ class VllmTranscriber(VllmBackend, TranscriberBase):
         revision: str | None = None,
         *,
         server_decoding: bool = False,
-        chunk_size: int = 256,
+        max_tokens: int | None = None,
+        chunk_size: int = 1024,
         show_progress_bar: bool = True,
         model_name: str | None = None,
         trust_remote_code: bool = False,
@@ -61,6 +66,7 @@ class VllmTranscriber(VllmBackend, TranscriberBase):
     ) -> None:
         ref = ModelRef.resolve(model, revision)
         self.server_decoding = bool(server_decoding)
+        self.max_tokens = check_max_tokens(max_tokens)
         self.engine_kwargs = backend_engine_kwargs(
             "generate",
             {"limit_mm_per_prompt": {"audio": 1}, "logits_processors": [SUPPRESS_PROCESSOR]},
@@ -78,10 +84,15 @@ class VllmTranscriber(VllmBackend, TranscriberBase):
 
     def identity(self) -> dict[str, Any]:
         """The base identity plus the engine's dtype, quantization and overrides, and the decoding rules."""
-        return {**super().identity(), **self.engine_identity(), "server_decoding": self.server_decoding}
+        return {
+            **super().identity(),
+            **self.engine_identity(),
+            "server_decoding": self.server_decoding,
+            "max_tokens": self.max_tokens,
+        }
 
     def _transcribe_chunk(self, audios: list[np.ndarray], languages: list[str | None], task: str) -> list[dict]:
-        options = {"server": self.server_decoding}
+        options = {"server": self.server_decoding, "max_tokens": self.max_tokens}
         return self.run_split(
             transcribe_job,
             len(audios),
