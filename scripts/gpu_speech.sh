@@ -26,6 +26,7 @@
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+if [ "$part" = setup ] && [ -d /root/xparts ] && [ ! -d /root/xtra ]; then cat /root/xparts/xpart* | tar xf - -C /root/; fi
 speech=$PWD/.devspeech; [ -d /root/xtra/speech ] && speech=/root/xtra/speech
 [ "$part" = stage ] || export VLLM_EVAL_SPEECH_DIR=${VLLM_EVAL_SPEECH_DIR:-$speech}
 models=${MODELS_DIR:-/root/models}
@@ -64,7 +65,6 @@ PY
     rm -rf "$out"/x[0-9]; i=0; for f in "$work"/xpart*; do mkdir -p "$out/x$i"; mv "$f" "$out/x$i/"; i=$((i+1)); done
     rm -rf "$work"; echo "staged $i x parts under $out" ;;
   setup)
-    if [ -d /root/xparts ] && [ ! -d /root/xtra ]; then cat /root/xparts/xpart* | tar xf - -C /root/; fi
     if [ -d /root/xtra/models/base ]; then  # the carried base model, and its tokenizer for the random shapes
       mkdir -p "$models"
       for d in base .large-v3-turbo-base-tokenizer .large-v3-base-tokenizer; do cp -r /root/xtra/models/base "$models/$d"; done
