@@ -200,7 +200,7 @@ def test_vllm_and_transformers_give_the_same_transcripts_on_the_offline_suite(wh
 
     from vllm_eval.models.transcriber.hf import TransformersTranscriber
     from vllm_eval.models.transcriber.vllm import VllmTranscriber
-    from vllm_eval.tasks.speech import run_transcription
+    from vllm_eval.tasks.speech import decode_all, run_transcription
     from vllm_eval.tasks.speech_hub import get_speech_task
     from vllm_eval.tasks.speech_scores import normalizer_for
 
@@ -218,7 +218,16 @@ def test_vllm_and_transformers_give_the_same_transcripts_on_the_offline_suite(wh
                 pairs = [(r, h) for r, h in pairs if r]
                 assert a["metrics"]["wer"] == pytest.approx(jiwer.wer([r for r, _ in pairs], [h for _, h in pairs]))
                 assert a["metrics"]["cer"] == pytest.approx(jiwer.cer([r for r, _ in pairs], [h for _, h in pairs]))
+            if name == "base":  # --max-tokens: both backends stop at the same token
+                audios = decode_all(get_speech_task("AsteriskPrompts.en").samples[:3])
+                ours.max_tokens = reference.max_tokens = 3
+                capped = ours.transcribe(audios, "en")
+                assert [o["tokens"] for o in capped] == [3, 3, 3]
+                assert [o["text"] for o in capped] == [o["text"] for o in reference.transcribe(audios, "en")]
+                ours.max_tokens = None
+                assert len(ours.transcribe(audios[:1], "en")[0]["text"]) > len(capped[0]["text"])
         finally:
+            ours.max_tokens = None
             reference.close()
             if ours is not vllm_base:
                 ours.close()
@@ -256,27 +265,19 @@ def test_language_is_detected_when_not_given_and_long_audio_is_cut(vllm_base):
 
 
 @needs_speech
-def test_max_tokens_caps_both_backends_alike_and_the_warmup_is_not_timed(whisper, vllm_base, monkeypatch):
+def test_warmup_is_transcribed_before_the_timed_pass_and_bad_caps_are_refused(whisper, vllm_base, monkeypatch):
     from vllm_eval.models.transcriber.hf import TransformersTranscriber
-    from vllm_eval.tasks.speech import decode_all, run_transcription
+    from vllm_eval.tasks.speech import run_transcription
     from vllm_eval.tasks.speech_hub import get_speech_task
 
-    task = get_speech_task("AsteriskPrompts.en")
-    audios = decode_all(task.samples[:3])
-    monkeypatch.setattr(vllm_base, "max_tokens", 3)
-    ours = vllm_base.transcribe(audios, "en")
-    assert [o["tokens"] for o in ours] == [3, 3, 3]
-    with TransformersTranscriber(whisper["base"], max_tokens=3, show_progress_bar=False) as reference:
-        assert [o["text"] for o in ours] == [o["text"] for o in reference.transcribe(audios, "en")]
-    monkeypatch.setattr(vllm_base, "max_tokens", None)
-    assert len(vllm_base.transcribe(audios[:1], "en")[0]["text"]) > len(ours[0]["text"])
-    with pytest.raises(UsageError, match="max_tokens must be a whole number >= 1, got 0"):
-        TransformersTranscriber(whisper["base"], max_tokens=0)
     calls: list[int] = []
     chunk = vllm_base._transcribe_chunk
     monkeypatch.setattr(vllm_base, "_transcribe_chunk", lambda a, *rest: calls.append(len(a)) or chunk(a, *rest))
-    result = run_transcription(vllm_base, task, limit=3, warmup=2)
+    result = run_transcription(vllm_base, get_speech_task("AsteriskPrompts.en"), limit=3, warmup=2)
     assert calls == [2, 3] and result["config"]["warmup"] == 2 and len(result["samples"]) == 3
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(UsageError, match=f"max_tokens must be a whole number >= 1, got {bad!r}"):
+            TransformersTranscriber(whisper["base"], max_tokens=bad)
 
 
 @needs_speech
