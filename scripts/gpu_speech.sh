@@ -5,7 +5,8 @@
 # Staging (on this machine, before the first call): bash ../shared/device/stage-vllm.sh --with-project-deps \
 #   soundfile cffi pycparser soxr jiwer click rapidfuzz whisper-normalizer indic-numtowords more-itertools text2num \
 #   sacrebleu colorama lxml portalocker tabulate
-# then the real base weights (fp16) and the English recordings, in parts of < 64 MiB: `bash scripts/gpu_speech.sh
+# (its parts re-split under 48 MB: the working tree travels with each carry, 64 MiB in all), then the real base
+# weights (fp16) and the English recordings, in parts of 48 MB: `bash scripts/gpu_speech.sh
 # .devstage stage` writes .devstage/x0 ... (needs the test extra's Whisper packages and `make speech-data`); carry
 # each with: mkdir -p /root/xparts && mv .devstage/xK/* /root/xparts/. On the device, later calls carry .devstage/bin:
 #   source .devstage/bin/on-device.sh && bash scripts/gpu_speech.sh $OUT PART
@@ -61,7 +62,7 @@ PY
     src=${VLLM_EVAL_SPEECH_DIR:-$HOME/.cache/vllm-eval/speech}/usr/share
     cp -r "$src/asterisk/sounds/en_US_f_Allison" "$work/xtra/speech/usr/share/asterisk/sounds/"
     cp -r "$src"/doc/asterisk-core-sounds-en* "$work/xtra/speech/usr/share/doc/"
-    (cd "$work" && tar cf - xtra) | split -b 62914560 -d -a 1 - "$work/xpart"
+    (cd "$work" && tar cf - xtra) | split -b 48000000 -d -a 2 - "$work/xpart"
     rm -rf "$out"/x[0-9]; i=0; for f in "$work"/xpart*; do mkdir -p "$out/x$i"; mv "$f" "$out/x$i/"; i=$((i+1)); done
     rm -rf "$work"; echo "staged $i x parts under $out" ;;
   setup)
@@ -69,6 +70,7 @@ PY
       mkdir -p "$models"
       for d in base .large-v3-turbo-base-tokenizer .large-v3-base-tokenizer; do cp -r /root/xtra/models/base "$models/$d"; done
     fi
+    mkdir -p /root/work
     { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
       python3 -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
     } 2>/dev/null | tee "$out/setup.txt"
