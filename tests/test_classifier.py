@@ -139,3 +139,34 @@ def test_remote_classifier_matches_in_process(test_models, vllm_classifier):
             got = rc.classify(texts)
     print(f"\nremote /classify vs in-process: max |delta| {np.abs(got - ref).max():.2e}")
     np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+def test_a_classify_sweep_reloads_the_engine_matches_single_runs_and_resumes(
+    test_models, vllm_classifier, cli_in_process, tmp_path
+):
+    """`classify --model B A`: B on a fresh engine, A's weights loaded into it; A's results equal a run of its own
+    (on the session's engine) bit for bit; the same command again runs no model."""
+    from vllm_eval.testing.text_models import build_minilm_classifier
+
+    a = str(test_models["classifier"])
+    b = str(build_minilm_classifier(tmp_path / "fit-75", n_fit=75))  # another head on the same encoder
+    out = tmp_path / "sweep"
+    argv = ("classify", "--model", b, a, "--tasks", "PangLeePolarity", "--output-dir", str(out), "--no-progress")
+    code, err = cli_in_process(*argv)
+    assert code == 0, err
+    assert "sweep: " in cli_in_process.stdout and "PangLeePolarity" in cli_in_process.stdout
+    sweep = json.loads((out / "sweep.json").read_text())
+    labels = [m["label"] for m in sweep["models"]]
+    assert labels == ["fit-75", "minilm-classifier"] and sweep["command"] == "classify"
+    assert [m["reloaded"] for m in sweep["models"]] == [False, True]
+    alone = vllm_eval.classify(a, "PangLeePolarity", output_dir=tmp_path / "alone", show_progress=False)
+    metrics = json.loads((out / labels[1] / "results.json").read_text())["metrics"]
+    assert metrics == alone.results[0]["metrics"]
+    assert sweep["scores"][labels[1]]["PangLeePolarity"] == metrics["accuracy"]
+    other = json.loads((out / labels[0] / "results.json").read_text())["metrics"]
+    assert other["log_loss"] != metrics["log_loss"]  # other weights went into the same engine
+    written = {p: p.stat().st_mtime_ns for p in out.glob("*/results.json")}
+    code, err = cli_in_process(*argv)
+    assert code == 0, err
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/results.json")} == written
+    assert json.loads((out / "sweep.json").read_text())["scores"] == sweep["scores"]

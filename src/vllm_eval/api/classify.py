@@ -17,6 +17,7 @@ from typing import Any
 from ..utils.errors import UsageError
 from .checks import chat_template as read_chat_template
 from .checks import check_model_argument, open_cache, require_model, resolve_model, task_output_dirs
+from .command_sweep import sweepable
 from .session import prepare, split_options
 
 
@@ -39,6 +40,7 @@ class TaskResults:
     cache: Any = None
 
 
+@sweepable("classify")
 def classify(
     model: str | os.PathLike | None,
     tasks: list[str] | str | None = None,
@@ -87,6 +89,7 @@ def classify(
     )
 
 
+@sweepable("reward")
 def reward(
     model: str | os.PathLike,
     tasks: list[str] | str | None = None,
@@ -140,6 +143,7 @@ def reward(
     )
 
 
+@sweepable("token_classify")
 def token_classify(
     model: str | os.PathLike | None,
     data: str | os.PathLike,

@@ -19,6 +19,7 @@ from ..tasks import split_names
 from ..utils.errors import UsageError
 from ..utils.timeline import phase
 from .checks import chat_template, check_model_argument, open_cache, require_model, resolve_model, task_output_dirs
+from .command_sweep import sweepable
 from .session import Session, prepare, split_options
 
 #: Backend options ``generate`` passes on when given; the capability options (``device``, ``endpoint`` ...) too.
@@ -72,6 +73,7 @@ class GenerationResult:
         return {t: r["metrics"]["accuracy"] for t, r in self.results.items() if t not in self.errors}
 
 
+@sweepable("generate")
 def generate(
     model: str | os.PathLike | None = None,
     tasks: list[str] | str | None = None,

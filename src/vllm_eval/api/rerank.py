@@ -19,6 +19,7 @@ from typing import Any
 from ..utils.errors import UsageError
 from ..utils.timeline import phase
 from .checks import check_model_argument, open_cache, resolve_model
+from .command_sweep import sweepable
 from .evaluate import EvaluationResult
 from .session import Session, prepare, split_options
 
@@ -61,6 +62,7 @@ class RerankResult(EvaluationResult):
         return {r.task: r.main_score for r in self.rows if r.stage == stage and not r.status.startswith("failed")}
 
 
+@sweepable("rerank")
 def rerank(
     model: str | os.PathLike | None = None,
     tasks: list[str] | str | None = None,

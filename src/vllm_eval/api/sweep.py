@@ -343,10 +343,10 @@ def _finished(folder: Path | None, model: SweepModel, tasks: list[Any]) -> tuple
     return finished, False
 
 
-def write_sweep(result: SweepResult, significance: bool = True) -> None:
+def write_sweep(result: SweepResult, significance: bool = True, extra: dict[str, Any] | None = None) -> None:
     """``sweep.json``: the models (label, model, step, folder, seconds, engine reloaded or started), the tasks with
-    their main scores, the table of main scores, and (``significance``) each model's paired bootstrap against the
-    first."""
+    their main scores, the table of main scores, (``significance``) each model's paired bootstrap against the
+    first, and ``extra`` fields (a command's sweep: the command and its options)."""
     if result.sweep_path is None:
         return
     from ..measure.significance import sweep_significance
@@ -376,6 +376,7 @@ def write_sweep(result: SweepResult, significance: bool = True) -> None:
         "tasks": tasks,
         "scores": {m.label: r.scores for m, r in done},
         "significance": result.significance,
+        **(extra or {}),
     }
     tmp = result.sweep_path.with_name("sweep.json.tmp")
     tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")

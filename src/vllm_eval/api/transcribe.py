@@ -12,8 +12,10 @@ from typing import Any
 from ..utils.errors import UsageError
 from .checks import check_model_argument
 from .classify import TaskResults, _run_tasks
+from .command_sweep import sweepable
 
 
+@sweepable("transcribe")
 def transcribe(
     model: str | os.PathLike | None,
     tasks: list[str] | str | None = None,

@@ -138,13 +138,28 @@ SHARED_BACKEND_OPTIONS = (
 )
 
 
-def add_model(parser: argparse.ArgumentParser, help_: str | None = None) -> None:
-    """``--model``: a directory or hub id; for a served model its served name (default: the server's)."""
+#: What ``--model`` (``--reranker``) says of several values: a sweep.
+SWEEP_HELP = (
+    "; several (or a quoted glob, or a training folder of checkpoint-* subfolders): a sweep, one job, each model's "
+    "results under --output-dir/<name>, the table in sweep.json"
+)
+
+
+def add_model(parser: argparse.ArgumentParser, help_: str | None = None, *, many: bool = False) -> None:
+    """``--model``: a directory or hub id; for a served model its served name (default: the server's); ``many``:
+    several values, a sweep (:func:`one_or_many` turns one back into a string)."""
     parser.add_argument(
         "--model",
         default=None,
-        help=help_ or "model directory or hub id (served: the served name, default: the server's)",
+        nargs="+" if many else None,
+        help=(help_ or "model directory or hub id (served: the served name, default: the server's)")
+        + (SWEEP_HELP if many else ""),
     )
+
+
+def one_or_many(value: Any) -> Any:
+    """A ``nargs="+"`` model flag's value: one model as a string, several as the list (a sweep), None as None."""
+    return value[0] if isinstance(value, list) and len(value) == 1 else value
 
 
 def add_tasks(parser: argparse.ArgumentParser, help_: str, aliases: tuple[str, ...] = ()) -> None:

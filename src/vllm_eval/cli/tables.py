@@ -78,6 +78,19 @@ def print_sweep(result: Any) -> None:
     print(f"seconds per model: {seconds}")
 
 
+def printed_sweep(result: Any) -> bool:
+    """Print ``result``'s sweep table and ``sweep.json``'s path when it is a sweep (a command given several
+    models); False, printing nothing, for one model's result."""
+    from ..api.sweep import SweepResult
+
+    if not isinstance(result, SweepResult):
+        return False
+    print_sweep(result)
+    if result.sweep_path:
+        print(f"sweep: {result.sweep_path}")
+    return True
+
+
 def print_rows(rows: list[dict[str, Any]], columns: list[str], title: str, width: int = 100) -> None:
     """A rich table of dict rows, one column per key in ``columns`` (lists joined, None as ``-``)."""
     from rich.console import Console

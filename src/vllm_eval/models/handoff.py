@@ -58,6 +58,20 @@ class _Parked:
 _LOCK = threading.Lock()
 #: None outside :func:`engines_kept`; inside, the engines parked by closed backends.
 _PARKED: list[_Parked] | None = None
+#: Backends that started on a parked engine, their weights reloaded (:func:`note_reload`), in this process.
+_RELOADS = 0
+
+
+def note_reload() -> None:
+    """Count a backend that started on a parked engine (its weights loaded in place)."""
+    global _RELOADS
+    with _LOCK:
+        _RELOADS += 1
+
+
+def reloads() -> int:
+    """How many backends started on a parked engine in this process so far."""
+    return _RELOADS
 
 
 @contextmanager

@@ -191,9 +191,11 @@ class VllmBackend(Resource):
                     for future in parked.pool.broadcast(reload_job, ref.path):
                         future.result()
                     self.pool, self.built_with = parked.pool, parked.built_with
+                    handoff.note_reload()
                     return self.pool.info
                 if reload_engine(parked.llm, ref.path):
                     self.llm = parked.llm
+                    handoff.note_reload()
                     return setup(self.llm)
         except VllmEvalError as exc:  # an engine that cannot reload (an older vLLM): a fresh one, as a run would
             logger.warning("loading %s into the running engine failed, starting a fresh one: %s", ref.path, exc)

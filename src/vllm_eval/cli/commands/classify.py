@@ -14,9 +14,10 @@ from ..options import (
     add_remote_flags,
     add_scale_flags,
     add_tasks,
+    one_or_many,
     positive_int,
 )
-from ..tables import report_cache
+from ..tables import printed_sweep, report_cache
 
 
 class ClassifyCommand(Command):
@@ -31,7 +32,7 @@ class ClassifyCommand(Command):
     backend_options = ("labels",)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_model(parser)
+        add_model(parser, many=True)
         add_backend(parser, (self.kind,))
         add_tasks(parser, "packaged labelled texts: PangLeePolarity (default, unless --data is given)")
         parser.add_argument(
@@ -48,7 +49,10 @@ class ClassifyCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...api.classify import classify
 
+        args.model = one_or_many(args.model)
         result = self.call(classify, args, ctx)
+        if printed_sweep(result):
+            return 0
         for res in result.results:
             m = res["metrics"]
             print(

@@ -24,9 +24,10 @@ from ..options import (
     integer,
     json_object,
     nonneg_float,
+    one_or_many,
     positive_int,
 )
-from ..tables import report_cache
+from ..tables import printed_sweep, report_cache
 
 #: Flags that are the library call's own keywords (the rest are backend and engine options).
 _CALL_FLAGS = (
@@ -63,7 +64,7 @@ class GenerateCommand(Command):
     backend_options = BACKEND_OPTIONS
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_model(parser)
+        add_model(parser, many=True)
         add_backend(parser, (self.kind,))
         add_tasks(
             parser,
@@ -131,7 +132,10 @@ class GenerateCommand(Command):
 
         call = {k: getattr(args, k) for k in _CALL_FLAGS}
         options = {k: v for k, v in self.options_of(args).items() if v is not None}
+        call["model"] = one_or_many(call["model"])
         result = generate(**call, show_progress=not args.no_progress, started=ctx.started, **options, **ctx.engine)
+        if printed_sweep(result):
+            return 0
         for task, results in result.results.items():
             if task in result.errors:
                 print(f"vllm-eval: error: {result.errors[task]}", file=sys.stderr)

@@ -10,6 +10,7 @@ import argparse
 from ...api.rerank import BACKEND_OPTIONS
 from ..base import Command, Context
 from ..options import (
+    SWEEP_HELP,
     add_backend,
     add_common,
     add_engine_flags,
@@ -18,9 +19,10 @@ from ..options import (
     add_scale_flags,
     add_tasks,
     json_object,
+    one_or_many,
     positive_int,
 )
-from ..tables import print_table, report_cache
+from ..tables import print_table, printed_sweep, report_cache
 
 #: Flags that are the library call's own keywords (the rest are backend and engine options).
 _CALL_FLAGS = (
@@ -54,7 +56,9 @@ class RerankCommand(Command):
         parser.add_argument(
             "--reranker",
             default=None,
-            help="reranker model directory or hub id (required unless served, where it is the served name)",
+            nargs="+",
+            help="reranker model directory or hub id (required unless served, where it is the served name)"
+            + SWEEP_HELP,
         )
         parser.add_argument(
             "--preset", default=None, help="reranker preset (see `vllm-eval models`), e.g. qwen3-reranker"
@@ -83,8 +87,15 @@ class RerankCommand(Command):
         call = {k: getattr(args, k) for k in _CALL_FLAGS}
         options = {k: v for k, v in self.options_of(args).items() if v is not None}
         result = rerank(
-            args.reranker, **call, show_progress=not args.no_progress, started=ctx.started, **options, **ctx.engine
+            one_or_many(args.reranker),
+            **call,
+            show_progress=not args.no_progress,
+            started=ctx.started,
+            **options,
+            **ctx.engine,
         )
+        if printed_sweep(result):
+            return 0
         print_table(result.rows, f"{args.first_stage} -> top {args.top_k} -> {result.model_name} ({args.backend})")
         report_cache(result.cache)
         if result.stage_dirs:

@@ -6,15 +6,17 @@ import argparse
 
 from ..base import Command, Context
 from ..options import (
+    SWEEP_HELP,
     add_backend,
     add_cache_flags,
     add_common,
     add_engine_flags,
     add_scale_flags,
     add_tasks,
+    one_or_many,
     positive_int,
 )
-from ..tables import report_cache
+from ..tables import printed_sweep, report_cache
 
 
 class RewardCommand(Command):
@@ -34,7 +36,7 @@ class RewardCommand(Command):
         from ...api.spec import capability
         from ...models.backends import backend_names
 
-        parser.add_argument("--model", required=True, help="model directory or hub id")
+        parser.add_argument("--model", required=True, nargs="+", help="model directory or hub id" + SWEEP_HELP)
         # The chat template is rendered here, so a served model cannot take the pairs.
         served = tuple(n for n in backend_names(self.kind) if capability(self.kind, n) == "remote")
         add_backend(parser, (self.kind,), exclude=served)
@@ -52,7 +54,10 @@ class RewardCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...api.classify import reward
 
+        args.model = one_or_many(args.model)
         result = self.call(reward, args, ctx)
+        if printed_sweep(result):
+            return 0
         for res in result.results:
             m = res["metrics"]
             print(

@@ -13,9 +13,10 @@ from ..options import (
     add_model,
     add_remote_flags,
     add_scale_flags,
+    one_or_many,
     positive_int,
 )
-from ..tables import report_cache
+from ..tables import printed_sweep, report_cache
 
 
 class TokenClassifyCommand(Command):
@@ -31,7 +32,7 @@ class TokenClassifyCommand(Command):
     backend_options = ("tokenizer",)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_model(parser)
+        add_model(parser, many=True)
         add_backend(parser, (self.kind,))
         parser.add_argument(
             "--tokenizer",
@@ -51,7 +52,10 @@ class TokenClassifyCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...api.classify import token_classify
 
+        args.model = one_or_many(args.model)
         result = self.call(token_classify, args, ctx)
+        if printed_sweep(result):
+            return 0
         [res] = result.results
         m = res["metrics"]
         print(

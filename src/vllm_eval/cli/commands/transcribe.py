@@ -13,8 +13,10 @@ from ..options import (
     add_remote_flags,
     add_scale_flags,
     add_tasks,
+    one_or_many,
     positive_int,
 )
+from ..tables import printed_sweep
 
 
 def _percent(value: float | None) -> str:
@@ -35,7 +37,7 @@ class TranscribeCommand(Command):
     backend_options = ("server_decoding", "batch_size", "max_tokens")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        add_model(parser)
+        add_model(parser, many=True)
         add_backend(parser, (self.kind,))
         add_tasks(parser, "offline suite: AsteriskPrompts.en (default), .es, .fr, .it, .ru")
         parser.add_argument(
@@ -79,7 +81,10 @@ class TranscribeCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...api.transcribe import transcribe
 
+        args.model = one_or_many(args.model)
         result = self.call(transcribe, args, ctx)
+        if printed_sweep(result):
+            return 0
         for res in result.results:
             m = res["metrics"]
             extra = f"  BLEU {m['bleu']:.2f}  chrF {m['chrf']:.2f}" if "bleu" in m else ""
