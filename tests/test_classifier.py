@@ -165,6 +165,8 @@ def test_a_classify_sweep_reloads_the_engine_matches_single_runs_and_resumes(
     assert sweep["scores"][labels[1]]["PangLeePolarity"] == metrics["accuracy"]
     other = json.loads((out / labels[0] / "results.json").read_text())["metrics"]
     assert other["log_loss"] != metrics["log_loss"]  # other weights went into the same engine
+    diff = sweep["significance"][labels[1]]["PangLeePolarity"]  # from each model's samples.jsonl
+    assert (diff["a"], diff["b"], diff["n"]) == (other["accuracy"], metrics["accuracy"], metrics["n_samples"])
     written = {p: p.stat().st_mtime_ns for p in out.glob("*/results.json")}
     code, err = cli_in_process(*argv)
     assert code == 0, err

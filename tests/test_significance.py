@@ -83,3 +83,34 @@ def test_each_statistic_is_the_reference_function_on_any_draw(labels, scores, go
             assert rho[row] == pytest.approx(spearmanr(gold[idx], sc[idx]).statistic, abs=1e-12)
         else:
             assert np.isnan(rho[row])
+
+
+_TAGS = st.sampled_from(["O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sentences=st.lists(st.tuples(st.lists(_TAGS, min_size=1, max_size=8), st.lists(_TAGS, min_size=8, max_size=8)),
+                       min_size=1, max_size=12),
+    seed=st.integers(0, 100),
+)  # fmt: skip
+def test_entity_f1_units_give_seqevals_f1_on_the_whole_and_on_draws(sentences, seed):
+    """token_classify's units (2 TP, predicted + gold entities per sentence) under ``ratio``: seqeval's micro F1 (the
+    command's ``f1``) of the sentences a draw holds, repeats included."""
+    from seqeval.metrics import f1_score
+
+    from vllm_eval.evaluation.scoring.units import sample_units
+
+    rows = [{"predicted": p, "target": g[: len(p)]} for p, g in sentences]
+    statistic, units = sample_units("f1", rows)
+    assert statistic == "ratio" and units.shape == (len(rows), 2)
+    n = len(rows)
+    draws = np.vstack([np.arange(n), np.random.default_rng(seed).integers(0, n, size=(3, n))])
+    got = STATISTICS["ratio"](units, draws)
+    for row, idx in enumerate(draws):
+        gold, pred = [rows[i]["target"] for i in idx], [rows[i]["predicted"] for i in idx]
+        if units[idx, 1].sum() > 0:
+            assert got[row] == pytest.approx(f1_score(gold, pred, zero_division=0), abs=1e-12)
+        else:
+            assert np.isnan(got[row])
+    assert sample_units("bleu", rows) is None and sample_units("accuracy", rows) is None  # no field: no units

@@ -284,6 +284,7 @@ def test_warmup_is_transcribed_before_the_timed_pass_and_bad_caps_are_refused(wh
 def test_transcribe_command_end_to_end_and_its_errors(whisper, vllm_base, cli_in_process, tmp_path):
     import shutil
 
+    from vllm_eval.evaluation.scoring.units import sample_units
     from vllm_eval.tasks.speech_hub import get_speech_task
 
     folder = tmp_path / "mine"
@@ -301,6 +302,8 @@ def test_transcribe_command_end_to_end_and_its_errors(whisper, vllm_base, cli_in
     assert results["metrics"]["n_samples"] == 3 and results["metrics"]["language_detected"] == 3
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert {"audio_filepath", "duration", "text", "pred_text"} <= set(rows[0]) and rows[0]["language"] == "fr"
+    statistic, units = sample_units("wer", rows)  # what a sweep's bootstrap resamples: the WER on all of them
+    assert statistic == "ratio" and units[:, 0].sum() / units[:, 1].sum() == pytest.approx(results["metrics"]["wer"])
     code, err = cli_in_process("transcribe", "--model", whisper["base"], "--tasks", "AsteriskPrompts.de")
     assert code == 2 and "unknown speech task 'AsteriskPrompts.de'" in err and "Traceback" not in err
     bad = tmp_path / "bad.jsonl"

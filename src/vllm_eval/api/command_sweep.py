@@ -9,8 +9,11 @@ in place, read ahead into the page cache while the model before it runs. ``<outp
 table of main scores as :func:`vllm_eval.api.sweep.write_sweep` writes it, with the command and its options; a
 sweep run again with the same command and options skips the models it already holds (resume per model).
 
-No paired bootstrap here: these commands write no per-unit scores yet, so the sweep table marks every later
-model's score ``?`` (not tested) rather than guess.
+Each later model is compared with the first by the paired bootstrap (:mod:`vllm_eval.measure.significance`), as a
+``run`` sweep's are: rerank's reranked stage records per-query units as ``run`` does; the others' units are written
+from each task's ``samples.jsonl`` into ``<label>/units/<task>.npz``
+(:func:`vllm_eval.evaluation.scoring.units.sample_units`: accuracy per sample, WER per recording, entity F1 per
+sentence; BLEU and chrF have none and are marked ``?``).
 """
 
 from __future__ import annotations
@@ -48,12 +51,14 @@ class CommandRun:
         result: what the command's function returned (None for a model a previous run of the sweep finished).
         rows: its tasks with their main score names, in order.
         scores: main score by task, of the tasks that did not fail.
-        summary_path: None: these commands write no ``summary.json`` the bootstrap reads.
+        folder: where its per-unit scores are (``units/<task>.npz``), None without any.
+        summary_path: None (write_sweep reads ``folder``).
     """
 
     result: Any
     rows: list[ScoreRow]
     scores: dict[str, float]
+    folder: Path | None = None
     summary_path: Path | None = None
     failed: list[str] = field(default_factory=list)
 
@@ -110,31 +115,51 @@ def sweep_command(command: str, function: Callable[..., Any], models: list[Sweep
             if run is None:
                 before = _reloads()
                 returned = function(model.model, *args, output_dir=out / model.label, **kwargs)
-                run, reused = command_run(command, returned), _reloads() > before
+                run, reused = command_run(command, returned, out / model.label), _reloads() > before
             result.results.append(run)
             result.reloaded.append(reused)
             result.seconds.append(round(time.time() - started, 2))
             write_sweep(result, significance=False, extra={"command": command, "options": options})
+    write_sweep(result, extra={"command": command, "options": options})
     return result
 
 
-def command_run(command: str, returned: Any) -> CommandRun:
+def command_run(command: str, returned: Any, folder: Path) -> CommandRun:
     """The main scores of what a command's function returned (rerank: the reranked stage; generate: accuracy; the
-    task-results commands: :data:`MAIN_METRIC`, BLEU for translation)."""
+    task-results commands: :data:`MAIN_METRIC`, BLEU for translation), and its per-unit scores: rerank's stage 2
+    folder, else ``folder/units/<task>.npz`` written from each task's ``samples.jsonl``."""
     if hasattr(returned, "first_stage_scores"):  # rerank
         rows = [ScoreRow(r.task, r.main_score_name) for r in returned.rows if r.stage == "rerank"]
-        return CommandRun(returned, rows, dict(returned.scores), failed=[r.task for r in returned.failed])
+        stage2 = returned.stage_dirs[1] if returned.stage_dirs else None
+        return CommandRun(returned, rows, dict(returned.scores), stage2, failed=[r.task for r in returned.failed])
     if isinstance(getattr(returned, "results", None), dict):  # generate
         rows = [ScoreRow(task, "accuracy") for task in returned.results]
-        return CommandRun(returned, rows, dict(returned.scores), failed=list(returned.errors))
-    rows, scores = [], {}
-    for res in returned.results:
-        metrics = res.get("metrics", {})
-        main = "bleu" if command == "transcribe" and "bleu" in metrics else MAIN_METRIC[command]
-        rows.append(ScoreRow(res["task"], main))
-        if isinstance(metrics.get(main), int | float):
-            scores[res["task"]] = float(metrics[main])
-    return CommandRun(returned, rows, scores)
+        dirs = dict(returned.output_dirs)
+        run = CommandRun(returned, rows, dict(returned.scores), folder, failed=list(returned.errors))
+    else:
+        rows, scores, dirs = [], {}, {}
+        for res in returned.results:
+            metrics = res.get("metrics", {})
+            main = "bleu" if command == "transcribe" and "bleu" in metrics else MAIN_METRIC[command]
+            rows.append(ScoreRow(res["task"], main))
+            dirs[res["task"]] = res.get("output_dir")
+            if isinstance(metrics.get(main), int | float):
+                scores[res["task"]] = float(metrics[main])
+        run = CommandRun(returned, rows, scores, folder)
+    for row in rows:
+        _sample_units(folder, row, dirs.get(row.task))
+    return run
+
+
+def _sample_units(folder: Path, row: ScoreRow, task_dir: Any) -> None:
+    from ..evaluation.scoring.units import write_sample_units
+
+    samples = Path(task_dir, "samples.jsonl") if task_dir else None
+    if samples is None or not samples.is_file():
+        return
+    with samples.open(encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    write_sample_units(folder / "units" / f"{row.task}.npz", row.task, row.main_score_name, rows)
 
 
 def _reloads() -> int:
@@ -171,5 +196,6 @@ def _finished(path: Path, command: str, options: str) -> dict[tuple[str, str], C
     for m in sweep["models"]:
         if m["label"] in scores:
             rows = [ScoreRow(t, main) for t, main in tasks.items()]
-            out[(m["label"], m["model"])] = CommandRun(None, rows, dict(scores[m["label"]]))
+            folder = path.parent / m["label"] if command != "rerank" else path.parent / m["label"] / "stage2"
+            out[(m["label"], m["model"])] = CommandRun(None, rows, dict(scores[m["label"]]), folder)
     return out

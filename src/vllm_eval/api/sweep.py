@@ -357,7 +357,7 @@ def write_sweep(result: SweepResult, significance: bool = True, extra: dict[str,
         for row in r.rows:
             tasks.setdefault(row.task, row.main_score_name)
     if significance:
-        folders = [r.summary_path.parent if r.summary_path else None for _, r in done]
+        folders = [getattr(r, "folder", None) or (r.summary_path.parent if r.summary_path else None) for _, r in done]
         with phase("significance"):
             result.significance = sweep_significance([m.label for m, _ in done], folders, tasks=tasks)
     payload = {

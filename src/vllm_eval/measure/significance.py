@@ -36,6 +36,16 @@ def _mean(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return values[idx].mean(axis=-1)
 
 
+def _ratio(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """A ratio of sums over the drawn units: ``values[:, 0]`` summed over ``values[:, 1]`` summed (WER: word errors
+    over reference words; micro F1: twice the true positives over predicted plus gold entities); nan where the
+    denominator sums to 0."""
+    drawn = values[idx]
+    num, den = drawn[..., 0].sum(axis=-1), drawn[..., 1].sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+
+
 def _counts(idx: np.ndarray, n: int) -> tuple[np.ndarray, bool]:
     """Each draw (a row of ``idx``, indices into ``n`` units) as how often it drew each unit: (R, n) floats; and
     whether ``idx`` was one draw (1-D). The rank statistics below work on counts: one sort of the units serves every
@@ -129,13 +139,15 @@ def _max_average_precision(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 #: The statistics a task's main score is recomputed with on each resample: name -> (units array, index array of
 #: shape (..., n)) -> statistic of shape (...). ``mean``: units (n,), e.g. per-query nDCG@10 or per-sample
-#: correctness; ``spearman``: (n, 2) gold and predicted similarity; ``average_precision``: (n, 2) 0/1 label and score.
+#: correctness; ``spearman``: (n, 2) gold and predicted similarity; ``average_precision``: (n, 2) 0/1 label and score;
+#: ``ratio``: (n, 2) numerator and denominator, summed each (WER, micro F1).
 STATISTICS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "mean": _mean,
     "spearman": _spearman,
     "average_precision": _average_precision,
     "pearson": _pearson,
     "max_average_precision": _max_average_precision,
+    "ratio": _ratio,
 }
 
 

@@ -18,6 +18,13 @@ classification ``accuracy``   per test sample, correct (mean of the         ``me
 Other main scores (clustering's v-measure, MRR, summarization, F1, MindSmallReranking's maximum over sub-queries)
 have no per-unit file: the bootstrap says "no units" for them instead of guessing.
 
+The commands that write ``samples.jsonl`` (generate, classify, reward, token_classify, transcribe) get theirs from
+it (:func:`sample_units`): accuracy from each sample's ``correct`` (``mean``); WER from each recording's word errors
+and reference words (``ratio``: errors summed over words summed, recordings whose reference normalises to nothing
+left out, as the score leaves them); entity F1 from each sentence's true positives, predicted and gold entities
+(``ratio``: 2 TP summed over predicted plus gold summed, seqeval's micro F1 in its default mode). BLEU and chrF (corpus
+scores of n-gram counts) have none.
+
 Files: ``<output_dir>/units/<task>.npz``: one array per ``<subset>/<split>`` group (and ``<group>#ids`` for query
 ids), with a ``meta`` JSON string (task, main score, statistic, groups).
 """
@@ -171,3 +178,37 @@ def read_units(path: str | Path) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a per-unit scores file ({exc})") from None
     return {"meta": meta, "groups": groups}
+
+
+def sample_units(main_score: str, rows: list[dict[str, Any]]) -> tuple[str, np.ndarray] | None:
+    """(statistic, units) of a task's ``samples.jsonl`` rows for its main score (see the module's docstring), or
+    None where the main score has no units (BLEU, chrF) or the rows lack the fields."""
+    try:
+        if main_score == "accuracy":
+            return "mean", np.asarray([float(bool(r["correct"])) for r in rows])
+        if main_score == "wer":
+            kept = [r for r in rows if r.get("errors") is not None]
+            return "ratio", np.asarray([[r["errors"], r["reference_words"]] for r in kept], dtype=np.float64)
+        if main_score == "f1":
+            from seqeval.metrics.sequence_labeling import get_entities
+
+            out = []
+            for r in rows:
+                predicted, gold = set(get_entities(list(r["predicted"]))), set(get_entities(list(r["target"])))
+                out.append([2 * len(predicted & gold), len(predicted) + len(gold)])
+            return "ratio", np.asarray(out, dtype=np.float64).reshape(-1, 2)
+    except (KeyError, TypeError):
+        return None
+    return None
+
+
+def write_sample_units(path: Path, task: str, main_score: str, rows: list[dict[str, Any]]) -> bool:
+    """Write ``path`` (``<folder>/units/<task>.npz``) from a task's ``samples.jsonl`` rows (:func:`sample_units`);
+    False, writing nothing, where the main score has no units."""
+    found = sample_units(main_score, rows)
+    if found is None:
+        return False
+    recorder = _Recorder(main_score)
+    recorder.put(found[0], found[1])
+    write_units(path, task, recorder)
+    return True
