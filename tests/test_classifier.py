@@ -167,6 +167,11 @@ def test_a_classify_sweep_reloads_the_engine_matches_single_runs_and_resumes(
     assert other["log_loss"] != metrics["log_loss"]  # other weights went into the same engine
     diff = sweep["significance"][labels[1]]["PangLeePolarity"]  # from each model's samples.jsonl
     assert (diff["a"], diff["b"], diff["n"]) == (other["accuracy"], metrics["accuracy"], metrics["n_samples"])
+    code, err = cli_in_process("compare", "--runs", str(out / labels[0]), str(out / labels[1]), "--output-dir",
+                               str(tmp_path / "cmp"))  # fmt: skip
+    assert "b - a [95 % interval]" in cli_in_process.stdout, err
+    saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert [r["significance"] for r in saved["rows"] if "significance" in r] == [diff]  # compare --runs: the same
     written = {p: p.stat().st_mtime_ns for p in out.glob("*/results.json")}
     code, err = cli_in_process(*argv)
     assert code == 0, err

@@ -141,6 +141,26 @@ def test_sweep_folders_render_or_name_the_file(sweep):
             report.render([run]).encode("utf-8")
 
 
+TASK_RESULT = {"task": "PangLeePolarity", "metrics": {"accuracy": 0.5, "n_samples": 2}, "backend": "VllmClassifier"}
+SAMPLES = b'{"id": 0, "correct": true}\n{"id": 1, "correct": false}\n'
+
+
+@settings(FUZZ, max_examples=40)
+@given(mutated_json(TASK_RESULT), mutated(SAMPLES))
+def test_a_commands_folder_compares_or_names_the_file(result, samples):
+    """``compare --runs`` of another command's folder: each task's results.json and samples.jsonl read, or the file
+    named (a damaged samples.jsonl only loses its units)."""
+    from vllm_eval.measure.significance import compare_runs
+
+    with scratch() as folder:
+        (folder / "results.json").write_bytes(result)
+        (folder / "samples.jsonl").write_bytes(samples)
+        run = outcome(lambda: read_run_dir(folder), "results.json")
+        table = outcome(lambda: compare_runs(folder, folder), "results.json")
+        if run is not None and table is not None:
+            assert set(table) <= set(run.scores)
+
+
 # Plain examples: each failed (a traceback, or a silent acceptance) before the readers checked it.
 
 

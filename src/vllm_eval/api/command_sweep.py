@@ -10,10 +10,10 @@ table of main scores as :func:`vllm_eval.api.sweep.write_sweep` writes it, with 
 sweep run again with the same command and options skips the models it already holds (resume per model).
 
 Each later model is compared with the first by the paired bootstrap (:mod:`vllm_eval.measure.significance`), as a
-``run`` sweep's are: rerank's reranked stage records per-query units as ``run`` does; the others' units are written
-from each task's ``samples.jsonl`` into ``<label>/units/<task>.npz``
-(:func:`vllm_eval.evaluation.scoring.units.sample_units`: accuracy per sample, WER per recording, entity F1 per
-sentence; BLEU and chrF have none and are marked ``?``).
+``run`` sweep's are: rerank's reranked stage records per-query units as ``run`` does; the others' units are read
+from each task's ``samples.jsonl`` (:func:`vllm_eval.evaluation.scoring.units.sample_units`: accuracy per sample,
+WER per recording, entity F1 per sentence; BLEU and chrF have none and are marked ``?``), as ``compare --runs``
+reads them for any two folders of these commands.
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ from typing import Any
 
 from ..utils.errors import UsageError
 from .sweep import SweepModel, SweepResult, sweep_models, write_sweep
-
-#: The main metric of each task-results command (``results.json``'s ``metrics``); translation reports BLEU.
-MAIN_METRIC = {"classify": "accuracy", "reward": "accuracy", "token_classify": "f1", "transcribe": "wer"}
 
 
 @dataclass(frozen=True)
@@ -125,41 +122,25 @@ def sweep_command(command: str, function: Callable[..., Any], models: list[Sweep
 
 
 def command_run(command: str, returned: Any, folder: Path) -> CommandRun:
-    """The main scores of what a command's function returned (rerank: the reranked stage; generate: accuracy; the
-    task-results commands: :data:`MAIN_METRIC`, BLEU for translation), and its per-unit scores: rerank's stage 2
-    folder, else ``folder/units/<task>.npz`` written from each task's ``samples.jsonl``."""
+    """The main scores of what a command's function returned (rerank: the reranked stage's; the others' by
+    :func:`vllm_eval.measure.runfiles.main_metric`), and the folder its per-unit scores are read from (rerank: its
+    stage 2; the others: ``folder``, each task's ``samples.jsonl``)."""
+    from ..measure.runfiles import main_metric
+
     if hasattr(returned, "first_stage_scores"):  # rerank
         rows = [ScoreRow(r.task, r.main_score_name) for r in returned.rows if r.stage == "rerank"]
         stage2 = returned.stage_dirs[1] if returned.stage_dirs else None
         return CommandRun(returned, rows, dict(returned.scores), stage2, failed=[r.task for r in returned.failed])
     if isinstance(getattr(returned, "results", None), dict):  # generate
         rows = [ScoreRow(task, "accuracy") for task in returned.results]
-        dirs = dict(returned.output_dirs)
-        run = CommandRun(returned, rows, dict(returned.scores), folder, failed=list(returned.errors))
-    else:
-        rows, scores, dirs = [], {}, {}
-        for res in returned.results:
-            metrics = res.get("metrics", {})
-            main = "bleu" if command == "transcribe" and "bleu" in metrics else MAIN_METRIC[command]
-            rows.append(ScoreRow(res["task"], main))
-            dirs[res["task"]] = res.get("output_dir")
-            if isinstance(metrics.get(main), int | float):
-                scores[res["task"]] = float(metrics[main])
-        run = CommandRun(returned, rows, scores, folder)
-    for row in rows:
-        _sample_units(folder, row, dirs.get(row.task))
-    return run
-
-
-def _sample_units(folder: Path, row: ScoreRow, task_dir: Any) -> None:
-    from ..evaluation.scoring.units import write_sample_units
-
-    samples = Path(task_dir, "samples.jsonl") if task_dir else None
-    if samples is None or not samples.is_file():
-        return
-    with samples.open(encoding="utf-8") as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
-    write_sample_units(folder / "units" / f"{row.task}.npz", row.task, row.main_score_name, rows)
+        return CommandRun(returned, rows, dict(returned.scores), folder, failed=list(returned.errors))
+    rows, scores = [], {}
+    for res in returned.results:
+        main = main_metric(res.get("metrics", {}))
+        rows.append(ScoreRow(res["task"], main))
+        if isinstance(res["metrics"].get(main), int | float):
+            scores[res["task"]] = float(res["metrics"][main])
+    return CommandRun(returned, rows, scores, folder)
 
 
 def _reloads() -> int:

@@ -362,16 +362,25 @@ def compare_results(
 
 
 def read_run_dir(path: str | Path) -> ConfigResult:
-    """A finished run's scores from its ``summary.json`` (its configuration named from the summary).
+    """A finished run's scores: a ``run``'s from its ``summary.json``, another command's from each task's
+    ``results.json`` (:func:`~vllm_eval.measure.runfiles.read_task_runs`); its configuration named from them.
 
     Raises:
-        UsageError: no ``summary.json`` there, or a damaged one (file, field and reason named).
+        UsageError: neither file there, or a damaged one (file, field and reason named).
     """
-    from .runfiles import read_summary
+    from .runfiles import main_metric, read_summary, read_task_runs
 
     summary_path = Path(path) / "summary.json"
     if not summary_path.is_file():
-        raise UsageError(f"{str(path)!r} is not a run directory (no summary.json)")
+        tasks = read_task_runs(path)
+        if not tasks:
+            raise UsageError(f"{str(path)!r} is not a run directory (no summary.json, no results.json)")
+        first = next(iter(tasks.values()))[0]
+        engine = first.get("engine_kwargs") if isinstance(first.get("engine_kwargs"), dict) else {}
+        dtype = engine.get("dtype")
+        scores = {task: float(rec["metrics"][main_metric(rec["metrics"])]) for task, (rec, _) in tasks.items()}
+        label = f"{first.get('backend') or 'run'}[{Path(path).name}]"
+        return ConfigResult(Config(label, dtype and str(dtype).removeprefix("torch.")), scores)
     summary = read_summary(summary_path)
     engine = summary.get("engine_options_in_force") or {}
     dtype = engine.get("dtype") if isinstance(engine, dict) else None
@@ -421,11 +430,15 @@ def add_significance(comparison: Comparison, runs: list[str | Path], labels: lis
     """Each run after the first against the first, task by task: the paired bootstrap of their per-unit scores
     (:func:`vllm_eval.measure.significance.compare_runs`) in each row's ``significance``; ``labels``: the runs'
     configuration labels (:func:`read_run_dir`'s)."""
-    from .runfiles import read_summary
+    from .runfiles import main_metric, read_summary, read_task_runs
     from .significance import compare_runs
 
-    rows = read_summary(Path(runs[0]) / "summary.json").get("scores") or []
-    tasks = {r["task"]: str(r.get("main_score_name") or "main score") for r in rows}
+    summary = Path(runs[0]) / "summary.json"
+    if summary.is_file():
+        rows = read_summary(summary).get("scores") or []
+        tasks = {r["task"]: str(r.get("main_score_name") or "main score") for r in rows}
+    else:
+        tasks = {task: main_metric(rec["metrics"]) for task, (rec, _) in read_task_runs(runs[0]).items()}
     for label, path in zip(labels[1:], runs[1:], strict=True):
         table = compare_runs(runs[0], path, tasks=tasks)
         for row in comparison.rows:

@@ -1,5 +1,5 @@
-"""A run directory's own JSON read back: ``summary.json``, ``compare.json``, a suite's ``suite.json`` and a sweep's
-``sweep.json``.
+"""A run directory's own JSON read back: ``summary.json``, ``compare.json``, a suite's ``suite.json``, a sweep's
+``sweep.json``, and the ``results.json`` of each task of the commands other than ``run``.
 
 ``report`` and ``compare --runs`` read these files, which people also keep, copy and edit by hand; a file cut
 short by a full disk or an edit that leaves a field of another type is named here (file, field, reason) instead
@@ -39,6 +39,33 @@ _ROW_NUMBERS = (
     "parity_n",
     "parity_max_abs_diff",
 )
+
+
+def main_metric(metrics: dict[str, Any]) -> str:
+    """The main score of a task-results command's ``metrics`` (``results.json``): BLEU for speech translation, WER
+    for transcription, entity F1 for token classification, else accuracy (generate, classify, reward)."""
+    return next((key for key in ("bleu", "wer", "f1") if key in metrics), "accuracy")
+
+
+def read_task_runs(folder: str | Path) -> dict[str, tuple[dict[str, Any], Path]]:
+    """The tasks a command other than ``run`` wrote into ``folder`` (``generate``, ``classify``, ``reward``,
+    ``token_classify``, ``transcribe``): ``<folder>/results.json`` for one task, ``<folder>/<task>/results.json``
+    for several; task name -> (its record, its folder), each record's ``task`` and main score checked. {} where
+    there are none.
+
+    Raises:
+        UsageError: a damaged ``results.json`` (file, field and reason named).
+    """
+    root = Path(folder)
+    paths = [root / "results.json"] if (root / "results.json").is_file() else sorted(root.glob("*/results.json"))
+    out: dict[str, tuple[dict[str, Any], Path]] = {}
+    for path in paths:
+        record = json_object(path, read_json(path), "a task's results")
+        task = field(record, "task", (str,), str(path))
+        metrics = field(record, "metrics", (dict,), str(path))
+        _number(metrics, main_metric(metrics), f"{path}: field 'metrics'", required=True)
+        out[task] = (record, path.parent)
+    return out
 
 
 def read_summary(path: str | Path) -> dict[str, Any]:

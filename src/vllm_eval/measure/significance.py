@@ -13,6 +13,7 @@ matrices), so the offline suite's tasks take well under a second each.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -261,28 +262,27 @@ def compare_runs(
     resamples: int = RUN_RESAMPLES,
     seed: int = 0,
 ) -> dict[str, dict[str, Any]]:
-    """The paired bootstrap of every task both runs recorded units for (:mod:`vllm_eval.evaluation.scoring.units`,
-    ``<run folder>/units/<task>.npz``): task -> :meth:`Difference.as_json` (``b - a``), or ``{"note": why
-    none}`` for a task with units on one side only, units that do not pair (other queries, other sizes), or (of
-    ``tasks``, name -> main score name) none on either side.
+    """The paired bootstrap of every task both runs have units for: task -> :meth:`Difference.as_json` (``b -
+    a``), or ``{"note": why none}`` for a task with units on one side only, units that do not pair (other queries,
+    other sizes), or (of ``tasks``, name -> main score name) none on either side. A ``run`` folder's units are its
+    ``units/<task>.npz`` (:mod:`vllm_eval.evaluation.scoring.units`); another command's are read from each task's
+    ``samples.jsonl`` (:func:`~vllm_eval.evaluation.scoring.units.sample_units`).
 
     Raises:
         ValueError: a units file that cannot be read (named).
+        UsageError: a damaged ``results.json`` (named).
     """
-    from ..evaluation.scoring.units import read_units
-
-    files_a = {p.stem: p for p in sorted(Path(a, "units").glob("*.npz"))}
-    files_b = {p.stem: p for p in sorted(Path(b, "units").glob("*.npz"))}
+    units_a, units_b = _run_units(a), _run_units(b)
     out: dict[str, dict[str, Any]] = {
-        task: {"note": f"no per-unit scores for its main score ({main}): mteb's path keeps none"}
+        task: {"note": f"no per-unit scores for its main score ({main})"}
         for task, main in (tasks or {}).items()
-        if task not in files_a and task not in files_b
+        if task not in units_a and task not in units_b
     }
-    for task in sorted(set(files_a) | set(files_b)):
-        if task not in files_a or task not in files_b:
-            out[task] = {"note": f"per-unit scores in {'the second' if task in files_b else 'the first'} run only"}
+    for task in sorted(set(units_a) | set(units_b)):
+        if task not in units_a or task not in units_b:
+            out[task] = {"note": f"per-unit scores in {'the second' if task in units_b else 'the first'} run only"}
             continue
-        ua, ub = read_units(files_a[task]), read_units(files_b[task])
+        ua, ub = units_a[task](), units_b[task]()
         try:
             ga, gb = _paired_groups(ua, ub)
             diff = paired_bootstrap(ga, gb, ua["meta"]["statistic"], resamples=resamples, seed=seed)
@@ -291,6 +291,33 @@ def compare_runs(
             continue
         out[task] = {**diff.as_json(), "main_score": ua["meta"]["main_score"]}
     return out
+
+
+def _run_units(folder: str | Path) -> dict[str, Callable[[], dict[str, Any]]]:
+    """A run folder's units by task, each read when called: ``units/<task>.npz``, else from a task's
+    ``samples.jsonl`` (the commands other than ``run``) where its main score has units."""
+    import json
+
+    from ..evaluation.scoring.units import read_units, sample_units
+    from .runfiles import main_metric, read_task_runs
+
+    found: dict[str, Callable[[], dict[str, Any]]] = {
+        p.stem: functools.partial(read_units, p) for p in sorted(Path(folder, "units").glob("*.npz"))
+    }
+    for task, (record, where) in read_task_runs(folder).items():
+        samples = where / "samples.jsonl"
+        if task in found or not samples.is_file():
+            continue
+        main = main_metric(record["metrics"])
+        with samples.open(encoding="utf-8") as fh:
+            try:
+                units = sample_units(main, [json.loads(line) for line in fh if line.strip()])
+            except ValueError:  # a damaged line: no units, as for a task that keeps none
+                units = None
+        if units is not None:
+            meta = {"task": task, "main_score": main, "statistic": units[0], "groups": ["default/test"]}
+            found[task] = functools.partial(dict, meta=meta, groups={"default/test": (units[1], None)})
+    return found
 
 
 def _paired_groups(ua: dict[str, Any], ub: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:

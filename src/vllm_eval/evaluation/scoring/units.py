@@ -200,15 +200,3 @@ def sample_units(main_score: str, rows: list[dict[str, Any]]) -> tuple[str, np.n
     except (KeyError, TypeError):
         return None
     return None
-
-
-def write_sample_units(path: Path, task: str, main_score: str, rows: list[dict[str, Any]]) -> bool:
-    """Write ``path`` (``<folder>/units/<task>.npz``) from a task's ``samples.jsonl`` rows (:func:`sample_units`);
-    False, writing nothing, where the main score has no units."""
-    found = sample_units(main_score, rows)
-    if found is None:
-        return False
-    recorder = _Recorder(main_score)
-    recorder.put(found[0], found[1])
-    write_units(path, task, recorder)
-    return True
