@@ -112,7 +112,7 @@ def sweep_command(command: str, function: Callable[..., Any], models: list[Sweep
             if run is None:
                 before = _reloads()
                 returned = function(model.model, *args, output_dir=out / model.label, **kwargs)
-                run, reused = command_run(command, returned, out / model.label), _reloads() > before
+                run, reused = command_run(returned, out / model.label), _reloads() > before
             result.results.append(run)
             result.reloaded.append(reused)
             result.seconds.append(round(time.time() - started, 2))
@@ -121,7 +121,7 @@ def sweep_command(command: str, function: Callable[..., Any], models: list[Sweep
     return result
 
 
-def command_run(command: str, returned: Any, folder: Path) -> CommandRun:
+def command_run(returned: Any, folder: Path) -> CommandRun:
     """The main scores of what a command's function returned (rerank: the reranked stage's; the others' by
     :func:`vllm_eval.measure.runfiles.main_metric`), and the folder its per-unit scores are read from (rerank: its
     stage 2; the others: ``folder``, each task's ``samples.jsonl``)."""

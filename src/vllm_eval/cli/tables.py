@@ -78,17 +78,17 @@ def print_sweep(result: Any) -> None:
     print(f"seconds per model: {seconds}")
 
 
-def printed_sweep(result: Any) -> bool:
-    """Print ``result``'s sweep table and ``sweep.json``'s path when it is a sweep (a command given several
-    models); False, printing nothing, for one model's result."""
+def sweep_exit(result: Any) -> int | None:
+    """A sweep's (a command given several models) table and ``sweep.json``'s path printed, and its exit code (1
+    when a task of a model failed); None, printing nothing, for one model's result."""
     from ..api.sweep import SweepResult
 
     if not isinstance(result, SweepResult):
-        return False
+        return None
     print_sweep(result)
     if result.sweep_path:
         print(f"sweep: {result.sweep_path}")
-    return True
+    return 1 if result.failed else 0
 
 
 def print_rows(rows: list[dict[str, Any]], columns: list[str], title: str, width: int = 100) -> None:

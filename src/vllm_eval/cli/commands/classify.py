@@ -17,7 +17,7 @@ from ..options import (
     one_or_many,
     positive_int,
 )
-from ..tables import printed_sweep, report_cache
+from ..tables import report_cache, sweep_exit
 
 
 class ClassifyCommand(Command):
@@ -51,8 +51,8 @@ class ClassifyCommand(Command):
 
         args.model = one_or_many(args.model)
         result = self.call(classify, args, ctx)
-        if printed_sweep(result):
-            return 0
+        if (code := sweep_exit(result)) is not None:
+            return code
         for res in result.results:
             m = res["metrics"]
             print(

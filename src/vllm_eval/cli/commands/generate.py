@@ -27,7 +27,7 @@ from ..options import (
     one_or_many,
     positive_int,
 )
-from ..tables import printed_sweep, report_cache
+from ..tables import report_cache, sweep_exit
 
 #: Flags that are the library call's own keywords (the rest are backend and engine options).
 _CALL_FLAGS = (
@@ -134,8 +134,8 @@ class GenerateCommand(Command):
         options = {k: v for k, v in self.options_of(args).items() if v is not None}
         call["model"] = one_or_many(call["model"])
         result = generate(**call, show_progress=not args.no_progress, started=ctx.started, **options, **ctx.engine)
-        if printed_sweep(result):
-            return 0
+        if (code := sweep_exit(result)) is not None:
+            return code
         for task, results in result.results.items():
             if task in result.errors:
                 print(f"vllm-eval: error: {result.errors[task]}", file=sys.stderr)

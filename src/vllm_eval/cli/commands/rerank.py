@@ -22,7 +22,7 @@ from ..options import (
     one_or_many,
     positive_int,
 )
-from ..tables import print_table, printed_sweep, report_cache
+from ..tables import print_table, report_cache, sweep_exit
 
 #: Flags that are the library call's own keywords (the rest are backend and engine options).
 _CALL_FLAGS = (
@@ -94,8 +94,8 @@ class RerankCommand(Command):
             **options,
             **ctx.engine,
         )
-        if printed_sweep(result):
-            return 0
+        if (code := sweep_exit(result)) is not None:
+            return code
         print_table(result.rows, f"{args.first_stage} -> top {args.top_k} -> {result.model_name} ({args.backend})")
         report_cache(result.cache)
         if result.stage_dirs:

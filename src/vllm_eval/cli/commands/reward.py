@@ -16,7 +16,7 @@ from ..options import (
     one_or_many,
     positive_int,
 )
-from ..tables import printed_sweep, report_cache
+from ..tables import report_cache, sweep_exit
 
 
 class RewardCommand(Command):
@@ -56,8 +56,8 @@ class RewardCommand(Command):
 
         args.model = one_or_many(args.model)
         result = self.call(reward, args, ctx)
-        if printed_sweep(result):
-            return 0
+        if (code := sweep_exit(result)) is not None:
+            return code
         for res in result.results:
             m = res["metrics"]
             print(

@@ -16,7 +16,7 @@ from ..options import (
     one_or_many,
     positive_int,
 )
-from ..tables import printed_sweep, report_cache
+from ..tables import report_cache, sweep_exit
 
 
 class TokenClassifyCommand(Command):
@@ -54,8 +54,8 @@ class TokenClassifyCommand(Command):
 
         args.model = one_or_many(args.model)
         result = self.call(token_classify, args, ctx)
-        if printed_sweep(result):
-            return 0
+        if (code := sweep_exit(result)) is not None:
+            return code
         [res] = result.results
         m = res["metrics"]
         print(

@@ -16,7 +16,7 @@ from ..options import (
     one_or_many,
     positive_int,
 )
-from ..tables import printed_sweep
+from ..tables import sweep_exit
 
 
 def _percent(value: float | None) -> str:
@@ -83,8 +83,8 @@ class TranscribeCommand(Command):
 
         args.model = one_or_many(args.model)
         result = self.call(transcribe, args, ctx)
-        if printed_sweep(result):
-            return 0
+        if (code := sweep_exit(result)) is not None:
+            return code
         for res in result.results:
             m = res["metrics"]
             extra = f"  BLEU {m['bleu']:.2f}  chrF {m['chrf']:.2f}" if "bleu" in m else ""
