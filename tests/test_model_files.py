@@ -64,7 +64,7 @@ def test_a_missing_file_is_empty_and_a_list_of_modules_is_checked(tmp_path):
     "call",
     [
         lambda: vllm_eval.evaluate(model=123),
-        lambda: vllm_eval.generate(model=["a"], tasks="PangLeePolarity"),
+        lambda: vllm_eval.generate(model=["a", 2], tasks="PangLeePolarity"),  # a list is a sweep: each model checked
         lambda: vllm_eval.classify(model=1.5),
         lambda: vllm_eval.rerank(model={"m": 1}),
         lambda: vllm_eval.bench(model=7),

@@ -46,6 +46,16 @@ def vllm_base(whisper):
     model.close()
 
 
+@pytest.fixture(scope="module")
+def vllm_tiny(whisper):
+    """tiny.en's engine, shared by the tests that need it (one start)."""
+    from vllm_eval.models.transcriber.vllm import VllmTranscriber
+
+    model = VllmTranscriber(whisper["tiny.en"], show_progress_bar=False)
+    yield model
+    model.close()
+
+
 def _ct2(variables: dict[str, np.ndarray], aliases=(), version: int = 6) -> bytes:
     """A CTranslate2 model.bin as ctranslate2's ModelSpec.save writes it."""
 
@@ -193,19 +203,18 @@ def test_scores_count_substitutions_deletions_insertions_on_normalised_text():
 
 
 @needs_speech
-def test_vllm_and_transformers_give_the_same_transcripts_on_the_offline_suite(whisper, vllm_base):
+def test_vllm_and_transformers_give_the_same_transcripts_on_the_offline_suite(whisper, vllm_base, vllm_tiny):
     """CPU, fp32, greedy: whisper base in two languages and tiny.en, the same transcripts, so the same WER; the WER
     is the leaderboard's way (jiwer on Whisper-normalised texts, empty references dropped) on the same hypotheses."""
     import jiwer
 
     from vllm_eval.models.transcriber.hf import TransformersTranscriber
-    from vllm_eval.models.transcriber.vllm import VllmTranscriber
     from vllm_eval.tasks.speech import decode_all, run_transcription
     from vllm_eval.tasks.speech_hub import get_speech_task
     from vllm_eval.tasks.speech_scores import normalizer_for
 
     for name, languages in (("base", ("en", "es")), ("tiny.en", ("en",))):
-        ours = vllm_base if name == "base" else VllmTranscriber(whisper[name], show_progress_bar=False)
+        ours = vllm_base if name == "base" else vllm_tiny
         reference = TransformersTranscriber(whisper[name], show_progress_bar=False)
         try:
             for lang in languages:
@@ -229,23 +238,19 @@ def test_vllm_and_transformers_give_the_same_transcripts_on_the_offline_suite(wh
         finally:
             ours.max_tokens = None
             reference.close()
-            if ours is not vllm_base:
-                ours.close()
 
 
 @needs_speech
-def test_server_decoding_loses_tiny_en_transcripts_that_whispers_rules_keep(whisper):
+def test_server_decoding_loses_tiny_en_transcripts_that_whispers_rules_keep(vllm_tiny, monkeypatch):
     """vLLM's server adds language and task tokens to an English-only model's prompt and suppresses no token: on
     these phone prompts tiny.en then often ends at once."""
-    from vllm_eval.models.transcriber.vllm import VllmTranscriber
     from vllm_eval.tasks.speech import decode_all
     from vllm_eval.tasks.speech_hub import get_speech_task
 
     audios = decode_all(get_speech_task("AsteriskPrompts.en").samples[:8])
-    with VllmTranscriber(whisper["tiny.en"], show_progress_bar=False) as model:
-        ours = model.transcribe(audios, "en")
-        model.server_decoding = True
-        server = model.transcribe(audios, "en")
+    ours = vllm_tiny.transcribe(audios, "en")
+    monkeypatch.setattr(vllm_tiny, "server_decoding", True)
+    server = vllm_tiny.transcribe(audios, "en")
     assert all(o["text"].strip() for o in ours)
     assert sum(not o["text"].strip() for o in server) >= 4
 
