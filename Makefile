@@ -13,12 +13,10 @@ PYTEST_ARGS ?=
 
 .PHONY: venv demo lint browser speech-data test bench clean
 
-# --no-compile: byte-compiling every module of the environment (31,915 files) took 102 s on the 2-core CI machine;
-# Python compiles what is imported on first import instead (a fraction of it), once.
 $(VENV)/.installed-$(VLLM_BUILD): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
-	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip install -q --no-compile "torch==2.13.0" $(QUIET_PIP); fi
-	$(PY) -m pip install -q --no-compile -e ".[$(VLLM_BUILD),test]" $(QUIET_PIP)
+	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip install -q "torch==2.13.0" $(QUIET_PIP); fi
+	$(PY) -m pip install -q -e ".[$(VLLM_BUILD),test]" $(QUIET_PIP)
 	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip uninstall -y -q $(CUDA_ONLY) || true; fi
 	$(PY) -c "import torch, transformers, vllm, mteb; print('torch', torch.__version__, '| vllm', vllm.__version__, '| mteb', mteb.__version__)"
 	rm -f $(VENV)/.installed-*; touch $@
