@@ -89,7 +89,7 @@ def sweep_command(command: str, function: Callable[..., Any], models: list[Sweep
             before any engine starts).
         What ``function`` raises for a model; the models before it are in ``sweep.json``.
     """
-    from ..models.handoff import engines_kept, read_ahead
+    from ..models.handoff import engines_kept, read_ahead, reloads
     from ..utils.modelinfo import resolve_model
 
     if kwargs.get("backend") == "remote" or kwargs.get("endpoint"):
@@ -110,9 +110,9 @@ def sweep_command(command: str, function: Callable[..., Any], models: list[Sweep
             run = done.get((model.label, model.model))
             reused = False
             if run is None:
-                before = _reloads()
+                before = reloads()
                 returned = function(model.model, *args, output_dir=out / model.label, **kwargs)
-                run, reused = command_run(returned, out / model.label), _reloads() > before
+                run, reused = command_run(returned, out / model.label), reloads() > before
             result.results.append(run)
             result.reloaded.append(reused)
             result.seconds.append(round(time.time() - started, 2))
@@ -141,12 +141,6 @@ def command_run(returned: Any, folder: Path) -> CommandRun:
         if isinstance(res["metrics"].get(main), int | float):
             scores[res["task"]] = float(res["metrics"][main])
     return CommandRun(returned, rows, scores, folder)
-
-
-def _reloads() -> int:
-    from ..models.handoff import reloads
-
-    return reloads()
 
 
 def _fingerprint(command: str, args: tuple, kwargs: dict[str, Any]) -> str:

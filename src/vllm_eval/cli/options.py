@@ -147,19 +147,22 @@ SWEEP_HELP = (
 
 def add_model(parser: argparse.ArgumentParser, help_: str | None = None, *, many: bool = False) -> None:
     """``--model``: a directory or hub id; for a served model its served name (default: the server's); ``many``:
-    several values, a sweep (:func:`one_or_many` turns one back into a string)."""
+    several values, a sweep (one value is stored as a string, several as a list: :class:`OneOrMany`)."""
     parser.add_argument(
         "--model",
         default=None,
         nargs="+" if many else None,
+        action=OneOrMany if many else "store",
         help=(help_ or "model directory or hub id (served: the served name, default: the server's)")
         + (SWEEP_HELP if many else ""),
     )
 
 
-def one_or_many(value: Any) -> Any:
-    """A ``nargs="+"`` model flag's value: one model as a string, several as the list (a sweep), None as None."""
-    return value[0] if isinstance(value, list) and len(value) == 1 else value
+class OneOrMany(argparse.Action):
+    """A ``nargs="+"`` model flag: one value stored as the string, several as the list (a sweep)."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, values[0] if isinstance(values, list) and len(values) == 1 else values)
 
 
 def add_tasks(parser: argparse.ArgumentParser, help_: str, aliases: tuple[str, ...] = ()) -> None:

@@ -14,7 +14,6 @@ from ..options import (
     add_remote_flags,
     add_scale_flags,
     add_tasks,
-    one_or_many,
     positive_int,
 )
 from ..tables import report_cache, sweep_exit
@@ -49,7 +48,6 @@ class ClassifyCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...api.classify import classify
 
-        args.model = one_or_many(args.model)
         result = self.call(classify, args, ctx)
         if (code := sweep_exit(result)) is not None:
             return code

@@ -24,7 +24,6 @@ from ..options import (
     integer,
     json_object,
     nonneg_float,
-    one_or_many,
     positive_int,
 )
 from ..tables import report_cache, sweep_exit
@@ -132,7 +131,6 @@ class GenerateCommand(Command):
 
         call = {k: getattr(args, k) for k in _CALL_FLAGS}
         options = {k: v for k, v in self.options_of(args).items() if v is not None}
-        call["model"] = one_or_many(call["model"])
         result = generate(**call, show_progress=not args.no_progress, started=ctx.started, **options, **ctx.engine)
         if (code := sweep_exit(result)) is not None:
             return code

@@ -11,6 +11,7 @@ from ...api.rerank import BACKEND_OPTIONS
 from ..base import Command, Context
 from ..options import (
     SWEEP_HELP,
+    OneOrMany,
     add_backend,
     add_common,
     add_engine_flags,
@@ -19,7 +20,6 @@ from ..options import (
     add_scale_flags,
     add_tasks,
     json_object,
-    one_or_many,
     positive_int,
 )
 from ..tables import print_table, report_cache, sweep_exit
@@ -57,6 +57,7 @@ class RerankCommand(Command):
             "--reranker",
             default=None,
             nargs="+",
+            action=OneOrMany,
             help="reranker model directory or hub id (required unless served, where it is the served name)"
             + SWEEP_HELP,
         )
@@ -87,7 +88,7 @@ class RerankCommand(Command):
         call = {k: getattr(args, k) for k in _CALL_FLAGS}
         options = {k: v for k, v in self.options_of(args).items() if v is not None}
         result = rerank(
-            one_or_many(args.reranker),
+            args.reranker,
             **call,
             show_progress=not args.no_progress,
             started=ctx.started,

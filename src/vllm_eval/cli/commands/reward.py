@@ -7,13 +7,13 @@ import argparse
 from ..base import Command, Context
 from ..options import (
     SWEEP_HELP,
+    OneOrMany,
     add_backend,
     add_cache_flags,
     add_common,
     add_engine_flags,
     add_scale_flags,
     add_tasks,
-    one_or_many,
     positive_int,
 )
 from ..tables import report_cache, sweep_exit
@@ -36,7 +36,9 @@ class RewardCommand(Command):
         from ...api.spec import capability
         from ...models.backends import backend_names
 
-        parser.add_argument("--model", required=True, nargs="+", help="model directory or hub id" + SWEEP_HELP)
+        parser.add_argument(
+            "--model", required=True, nargs="+", action=OneOrMany, help="model directory or hub id" + SWEEP_HELP
+        )
         # The chat template is rendered here, so a served model cannot take the pairs.
         served = tuple(n for n in backend_names(self.kind) if capability(self.kind, n) == "remote")
         add_backend(parser, (self.kind,), exclude=served)
@@ -54,7 +56,6 @@ class RewardCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...api.classify import reward
 
-        args.model = one_or_many(args.model)
         result = self.call(reward, args, ctx)
         if (code := sweep_exit(result)) is not None:
             return code

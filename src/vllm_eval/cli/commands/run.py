@@ -11,6 +11,7 @@ from ...api.evaluate import BACKEND_OPTIONS, BGE_M3_KINDS, POOLING_KINDS
 from ...evaluation.scoring import SCORINGS
 from ..base import Command, Context
 from ..options import (
+    OneOrMany,
     add_backend,
     add_common,
     add_engine_flags,
@@ -38,6 +39,7 @@ class RunCommand(Command):
         parser.add_argument(
             "--model",
             nargs="+",
+            action=OneOrMany,
             default=None,
             help="model directory or hub id (default: packaged all-MiniLM-L6-v2); "
             "served: the served name (default: the server's). Several, a glob, or a training folder of "
@@ -135,8 +137,6 @@ class RunCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...api.evaluate import evaluate
 
-        if args.model is not None and len(args.model) == 1:
-            args.model = args.model[0]
         result = self.call(evaluate, args, ctx)
         if hasattr(result, "models"):  # a sweep
             from ..tables import print_sweep

@@ -13,7 +13,6 @@ from ..options import (
     add_model,
     add_remote_flags,
     add_scale_flags,
-    one_or_many,
     positive_int,
 )
 from ..tables import report_cache, sweep_exit
@@ -52,7 +51,6 @@ class TokenClassifyCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...api.classify import token_classify
 
-        args.model = one_or_many(args.model)
         result = self.call(token_classify, args, ctx)
         if (code := sweep_exit(result)) is not None:
             return code

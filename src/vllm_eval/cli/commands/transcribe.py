@@ -13,7 +13,6 @@ from ..options import (
     add_remote_flags,
     add_scale_flags,
     add_tasks,
-    one_or_many,
     positive_int,
 )
 from ..tables import sweep_exit
@@ -81,7 +80,6 @@ class TranscribeCommand(Command):
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...api.transcribe import transcribe
 
-        args.model = one_or_many(args.model)
         result = self.call(transcribe, args, ctx)
         if (code := sweep_exit(result)) is not None:
             return code
