@@ -22,8 +22,11 @@
 #            $KILL_AT=S (with RAY=1), the newest replica actor and its children are SIGKILLed S seconds in
 #            (named in NAME.txt).
 #   sweep    $N_MODELS (default 8) BERT-base checkpoints (setup with SEEDS=8: bert-seed-0.., random seeds) on the
-#            replica: a warm-up run, one `run` per checkpoint, then one sweep (`run --model <all>`), all timed; every
-#            score compared; $OUT/sweep.txt, sweep.json, sweep.tgz. SEPARATE=0 or SWEEP=0 skips a half.
+#            replica: one sweep (`run --model <all>`, $EXTRA flags) into $SWEEP_NAME (default sweep), then one `run`
+#            per checkpoint $FROM..$TO-1 (default all; WARMUP=1: a warm-up run of seed 0 first), each timed; the
+#            times kept on the machine across calls (split the runs over calls of 10 minutes); every sweep's scores
+#            compared with the separate runs'; $OUT/sweep.txt, $SWEEP_NAME.json, sweep.tgz. SEPARATE=0 or SWEEP=0
+#            skips a half.
 #   bench    `vllm-eval bench` of $MODEL, fixed:512 texts (max_model_len 8192; BERT-base's 512), $N_TEXTS (default
 #            2000), one backend per configuration of $CONFIGS (extra flags per configuration, separated by ';'), each
 #            its own process on $GPUS; $OUT/bench-NAME.txt.
@@ -117,49 +120,59 @@ PY
       tr '\r' '\n' < "$out/$name-$i.log" | grep -v "it/s\]" | grep -E "│|tok/s|rror|ready" | tee -a "$out/bench-$name.txt"
     done ;;
   sweep)
-    # $N_MODELS (default 8) checkpoints bert-seed-0.. on $GPUS: one `run` each (after one warm-up run), then one
-    # `run --model <all>` (the sweep), each timed from command to exit; then every score compared (bit for bit).
-    n=${N_MODELS:-8}; work=/root/work/sweep; mkdir -p "$work"; ckpts=()
-    [ "${SEPARATE:-1}" = 1 ] && rm -rf "$work/separate" "$work/warmup"; [ "${SWEEP:-1}" = 1 ] && rm -rf "$work/sweep"
+    # $N_MODELS (default 8) checkpoints bert-seed-0.. on $GPUS: one `run` each for seeds $FROM..$TO-1 (default
+    # all; with WARMUP=1 a warm-up run of seed 0 first), then one sweep (`run --model <all>`) into $SWEEP_NAME
+    # (default sweep), each timed from command to exit; the times kept in /root/work/sweep/times.txt across calls;
+    # then every sweep's scores compared with the separate runs' (bit for bit). SEPARATE=0 or SWEEP=0 skips a half.
+    n=${N_MODELS:-8}; work=/root/work/sweep; mkdir -p "$work"; ckpts=(); sname=${SWEEP_NAME:-sweep}
     for ((i=0; i<n; i++)); do ckpts+=("$models/bert-seed-$i"); done
     go() { CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 "${LIMIT:-300}" python3 -m vllm_eval.cli run --data "$replica" \
              --dtype float16 --no-cache --no-progress ${EXTRA:-} --output-dir "$@" ; }
-    if [ "${SEPARATE:-1}" = 1 ]; then
-      start=$(date +%s.%N); go "$work/warmup" --model "${ckpts[0]}" > "$work/warmup.txt" 2>&1
-      echo "warm-up run (seed 0): exit $?, $(secs "$start") s" | tee -a "$out/sweep.txt"
-      all=$(date +%s.%N)
-      for ((i=0; i<n; i++)); do
-        start=$(date +%s.%N); go "$work/separate/bert-seed-$i" --model "${ckpts[$i]}" > "$work/separate-$i.txt" 2>&1
-        echo "separate run $i: exit $?, $(secs "$start") s" | tee -a "$out/sweep.txt"
-      done
-      echo "separate runs, all $n: $(secs "$all") s" | tee -a "$out/sweep.txt"
-    fi
+    note() { echo "$1" | tee -a "$out/sweep.txt" >> "$work/times.txt"; }
     if [ "${SWEEP:-1}" = 1 ]; then
-      start=$(date +%s.%N); go "$work/sweep" --model "${ckpts[@]}" > "$work/sweep.txt" 2>&1
-      echo "sweep of $n: exit $?, $(secs "$start") s" | tee -a "$out/sweep.txt"
-      grep -E "seconds per model|layout" "$work/sweep.txt" | tee -a "$out/sweep.txt"
-      cp "$work/sweep/sweep.json" "$out/sweep.json" 2>/dev/null
+      rm -rf "${work:?}/$sname"; start=$(date +%s.%N)
+      go "$work/$sname" --model "${ckpts[@]}" > "$work/$sname.txt" 2>&1
+      note "sweep $sname of $n, extra '${EXTRA:-}': exit $?, $(secs "$start") s"
+      grep -E "layout|rror" "$work/$sname.txt" | sort | uniq -c | head -5 | tee -a "$out/sweep.txt"
+      cp "$work/$sname/sweep.json" "$out/$sname.json" 2>/dev/null
+    fi
+    if [ "${SEPARATE:-1}" = 1 ]; then
+      if [ "${WARMUP:-0}" = 1 ]; then
+        start=$(date +%s.%N); go "$work/warmup" --model "${ckpts[0]}" > "$work/warmup.txt" 2>&1
+        note "warm-up run (seed 0): exit $?, $(secs "$start") s"
+      fi
+      for ((i=${FROM:-0}; i<${TO:-$n}; i++)); do
+        rm -rf "$work/separate/bert-seed-$i"; start=$(date +%s.%N)
+        go "$work/separate/bert-seed-$i" --model "${ckpts[$i]}" > "$work/separate-$i.txt" 2>&1
+        note "separate run $i: exit $?, $(secs "$start") s"
+      done
     fi
     python3 - "$work" "$n" <<'PY' | tee -a "$out/sweep.txt"
-import json, sys, pathlib
+import json, re, sys, pathlib
 work, n = pathlib.Path(sys.argv[1]), int(sys.argv[2])
-sweep = work / "sweep" / "sweep.json"
-if sweep.is_file() and (work / "separate").is_dir():
-    swept = json.loads(sweep.read_text())["scores"]
+times = (work / "times.txt").read_text() if (work / "times.txt").is_file() else ""
+alone_s = [float(s) for s in re.findall(r"separate run \d+: exit 0, ([\d.]+) s", times)]
+print(f"separate runs so far: {len(alone_s)}, {sum(alone_s):.1f} s in all")
+def scores(folder):
+    path = folder / "summary.json"
+    return {r["task"]: r["main_score"] for r in json.loads(path.read_text())["scores"]} if path.is_file() else None
+for sweep in sorted(work.glob("*/sweep.json")):
+    data = json.loads(sweep.read_text())
+    print(f"{sweep.parent.name}: seconds per model {[m['seconds'] for m in data['models']]}, "
+          f"reloaded {[m['reloaded'] for m in data['models']]}")
     same, diff = 0, []
-    for i in range(n):
-        label = f"bert-seed-{i}"
-        if label not in swept:
-            continue
-        alone = {r["task"]: r["main_score"] for r in json.loads((work / "separate" / label / "summary.json").read_text())["scores"]}
-        for task, score in alone.items():
-            if swept[label].get(task) == score:
-                same += 1
-            else:
-                diff.append((label, task, score, swept[label].get(task)))
-    print(f"models swept: {len(swept)} of {n}; scores equal to the separate runs': {same}, different: {len(diff)}")
-    for row in diff:
+    for label, swept in data["scores"].items():
+        alone = scores(work / "separate" / label)
+        for task, score in (alone or {}).items():
+            same += swept.get(task) == score
+            if swept.get(task) != score:
+                diff.append((label, task, score, swept.get(task)))
+    print(f"  scores equal to the separate runs': {same}, different: {len(diff)}")
+    for row in diff[:20]:
         print("  different:", *row)
+warm, first = scores(work / "warmup"), scores(work / "separate" / "bert-seed-0")
+if warm and first:
+    print("seed 0 run twice: tasks that differ:", [t for t in first if warm.get(t) != first[t]])
 PY
     tar czf "$out/sweep.tgz" -C "$work" --exclude='*.npz' --exclude='results' . 2>/dev/null ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
