@@ -5,8 +5,6 @@ models) and ``vllm_eval.evaluate(model=[...])`` run here. What a sweep shares, a
 
 - one process, its imports and the checks, done once;
 - the tasks, selected once; their data loaded once (the task processes, started once, keep it between models);
-  the models after the first, which start no engine, score more tasks at once
-  (:func:`~vllm_eval.evaluation.concurrency.sweep_task_workers`, unless ``concurrent_tasks`` is given);
 - one engine (or one set of replicas) for every model of the same shape: the next checkpoint's weights are
   loaded into it in place (:mod:`vllm_eval.models.handoff`), read into the page cache while the model before it
   runs; a model of another shape gets a fresh engine;
@@ -238,7 +236,7 @@ def _resolved(model: SweepModel, kind: str, backend: str, session: Any, options:
 
 def _run_sweep(session: Any, models: list[SweepModel], refs: list[Any], tasks: list[Any], **how: Any) -> SweepResult:
     """Start the task processes once, then each model in turn on one engine where their shapes allow."""
-    from ..evaluation.concurrency import sweep_task_workers, task_workers
+    from ..evaluation.concurrency import task_workers
     from ..evaluation.prefetch import TaskStore
     from ..evaluation.results import finish_summaries
     from ..evaluation.task_processes import start_for
@@ -262,8 +260,6 @@ def _run_sweep(session: Any, models: list[SweepModel], refs: list[Any], tasks: l
                 folder = out / model.label if out else None
                 if processes is not None and processes.closed:  # the kind scores on threads (its own similarity)
                     processes = None
-                if i == 1 and processes is not None and how.get("concurrent_tasks") is None:
-                    workers = processes.grow(max(workers, sweep_task_workers(len(tasks))))
                 shared = ev.Shared(cache, missing, processes, None, workers, folder, started, keep_processes=True)
                 evaluated, reloaded = _finished(folder, model, tasks) or _one_model(
                     spec, ref, tasks, shared, store, how

@@ -34,15 +34,6 @@ from ..utils.errors import UsageError
 MAX_DEFAULT_WORKERS = 4
 
 
-def sweep_task_workers(n_tasks: int) -> int:
-    """Tasks evaluated at once for a sweep's models after the first, when not asked: those start no engine (the
-    weights are loaded into the running one), so the reason for :data:`MAX_DEFAULT_WORKERS` is gone and the
-    scoring, on the CPU, is what each later model waits for: half the cores, at most twice the default, never
-    more than there are tasks (1 on a machine of 4 cores or fewer)."""
-    n = cores()
-    return 1 if n <= 4 else max(1, min(n_tasks, 2 * MAX_DEFAULT_WORKERS, n // 2))
-
-
 def cores() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -56,7 +56,6 @@ class RayTaskProcesses(TaskProcesses):
     """
 
     shares_files = False
-    can_grow = False  # the placement group holds n bundles
 
     def __init__(
         self, address: str, n: int, first: Sequence[Any] = (), cpus: float = TASK_CPUS, keep_data: bool = False

@@ -16,7 +16,7 @@ run from 90.1 s (threads) to 62.0 s (docs/bench/h100-task-processes).
 
 A process is started per task thread when the run starts, before the engine: it imports mteb and
 sentence-transformers (what ``mteb.evaluate`` imports) and loads the data of the task it will evaluate first
-while the engine starts. Each process's BLAS and OpenMP pools get their share of the cores. With
+while the engine starts. Each process's BLAS and OpenMP pools have one thread (:data:`SCORING_THREADS`). With
 ``--ray-address`` the workers are Ray actors on the cluster instead (:mod:`vllm_eval.evaluation.ray_tasks`): the
 same messages and loop, another launcher.
 """
@@ -39,6 +39,15 @@ from ..utils import timeline
 from ..utils.errors import VllmEvalError
 
 logger = logging.getLogger(__name__)
+
+#: BLAS/OpenMP threads of each task process. mteb's scoring is many small fits (MiniBatchKMeans in batches of 512 of
+#: 16,384 x 768 points per clustering experiment, LogisticRegression on 8 samples per label): more threads made each
+#: fit slower, not faster, and processes sharing cores with several threads each oversubscribed them. On a 2-core
+#: CPU, 4 of mteb's clustering fits alone took 0.61 s with 1 thread and 0.91 s with 2; two processes at once took
+#: 0.64-0.83 s each with 1 thread and 2.93-3.02 s with 2 (the same v-measures); 3 logistic regressions on 1,000 x
+#: 768 took 0.41 s with 1 thread, 0.94 s with 2 (the same predictions). On one H200 host (16 cores, 4 processes of 4
+#: threads beside 4 BERT-base replicas) a clustering task of the 5 % MTEB(eng, v2) replica scored in 16-18 s.
+SCORING_THREADS = 1
 
 #: ``0`` evaluates concurrent tasks on threads of this process instead (for comparison).
 ENV_SWITCH = "VLLMEVAL_TASK_PROCESSES"
@@ -79,7 +88,7 @@ class TaskProcesses:
         n: processes (the tasks evaluated at once).
         first: the tasks to be evaluated first, in the order the task threads take them: process ``k`` loads
             ``first[k]``'s data at once (while the engine starts) and is given that task.
-        threads: BLAS/OpenMP threads per process (default: the cores shared among the ``n``).
+        threads: BLAS/OpenMP threads per process (default :data:`SCORING_THREADS`).
         keep_data: each process keeps the data of the tasks it evaluated, and a task goes back to a process that
             holds it (a sweep evaluates every task once per model: its data is loaded once).
 
@@ -87,22 +96,16 @@ class TaskProcesses:
         TaskProcessError: from :meth:`evaluate`, a process died (its exit code in the message).
     """
 
-    #: Processes that may hold one task's data (``keep_data``): a task whose holder is busy loads its data again
-    #: in an idle process rather than leave that process idle, until this many hold it; then it waits for one.
-    MAX_HOLDERS = 2
-
     #: Whether the processes read and write this machine's folders (a Ray actor's node may be another machine).
     shares_files = True
 
     def __init__(self, n: int, first: Sequence[Any] = (), threads: int | None = None, keep_data: bool = False) -> None:
         from ..utils.logs import settings
-        from .concurrency import cores
 
         self.keep_data = keep_data
         #: The tasks whose data each process holds (``keep_data``).
         self._held: dict[int, set[str]] = {}
-        self._settings = (threads or max(1, cores() // max(n, 1)), settings())
-        self._auto_threads = threads is None
+        self._settings = (threads or SCORING_THREADS, settings())
         self._gpus = scoring_gpus()
         self._lock = threading.Condition()
         self._idle: list[int] = list(range(n))
@@ -114,27 +117,6 @@ class TaskProcesses:
         for k in range(n):
             self._start(k, first[k] if k < len(first) else None)
 
-    #: Whether :meth:`grow` adds workers (a Ray placement group is sized once).
-    can_grow = True
-
-    def grow(self, n: int) -> int:
-        """Add idle processes up to ``n`` in all (no model is loaded in them, no task data: each loads a task's
-        data the first time it is given that task); a sweep's later models, which start no engine, score more
-        tasks at once than the first. Returns the processes there are now."""
-        if not self.can_grow or self._closed or n <= len(self._workers):
-            return len(self._workers)
-        from .concurrency import cores
-
-        if self._auto_threads:
-            self._settings = (max(1, cores() // n), self._settings[1])
-        with self._lock:
-            for k in range(len(self._workers), n):
-                self._workers.append(None)
-                self._start(k, None)
-                self._idle.append(k)
-            self._lock.notify_all()
-        return len(self._workers)
-
     def _start(self, k: int, task: Any) -> None:
         self._workers[k] = self._launch(k, pickle.dumps(task) if task is not None else None)
         self._held[k] = set()
@@ -143,18 +125,7 @@ class TaskProcesses:
 
     def _launch(self, k: int, first: bytes | None) -> Any:
         """Start worker ``k`` (loading ``first``'s data): a :class:`_Process` here, a Ray actor in a subclass."""
-        return _Process(k, first, (*self._settings, self._gpu(k)))
-
-    def _gpu(self, k: int) -> str | None:
-        """The GPU process ``k`` may score on: one of :func:`scoring_gpus` in turn, else the command's (None); ""
-        (none: it scores on the CPU) for a process beyond the share of scoring processes each GPU's engines leave
-        room for (``engine.sizing.SCORING_PROCESSES``, the command's own among them), which only :meth:`grow`
-        starts."""
-        from ..engine.sizing import SCORING_PROCESSES
-
-        if k >= (SCORING_PROCESSES - 1) * max(1, len(self._gpus)):
-            return ""
-        return self._gpus[k % len(self._gpus)] if self._gpus else None
+        return _Process(k, first, (*self._settings, self._gpus[k % len(self._gpus)] if self._gpus else None))
 
     def _as_sent(self, run: Callable[..., Any], args: tuple, folders: dict[str, str]) -> tuple:
         """``(run, args, kwargs, finish)`` as sent to a worker, ``finish`` applied to what it returns: here the
@@ -206,19 +177,20 @@ class TaskProcesses:
         return self._closed
 
     def _take(self, name: str) -> int:
-        """An idle process for task ``name``, waiting for one: one that holds its data (preloaded or kept), else
-        one preloaded with nothing, else any; while :data:`MAX_HOLDERS` processes hold its data, only those."""
         with self._lock:
-            while True:
-                mine = [k for k in self._idle if self._preloaded.get(k) == name or name in self._held[k]]
-                holders = sum(name in held for held in self._held.values())
-                others = [] if holders >= self.MAX_HOLDERS else self._idle
-                free = [k for k in others if k not in self._preloaded]
-                pick = mine or free or others
-                if pick:
-                    self._idle.remove(pick[0])
-                    return pick[0]
+            while not self._idle:
                 self._lock.wait()
+            mine = [k for k in self._idle if self._preloaded.get(k) == name or name in self._held[k]]
+            if not mine and any(name in held for held in self._held.values()):  # its holder is busy: wait for it
+                while not mine:
+                    self._lock.wait()
+                    mine = [k for k in self._idle if name in self._held[k]]
+                    if not any(name in held for held in self._held.values()):
+                        break
+            free = [k for k in self._idle if k not in self._preloaded]
+            k = (mine or free or self._idle)[0]
+            self._idle.remove(k)
+            return k
 
     def _serve(self, k: int, name: str, model: Any) -> Any:
         worker = self._workers[k]
