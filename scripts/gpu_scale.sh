@@ -126,17 +126,19 @@ PY
     # then every sweep's scores compared with the separate runs' (bit for bit). SEPARATE=0 or SWEEP=0 skips a half.
     n=${N_MODELS:-8}; work=/root/work/sweep; mkdir -p "$work"; ckpts=(); sname=${SWEEP_NAME:-sweep}
     for ((i=0; i<n; i++)); do ckpts+=("$models/bert-seed-$i"); done
-    go() { CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 "${LIMIT:-300}" python3 -m vllm_eval.cli run --data "$replica" \
+    # $LIMIT: seconds for each command (default 150 a run, 560 the sweep: 8 models, ~400 s projected on a 16-core host).
+    go() { CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 "${LIMIT:-$limit}" python3 -m vllm_eval.cli run --data "$replica" \
              --dtype float16 --no-cache --no-progress ${EXTRA:-} --output-dir "$@" ; }
     note() { echo "$1" | tee -a "$out/sweep.txt" >> "$work/times.txt"; }
     if [ "${SWEEP:-1}" = 1 ]; then
-      rm -rf "${work:?}/$sname"; start=$(date +%s.%N)
+      rm -rf "${work:?}/$sname"; start=$(date +%s.%N); limit=560
       go "$work/$sname" --model "${ckpts[@]}" > "$work/$sname.txt" 2>&1
       note "sweep $sname of $n, extra '${EXTRA:-}': exit $?, $(secs "$start") s"
       grep -E "layout|rror" "$work/$sname.txt" | sort | uniq -c | head -5 | tee -a "$out/sweep.txt"
       cp "$work/$sname/sweep.json" "$out/$sname.json" 2>/dev/null
     fi
     if [ "${SEPARATE:-1}" = 1 ]; then
+      limit=150
       if [ "${WARMUP:-0}" = 1 ]; then
         start=$(date +%s.%N); go "$work/warmup" --model "${ckpts[0]}" > "$work/warmup.txt" 2>&1
         note "warm-up run (seed 0): exit $?, $(secs "$start") s"
