@@ -48,8 +48,10 @@ class CommandRun:
         result: what the command's function returned (None for a model a previous run of the sweep finished).
         rows: its tasks with their main score names, in order.
         scores: main score by task, of the tasks that did not fail.
-        folder: where its per-unit scores are (``units/<task>.npz``), None without any.
-        summary_path: None (write_sweep reads ``folder``).
+        folder: the folder its per-unit scores are read from (rerank's stage 2 with ``units/<task>.npz``; the
+            others' with each task's ``samples.jsonl``), None without one.
+        summary_path: None (:func:`~vllm_eval.api.sweep.write_sweep` reads ``folder``).
+        failed: the tasks that failed (rerank, generate; the other commands raise instead).
     """
 
     result: Any
@@ -154,6 +156,7 @@ def _fingerprint(command: str, args: tuple, kwargs: dict[str, Any]) -> str:
 def _finished(path: Path, command: str, options: str) -> dict[tuple[str, str], CommandRun]:
     """The models a sweep of the same command and options finished before (from its ``sweep.json``), by (label,
     model); {} when there is none, or it was another command or other options."""
+    from ..evaluation.two_stage import stage_dirs
     from ..measure.runfiles import read_sweep
     from ..utils.errors import VllmEvalError
 
@@ -171,6 +174,7 @@ def _finished(path: Path, command: str, options: str) -> dict[tuple[str, str], C
     for m in sweep["models"]:
         if m["label"] in scores:
             rows = [ScoreRow(t, main) for t, main in tasks.items()]
-            folder = path.parent / m["label"] if command != "rerank" else path.parent / m["label"] / "stage2"
+            folder = path.parent / m["label"]
+            folder = stage_dirs(folder)[1] if command == "rerank" else folder
             out[(m["label"], m["model"])] = CommandRun(None, rows, dict(scores[m["label"]]), folder)
     return out

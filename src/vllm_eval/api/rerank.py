@@ -176,7 +176,7 @@ def _resolve_models(session: Session, model: Any, first_stage: str) -> Any:
 def _run(session: Session, model: Any, tasks: list[Any], cache_at: tuple[Any, bool], **how: Any) -> RerankResult:
     """Load both stages, evaluate, write results; the engines are shut down and the cache closed on return."""
     from ..evaluation.results import finish_summaries, results_dir
-    from ..evaluation.two_stage import evaluate_two_stage, load_first_stage
+    from ..evaluation.two_stage import evaluate_two_stage, load_first_stage, stage_dirs
     from ..utils import timeline
 
     show = how["show_progress"]
@@ -215,15 +215,16 @@ def _run(session: Session, model: Any, tasks: list[Any], cache_at: tuple[Any, bo
     finish_summaries()  # the engines' shutdown is on the timeline too
     meta = reranker.mteb_model_meta
     out = Path(session.output_dir) if session.output_dir else None
+    stages = stage_dirs(out) if out else None
     return RerankResult(
         rows=rows,
         model_name=meta.name,
         backend=session.spec.name,
-        results_dir=results_dir(out / "stage2", meta) if out else None,
-        summary_path=out / "stage2" / "summary.json" if out else None,
+        results_dir=results_dir(stages[1], meta) if stages else None,
+        summary_path=stages[1] / "summary.json" if stages else None,
         timeline=timeline.current().as_json(since=session.started),
         cache=cache,
-        stage_dirs=(out / "stage1", out / "stage2") if out else None,
+        stage_dirs=stages,
         first_stage=how["first_stage"],
         top_k=how["top_k"],
     )

@@ -12,6 +12,12 @@ from ..utils.errors import UsageError
 from .results import TaskScore, evaluate
 
 
+def stage_dirs(output_dir: Path) -> tuple[Path, Path]:
+    """Where a two-stage run writes each stage's mteb results and ``summary.json``: ``<output_dir>/stage1`` (the
+    first stage's retrieval) and ``<output_dir>/stage2`` (the reranking)."""
+    return output_dir / "stage1", output_dir / "stage2"
+
+
 def load_first_stage(spec: str, **encoder_kwargs: Any) -> Any:
     """First-stage retriever: ``"bm25s"`` (mteb's ``mteb/baseline-bm25s``) or an embedding model for
     the vLLM encoder backend.
@@ -91,7 +97,7 @@ def evaluate_two_stage(
     first_rows = evaluate(
         first_stage,
         tasks,
-        output_dir=out / "stage1",
+        output_dir=stage_dirs(out)[0],
         show_progress_bar=show_progress_bar,
         run_info=run_info,
         overwrite_strategy=overwrite_strategy,
@@ -115,7 +121,7 @@ def evaluate_two_stage(
             evaluate(
                 reranker,
                 [second_task],
-                output_dir=out / "stage2",
+                output_dir=stage_dirs(out)[1],
                 show_progress_bar=show_progress_bar,
                 run_info={**(run_info or {}), "top_k": k},
                 overwrite_strategy=overwrite_strategy,
