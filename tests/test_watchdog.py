@@ -139,7 +139,9 @@ def test_a_real_engine_whose_steps_schedule_nothing_is_stopped_and_goes_on_after
     began = time.monotonic()
     with pytest.raises(watchdog.EngineStalled, match=r"held requests and answered none .*40 waiting, 0 running") as e:
         vllm_encoder.encode_texts(texts)
-    assert time.monotonic() - began < 2.0 + 5, e.value
+    # Within its limit, or one re-signal later: the signal lands at any bytecode of the main thread, and code on
+    # the way (vLLM's, a finalizer's) may catch the first one (seen once in CI: 7.5 s).
+    assert time.monotonic() - began < 2.0 + watchdog.RESIGNAL_S + 5, e.value
     monkeypatch.undo()
     assert not llm.llm_engine.has_unfinished_requests()
     assert vllm_encoder.encode_texts(texts).shape == (40, 384)
