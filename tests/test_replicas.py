@@ -334,12 +334,12 @@ def test_a_parent_of_replicas_imports_no_vllm_and_keeps_each_start_by_step(tmp_p
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert {r["task"]: r["status"] for r in summary["scores"]} == {"WordSim353": "computed", "SimLex999": "computed"}
     ready = max(p["end"] for p in summary["timeline"]["phases"] if p["phase"] == "engine")
-    # Each load began while the replicas started (when it ends depends on the machine's load: under a busy CI a
-    # load once ended 0.2 s after the replicas were ready, and one began 0.05 s after). Started only once the
-    # replicas were ready, a task process could not begin its load within 0.5 s: spawning it and importing mteb
-    # take seconds.
+    # Each process was started with the replicas, so its load began about when they were ready or before (under a
+    # busy CI its imports took as long as the replicas' start: loads began 0.35 and 0.69 s after). Started only
+    # once the replicas were ready, a task process could not begin its load within 3 s: importing mteb and
+    # sentence-transformers alone takes 7.6 s on this project's idle 2-core machine.
     loads = {p["task"]: p["start"] for p in summary["timeline"]["phases"] if p["phase"] == "load"}
-    assert set(loads) == {"WordSim353", "SimLex999"} and max(loads.values()) < ready + 0.5, (loads, ready)
+    assert set(loads) == {"WordSim353", "SimLex999"} and max(loads.values()) < ready + 3.0, (loads, ready)
     # What each replica's engine was built with: the replicas' own KV-cache reserve, not one engine's 2 GiB.
     assert summary["engine_options_in_force"]["kv_cache_memory_bytes"] == 1 << 30
     replicas = summary["replicas"]

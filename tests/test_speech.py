@@ -373,7 +373,7 @@ def test_remote_backend_against_vllm_serve_matches_the_server_decoding_offline(w
 
 
 @needs_speech
-def test_replicas_on_ray_give_the_transcripts_of_one_engine(whisper, vllm_base):
+def test_replicas_on_ray_give_the_transcripts_of_one_engine(whisper, vllm_tiny):
     """Two replicas (`--data-parallel-size 2`) as Ray actors of a loopback cluster (`--ray-address`) split the
     recordings and return the in-process engine's transcripts, in order. (Replica processes here start the same
     jobs through another launcher: tests/test_replicas_kinds.py, for every other kind.)"""
@@ -383,13 +383,13 @@ def test_replicas_on_ray_give_the_transcripts_of_one_engine(whisper, vllm_base):
     from vllm_eval.testing import ray_cluster
 
     pytest.importorskip("ray")
-    audios = decode_all(get_speech_task("AsteriskPrompts.it").samples[:4])
-    one = vllm_base.transcribe(audios, "it")
+    audios = decode_all(get_speech_task("AsteriskPrompts.en").samples[:4])
+    one = vllm_tiny.transcribe(audios, "en")
     with ray_cluster(num_cpus=2) as address:
         with VllmTranscriber(
-            whisper["base"], data_parallel_size=2, ray_address=address, chunk_size=2, show_progress_bar=False
+            whisper["tiny.en"], data_parallel_size=2, ray_address=address, chunk_size=2, show_progress_bar=False
         ) as on_ray:
-            assert on_ray.transcribe(audios, "it") == one
+            assert on_ray.transcribe(audios, "en") == one
             state = on_ray.pool.state()
     assert state.where == f"ray {address}" and sorted(state.jobs_done) == [0, 1] and state.lost == {}
     assert sum(state.jobs_done.values()) >= 2
