@@ -46,7 +46,9 @@ logger = logging.getLogger(__name__)
 #: CPU, 4 of mteb's clustering fits alone took 0.61 s with 1 thread and 0.91 s with 2; two processes at once took
 #: 0.64-0.83 s each with 1 thread and 2.93-3.02 s with 2 (the same v-measures); 3 logistic regressions on 1,000 x
 #: 768 took 0.41 s with 1 thread, 0.94 s with 2 (the same predictions). On one H200 host (16 cores, 4 processes of 4
-#: threads beside 4 BERT-base replicas) a clustering task of the 5 % MTEB(eng, v2) replica scored in 16-18 s.
+#: threads beside 4 BERT-base replicas) a clustering task of the 5 % MTEB(eng, v2) replica scored in 16-18 s. That
+#: host's CPU alone (scripts/scoring_threads_bench.py, docs/bench/h200-scoring-threads): one clustering and one
+#: classification task's fits took 2.9 and 0.6 s in each of 4 processes of 1 thread, 4.8 and 2.1-3.2 s with 4.
 SCORING_THREADS = 1
 
 #: ``0`` evaluates concurrent tasks on threads of this process instead (for comparison).
