@@ -177,3 +177,4 @@ def test_a_stop_that_is_caught_on_its_way_is_signalled_again():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "stopped after 1 swallowed: the vLLM engine for tiny-model held requ\n", proc.stdout
     assert "signalling again" in proc.stderr
+    assert "the stop was not obeyed (raised at " in proc.stderr  # where the caught one was raised

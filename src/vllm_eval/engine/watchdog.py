@@ -114,6 +114,8 @@ class _Watch:
 _LOCK = threading.Lock()
 _WATCHED: weakref.WeakKeyDictionary[Any, _Watch] = weakref.WeakKeyDictionary()
 _STALLED: list[str] = []
+#: Where the main thread last raised :class:`EngineStalled` (``file:line``): named when a stop was caught on its way.
+_RAISED_AT: list[str] = []
 _THREAD: list[threading.Thread] = []
 #: Whether this process's main thread raises :class:`EngineStalled` on :data:`STALL_SIGNAL`.
 _HANDLER = [False]
@@ -218,6 +220,7 @@ def install_handler() -> None:
 
 def _raise_stalled(signum: int, frame: Any) -> None:
     if _STALLED:  # a SIGUSR2 of someone else's (a batch scheduler's warning) is not a stall
+        _RAISED_AT[:] = [f"{frame.f_code.co_filename}:{frame.f_lineno}"] if frame is not None else []
         raise EngineStalled(_STALLED[0])
 
 
@@ -301,7 +304,8 @@ def _stop(entry: _Watch, age: float, progress: bool = False) -> None:
             if progress and now - signalled > RESIGNAL_S and _stepped(entry, entry.since, now, 1.0):
                 # Steps still come and requests are still held: the stop was caught on its way (by code between the
                 # handler and the caller that swallows exceptions), not obeyed. Ask again.
-                logger.warning("the stop was not obeyed (the engine is still being stepped): signalling again")
+                where = f" (raised at {_RAISED_AT[0]})" if _RAISED_AT else ""
+                logger.warning("the stop was not obeyed%s: the engine is still being stepped; signalling again", where)
                 os.kill(os.getpid(), STALL_SIGNAL)
                 signalled = now
             time.sleep(0.2)
