@@ -120,9 +120,9 @@ PY
       tr '\r' '\n' < "$out/$name-$i.log" | grep -v "it/s\]" | grep -E "│|tok/s|rror|ready" | tee -a "$out/bench-$name.txt"
     done ;;
   sweep)
-    # $N_MODELS (default 8) checkpoints bert-seed-0.. on $GPUS: one `run` each for seeds $FROM..$TO-1 (default
-    # all; with WARMUP=1 a warm-up run of seed 0 first), then one sweep (`run --model <all>`) into $SWEEP_NAME
-    # (default sweep), each timed from command to exit; the times kept in /root/work/sweep/times.txt across calls;
+    # $N_MODELS (default 8) checkpoints bert-seed-0.. on $GPUS: one sweep (`run --model <all>`) into $SWEEP_NAME
+    # (default sweep), then one `run` each for seeds $FROM..$TO-1 (default all; with WARMUP=1 a warm-up run of
+    # seed 0 first), each timed from command to exit; the times kept in /root/work/sweep/times.txt across calls;
     # then every sweep's scores compared with the separate runs' (bit for bit). SEPARATE=0 or SWEEP=0 skips a half.
     n=${N_MODELS:-8}; work=/root/work/sweep; mkdir -p "$work"; ckpts=(); sname=${SWEEP_NAME:-sweep}
     for ((i=0; i<n; i++)); do ckpts+=("$models/bert-seed-$i"); done

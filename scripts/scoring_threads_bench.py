@@ -4,8 +4,9 @@ kind, with mteb's own estimator settings (``mteb/abstasks/clustering.py``, ``mte
 10 ``MiniBatchKMeans(batch_size=512, init="k-means++", n_init=1)`` fits of 16,384 sampled points (clustering's
 bootstrap) and 10 ``LogisticRegression(max_iter=100)`` fits of 8 samples per label (classification's experiments),
 on seeded float32 vectors of ``--dim`` values. Needs only numpy, scikit-learn and threadpoolctl (no mteb, no vLLM), so
-it runs as is on a GPU host's CPU. Prints one JSON line per setting: the wall seconds of all P processes, each
-process's seconds, and whether its v-measures and predictions equal those of the one-thread setting.
+it runs as is on a GPU host's CPU. Prints one JSON line per setting: the wall seconds of all P processes (their
+seeded data's making included), each process's seconds of fitting, and whether its v-measures and predictions
+equal those of the one-thread setting.
 
     python3 scripts/scoring_threads_bench.py [--processes 1 4 8] [--threads 1 0] [--dim 768] [--json OUT.json]
 

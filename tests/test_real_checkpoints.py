@@ -242,10 +242,12 @@ def test_packaged_smollm2_from_gguf_vllm_equals_transformers_and_beats_chance(sm
     with VllmGenerator(smollm2, dtype="float32", **quiet) as g:
         ours, ours_ll = g.generate(prompts), g.loglikelihoods(contexts, options)
         res = run_multiple_choice(g, task, output_dir=tmp_path / "mc", scoring="loglikelihood", letters=False)
-        comparison = FULL and vllm_eval.compare(  # while this engine is held, compare's vllm configuration shares it
-            "generator", smollm2, backends=["vllm", "hf"], dtypes=["float32"], data=data, limit=4,
-            output_dir=tmp_path / "compare", no_cache=True, show_progress=False,
-        )  # fmt: skip
+        comparison = None
+        if FULL:  # while this engine is held, compare's vllm configuration shares it
+            comparison = vllm_eval.compare(
+                "generator", smollm2, backends=["vllm", "hf"], dtypes=["float32"], data=data, limit=4,
+                output_dir=tmp_path / "compare", no_cache=True, show_progress=False,
+            )  # fmt: skip
     accuracy = res["metrics"]["accuracy"]
     print(f"\nSmolLM2-135M-Instruct, nationality adjectives by log-likelihood: accuracy {accuracy:.3f} (chance 0.25)")
     assert accuracy >= 0.45  # 19 of 41 or more: P <= 2e-4 for a guesser
@@ -261,7 +263,7 @@ def test_packaged_smollm2_from_gguf_vllm_equals_transformers_and_beats_chance(sm
         moved = float(np.abs(hf.loglikelihoods(contexts, options) - ours_ll).max())
         print(f"a perturbed layer moves the log-likelihoods by {moved:.3f} nats")
         assert moved > 1e-3
-    if comparison:
+    if comparison is not None:
         agreement = comparison.agreement["vllm float32"]
         print(f"log-likelihoods against transformers: {agreement}")
         assert agreement["n"] == 16 and agreement["max_abs_diff"] <= 1e-3
