@@ -28,7 +28,13 @@ from typing import Any
 from ..utils.errors import EngineError
 from ..utils.modelinfo import ModelRef, resolve_model
 from .args import SMALL_CPU_CORES, effective_engine_kwargs, on_cpu
-from .procenv import big_pooling_model, choose_engine_core_process, modules_hidden, set_env_default
+from .procenv import (
+    big_pooling_model,
+    choose_engine_core_process,
+    modules_hidden,
+    set_env_default,
+    set_rendering_threads,
+)
 from .watchdog import progress_timeout_of, stall_timeout_of, unwatch, watch
 
 __all__ = [
@@ -108,6 +114,7 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
         else:
             collect_released_on_gpu()
             hide = choose_engine_core_process(in_process=big_pooling_model(model, kwargs))
+            set_rendering_threads()
         if not on_cpu() and kwargs.get("runner") == "generate":
             # FlashInfer's top-k/top-p sampler is compiled with nvcc while the engine warms up, on every machine
             # without its kernel cache: a tiny Qwen2-VL's engine took 93.4 s to warm up with it on an H100,

@@ -18,12 +18,12 @@ is cloned per task (:func:`own_evaluator`).
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..engine.procenv import cpu_cores
 from ..utils.errors import UsageError
 
 #: Most tasks evaluated at once by default, whatever the GPUs. On one H100 (16 cores, 4 BERT-base replicas, the 2 %
@@ -36,7 +36,7 @@ MAX_DEFAULT_WORKERS = 4
 
 def cores() -> int:
     """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return len(cpu_cores())
 
 
 def default_task_workers() -> int:

@@ -10,7 +10,6 @@ scoring that reads it is on (:func:`columnar`, per thread); elsewhere it returns
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+
+from ..engine.procenv import cpu_cores
 
 _state = threading.local()
 
@@ -133,7 +134,7 @@ def used_rows(rows: np.ndarray, n: int) -> np.ndarray:
 
 def worker_threads() -> int:
     """Threads for numpy work that releases the GIL: this process's cores, at most 8."""
-    return max(1, min(8, len(os.sched_getaffinity(0))))
+    return max(1, min(8, len(cpu_cores())))
 
 
 def on_threads(work: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:

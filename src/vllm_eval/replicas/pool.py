@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..engine.procenv import cpu_cores, set_by_user
 from ..engine.sizing import (
     GPU_MEMORY_SHARE,
     gpu_memory,
@@ -73,13 +74,6 @@ class Placement:
         where = self.env.get("CUDA_VISIBLE_DEVICES") or self.env.get("VLLM_CPU_OMP_THREADS_BIND") or "?"
         unit = "GPU" if "CUDA_VISIBLE_DEVICES" in self.env else "cores"
         return f"replica {self.index} ({unit} {where})"
-
-
-def _cpu_cores() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return list(range(os.cpu_count() or 1))
 
 
 def _kv_bytes_per_token(model: str, engine_kwargs: dict[str, Any]) -> int:
@@ -195,7 +189,7 @@ def plan_replicas(
     if cpu:
         if tensor_parallel_size != 1:
             raise UsageError("replicas on the CPU build need tensor_parallel_size=1")
-        cores = _cpu_cores() if devices is None else [int(d) for d in devices]
+        cores = cpu_cores() if devices is None else [int(d) for d in devices]
         if len(cores) < n:
             raise UsageError(f"{n} replicas need at least {n} CPU cores; this process may use {len(cores)}")
         per = len(cores) // n
@@ -211,7 +205,7 @@ def plan_replicas(
             # pools outside the bound worker default to every core: two replicas on this 2-core machine
             # encoded 6,411 tok/s with that, 7,815 tok/s with one thread each (scripts/ray_overhead.py).
             env = {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, mine)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-            if "OMP_NUM_THREADS" not in os.environ:  # the user's setting stands
+            if not set_by_user("OMP_NUM_THREADS"):  # the user's setting stands
                 env["OMP_NUM_THREADS"] = str(len(mine))
             out.append(Placement(index=i, env=env, wave=0, engine_kwargs=extra))
         return out
@@ -231,8 +225,8 @@ def plan_replicas(
     # core per replica oversubscribes the machine.
     threads = (
         {}
-        if "OMP_NUM_THREADS" in os.environ
-        else {"OMP_NUM_THREADS": str(max(1, len(_cpu_cores()) // (data_parallel_size * replicas_per_gpu)))}
+        if set_by_user("OMP_NUM_THREADS")
+        else {"OMP_NUM_THREADS": str(max(1, len(cpu_cores()) // (data_parallel_size * replicas_per_gpu)))}
     )
     for g in range(data_parallel_size):
         group = gpus[g * tensor_parallel_size : (g + 1) * tensor_parallel_size]
@@ -301,8 +295,6 @@ def _engine_core_in_process(tensor_parallel_size: int) -> dict[str, str]:
     of 59.4 s, encoding 24.3 s instead of 26.7 s, 95.8 s instead of 121.4 s from process start to
     results (docs/bench/h100-time-to-result).
     """
-    from ..engine.procenv import set_by_user
-
     if set_by_user(ENGINE_CORE_PROCESS) or tensor_parallel_size != 1:
         return {}  # (ours, set for an engine of this process, is not the replicas' choice)
     return {ENGINE_CORE_PROCESS: "0"}
