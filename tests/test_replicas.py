@@ -27,13 +27,13 @@ def test_gpu_placement_groups_waves_and_memory_share(monkeypatch):
     assert [p.env["CUDA_VISIBLE_DEVICES"] for p in plan_replicas(2, cpu=False, devices=["4", "6"])] == ["4", "6"]
 
 
-def test_an_engine_of_this_process_renders_on_every_core_and_replicas_keep_their_share(monkeypatch):
+def test_an_engine_of_this_process_renders_on_several_cores_and_replicas_keep_their_share(monkeypatch):
     from vllm_eval.engine import procenv
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(procenv, "ENV_SET_HERE", set())
     procenv.set_rendering_threads()  # what a GPU engine of this process sets before it starts
-    assert os.environ["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
+    assert os.environ["OMP_NUM_THREADS"] == str(min(procenv.RENDERING_THREADS, len(os.sched_getaffinity(0))))
     share = str(max(1, len(os.sched_getaffinity(0)) // 4))
     assert {p.env["OMP_NUM_THREADS"] for p in plan_replicas(2, 2, cpu=False, devices=list("01"))} == {share}
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's, which stands everywhere

@@ -114,7 +114,7 @@ def acquire_engine(model: str | os.PathLike | ModelRef, **engine_kwargs: Any):
         else:
             collect_released_on_gpu()
             hide = choose_engine_core_process(in_process=big_pooling_model(model, kwargs))
-            set_rendering_threads()
+            set_rendering_threads()  # else vLLM renders audio and images here at one torch thread
         if not on_cpu() and kwargs.get("runner") == "generate":
             # FlashInfer's top-k/top-p sampler is compiled with nvcc while the engine warms up, on every machine
             # without its kernel cache: a tiny Qwen2-VL's engine took 93.4 s to warm up with it on an H100,

@@ -41,17 +41,24 @@ def cpu_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+#: Torch threads for vLLM's rendering of multimodal inputs in this process (``OMP_NUM_THREADS``). Measured with a
+#: model of Whisper large-v3-turbo's shape on a 16-core H200 host, 4,064 recordings (``scripts/gpu_speech.sh run``,
+#: docs/speech.md): 52.8 s to transcribe at 1 thread (vLLM's default), 31.1 s at 4, 34.5 s at 8; at 16 the command
+#: had not finished its engine start after 215 s (the engine core's process inherits the setting).
+RENDERING_THREADS = 4
+
+
 def set_rendering_threads() -> None:
-    """Let vLLM render multimodal inputs in this process on every core it may use (``OMP_NUM_THREADS``, unless the
-    user set it).
+    """Let vLLM render multimodal inputs in this process on :data:`RENDERING_THREADS` cores (``OMP_NUM_THREADS``,
+    unless the user set it; fewer where this process may use fewer).
 
     vLLM computes each request's multimodal input (Whisper's log-mel, an image's resizing) inside
     ``set_default_torch_num_threads()`` (``vllm/renderers/base.py``), which runs torch at ``OMP_NUM_THREADS`` threads,
-    **one** where it is unset. Measured on a 16-core H200 host (``scripts/gpu_speech.sh features``): Whisper's
-    log-mel of a 30 s recording took 11.05 ms at one thread, 1.93 ms at 16. Replicas get their share of the cores
-    (:mod:`vllm_eval.replicas.pool`); an engine of this process gets them all.
+    **one** where it is unset: Whisper's log-mel of a 30 s recording took 11.05 ms at one thread on a 16-core H200
+    host, 3.52 ms at 4 (``scripts/gpu_speech.sh features``). Replicas get their own share of the cores
+    (:mod:`vllm_eval.replicas.pool`).
     """
-    set_env_default("OMP_NUM_THREADS", str(len(cpu_cores())))
+    set_env_default("OMP_NUM_THREADS", str(max(1, min(RENDERING_THREADS, len(cpu_cores())))))
 
 
 #: Modules that break vLLM's in-process kernel walk yet may be left out of ``sys.modules`` while an
