@@ -97,6 +97,29 @@ def test_the_models_failure_is_raised_as_itself_and_no_process_is_left(st_encode
     assert _left_running() == []
 
 
+def _thread_pools(model, task):
+    """Run in a task process: its BLAS and OpenMP pools once scikit-learn and SciPy are loaded, as mteb loads them."""
+    import scipy.linalg  # noqa: F401
+    import sklearn.cluster  # noqa: F401
+    from threadpoolctl import threadpool_info
+
+    return [(pool["internal_api"], pool["filepath"], pool["num_threads"]) for pool in threadpool_info()]
+
+
+def test_a_task_process_scores_with_one_thread_in_every_pool(st_encoder):
+    """NumPy is loaded in a task process before its settings are (the module that runs it imports NumPy): its
+    BLAS must still have one thread, as scikit-learn's OpenMP and SciPy's BLAS do."""
+    from vllm_eval.evaluation.task_processes import SCORING_THREADS
+
+    processes = TaskProcesses(1)
+    try:
+        pools = processes.evaluate(st_encoder, _tasks()[0], _thread_pools, ())
+    finally:
+        processes.close()
+    assert {api for api, _, _ in pools} >= {"openblas", "openmp"}
+    assert {threads for _, _, threads in pools} == {SCORING_THREADS}, pools
+
+
 def test_a_process_that_dies_is_named_with_its_task(st_encoder, tmp_path):
     processes = TaskProcesses(1)
 

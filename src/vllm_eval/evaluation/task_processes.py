@@ -393,12 +393,24 @@ def _child(
     one GPU its scoring may use (:func:`scoring_gpus`), None: as the command."""
     # Ctrl-C reaches the whole process group: the command stops these processes itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[name] = str(threads)  # before NumPy, scikit-learn and torch start their pools
+    limit_threads(threads)
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before torch counts the GPUs
     set_up(logging_as)
     serve_tasks(conn, first)
+
+
+def limit_threads(threads: int) -> None:
+    """Give this process's BLAS and OpenMP pools ``threads`` threads: the environment for the libraries not loaded
+    yet (scikit-learn's OpenMP, SciPy's BLAS, torch), and threadpoolctl for those loaded already. NumPy is: this
+    module imports it, so a spawned task process has it before :func:`_child` runs, and its OpenBLAS had taken
+    every core from the environment (it had 2 threads in the task processes on this repository's 2-core machine;
+    on a 16-core GPU host a sweep's clustering then scored several times slower than the same fits alone)."""
+    from threadpoolctl import threadpool_limits
+
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    threadpool_limits(limits=threads)  # not as a context: for the process's life
 
 
 def serve_tasks(conn: Any, first: bytes | None) -> None:
