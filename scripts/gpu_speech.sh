@@ -77,7 +77,7 @@ PY
     mkdir -p /root/work
     { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
       python3 -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
-    } 2>/dev/null | tee "$out/setup.txt"
+    } 2>/dev/null | tee -a "$out/setup.txt"
     start=$(date +%s.%N)
     python3 - "$models" "${REPEAT:-16}" <<'PY' 2>&1 | grep -v "it/s" | tail -5 | tee -a "$out/setup.txt"
 import json, sys

@@ -16,7 +16,7 @@ import pytest
 from mteb.models.abs_encoder import AbsEncoder
 
 from vllm_eval.evaluation.results import evaluate
-from vllm_eval.evaluation.task_processes import TaskProcessError, TaskProcesses, wanted
+from vllm_eval.evaluation.task_processes import SCORING_THREADS, TaskProcessError, TaskProcesses, wanted
 from vllm_eval.utils.errors import EngineError
 
 
@@ -104,20 +104,6 @@ def _thread_pools(model, task):
     from threadpoolctl import threadpool_info
 
     return [(pool["internal_api"], pool["filepath"], pool["num_threads"]) for pool in threadpool_info()]
-
-
-def test_a_task_process_scores_with_one_thread_in_every_pool(st_encoder):
-    """NumPy is loaded in a task process before its settings are (the module that runs it imports NumPy): its
-    BLAS must still have one thread, as scikit-learn's OpenMP and SciPy's BLAS do."""
-    from vllm_eval.evaluation.task_processes import SCORING_THREADS
-
-    processes = TaskProcesses(1)
-    try:
-        pools = processes.evaluate(st_encoder, _tasks()[0], _thread_pools, ())
-    finally:
-        processes.close()
-    assert {api for api, _, _ in pools} >= {"openblas", "openmp"}
-    assert {threads for _, _, threads in pools} == {SCORING_THREADS}, pools
 
 
 def test_a_process_that_dies_is_named_with_its_task(st_encoder, tmp_path):
@@ -236,7 +222,7 @@ def test_own_data_tasks_stay_in_the_commands_process_with_the_same_scores(st_enc
     assert not _left_running()
 
 
-def test_processes_keeping_task_data_load_it_once_and_score_as_fresh_tasks():
+def test_processes_keeping_task_data_load_it_once_score_as_fresh_tasks_and_on_one_thread():
     # A sweep's task processes keep each task's data for the next model (keep_data): the second and third
     # evaluations load nothing, and each scores as a fresh task does (mteb's clustering draws from the task's own
     # generator: a reused task object would not). Hashed vectors stand in for a model.
@@ -255,8 +241,13 @@ def test_processes_keeping_task_data_load_it_once_and_score_as_fresh_tasks():
                      keep_processes=True)[0].main_score
             for _ in range(3)
         ]  # fmt: skip
+        # NumPy is loaded in a task process before its settings are (the module that runs it imports NumPy): its
+        # BLAS must still have one thread, as scikit-learn's OpenMP and SciPy's BLAS do.
+        pools = processes.evaluate(encoder, select_tasks(["TwentyNewsgroupsMini"])[0], _thread_pools, ())
     finally:
         processes.close()
     assert scores == [alone[0].main_score] * 3
     assert loads() - before == 1
+    assert {api for api, _, _ in pools} >= {"openblas", "openmp"}
+    assert {threads for _, _, threads in pools} == {SCORING_THREADS}, pools
     assert _left_running() == []
