@@ -123,7 +123,9 @@ PY
     # $N_MODELS (default 8) checkpoints bert-seed-0.. on $GPUS: one sweep (`run --model <all>`) into $SWEEP_NAME
     # (default sweep), then one `run` each for seeds $FROM..$TO-1 (default all; with WARMUP=1 a warm-up run of
     # seed 0 first), each timed from command to exit; the times kept in /root/work/sweep/times.txt across calls;
-    # then every sweep's scores compared with the separate runs' (bit for bit). SEPARATE=0 or SWEEP=0 skips a half.
+    # then every sweep's scores compared with the separate runs' (bit for bit). SEPARATE=0 or SWEEP=0 skips a half:
+    # on a fresh machine run the runs first (SWEEP=0, then SEPARATE=0), since its first vLLM command pays about
+    # 25 s of cold caches (docs/bench/h200-sweep-3).
     n=${N_MODELS:-8}; work=/root/work/sweep; mkdir -p "$work"; ckpts=(); sname=${SWEEP_NAME:-sweep}
     for ((i=0; i<n; i++)); do ckpts+=("$models/bert-seed-$i"); done
     # $LIMIT: seconds for each command (default 150 a run, 560 the sweep: 8 models, ~400 s projected on a 16-core host).

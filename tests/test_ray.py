@@ -15,7 +15,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from vllm_eval.testing import ray_cluster, row_cosines
+from vllm_eval.testing import ray_cluster, row_cosines, thread_pools
 from vllm_eval.utils.errors import ReplicaError, UsageError
 
 ray = pytest.importorskip("ray")
@@ -88,6 +88,11 @@ def test_tasks_scored_in_ray_actors_score_as_here(cluster, vllm_encoder, one_eng
     assert sorted(json.loads(line)["task"] for line in settings.read_text().splitlines()) == sorted(TASKS)
 
     lone = RayTaskProcesses(cluster, 1)
+    # An actor's BLAS and OpenMP pools have its CPUs' threads (NumPy was loaded before it was told), as a task
+    # process's have one.
+    pools = lone.evaluate(vllm_encoder, get_tasks(TASKS[:1])[0], thread_pools, ())
+    assert {api for api, _, _ in pools} >= {"openblas", "openmp"}
+    assert {threads for _, _, threads in pools} == {1}, pools
     # On a CPU-only cluster the replicas share the cores the task actors (placed first) left them.
     with pytest.raises(UsageError, match=r"^2 replicas need a CPU each; the Ray cluster has 2, 1 of them held by"):
         _bundle(ray.cluster_resources(), ray.nodes(), 2, 1, 1, held_cpus(ray))

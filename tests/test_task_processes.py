@@ -17,6 +17,7 @@ from mteb.models.abs_encoder import AbsEncoder
 
 from vllm_eval.evaluation.results import evaluate
 from vllm_eval.evaluation.task_processes import SCORING_THREADS, TaskProcessError, TaskProcesses, wanted
+from vllm_eval.testing import thread_pools
 from vllm_eval.utils.errors import EngineError
 
 
@@ -95,15 +96,6 @@ def test_the_models_failure_is_raised_as_itself_and_no_process_is_left(st_encode
     with pytest.raises(EngineError, match="input 3"):
         evaluate(_Model(st_encoder, fail), _tasks(), output_dir=tmp_path, show_progress_bar=False, concurrent_tasks=2)
     assert _left_running() == []
-
-
-def _thread_pools(model, task):
-    """Run in a task process: its BLAS and OpenMP pools once scikit-learn and SciPy are loaded, as mteb loads them."""
-    import scipy.linalg  # noqa: F401
-    import sklearn.cluster  # noqa: F401
-    from threadpoolctl import threadpool_info
-
-    return [(pool["internal_api"], pool["filepath"], pool["num_threads"]) for pool in threadpool_info()]
 
 
 def test_a_process_that_dies_is_named_with_its_task(st_encoder, tmp_path):
@@ -243,7 +235,7 @@ def test_processes_keeping_task_data_load_it_once_score_as_fresh_tasks_and_on_on
         ]  # fmt: skip
         # NumPy is loaded in a task process before its settings are (the module that runs it imports NumPy): its
         # BLAS must still have one thread, as scikit-learn's OpenMP and SciPy's BLAS do.
-        pools = processes.evaluate(encoder, select_tasks(["TwentyNewsgroupsMini"])[0], _thread_pools, ())
+        pools = processes.evaluate(encoder, select_tasks(["TwentyNewsgroupsMini"])[0], thread_pools, ())
     finally:
         processes.close()
     assert scores == [alone[0].main_score] * 3

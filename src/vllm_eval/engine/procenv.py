@@ -44,7 +44,7 @@ def cpu_cores() -> list[int]:
 #: Torch threads for vLLM's rendering of multimodal inputs in this process (``OMP_NUM_THREADS``). Measured with a
 #: model of Whisper large-v3-turbo's shape on a 16-core H200 host, 4,064 recordings (``scripts/gpu_speech.sh run``,
 #: docs/speech.md): 52.8 s to transcribe at 1 thread (vLLM's default), 31.1 s at 4, 34.5 s at 8; at 16 the command
-#: had not finished its engine start after 215 s (the engine core's process inherits the setting).
+#: had not finished its engine start after 215 s (with a cold compile cache, so not told apart from a slow compile).
 RENDERING_THREADS = 4
 
 

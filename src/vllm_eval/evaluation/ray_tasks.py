@@ -34,7 +34,7 @@ from typing import Any
 
 from ..replicas.ray import PLACEMENT_TIMEOUT_S, connect
 from ..utils.errors import UsageError
-from .task_processes import TaskProcessError, TaskProcesses, serve_tasks, set_up
+from .task_processes import TaskProcessError, TaskProcesses, limit_threads, serve_tasks, set_up
 
 __all__ = ["RayTaskProcesses", "TASK_CPUS"]
 
@@ -93,7 +93,7 @@ class RayTaskProcesses(TaskProcesses):
         where = PlacementGroupSchedulingStrategy(placement_group=self._pg, placement_group_bundle_index=k)
         # Threaded, so that put and where are answered while a take waits for the loop's next message.
         options = {"num_cpus": self._cpus, "max_concurrency": 4, "max_restarts": 0, "scheduling_strategy": where}
-        return _Actor(self._ray, self._actor_class.options(**options).remote(first, logging_as))
+        return _Actor(self._ray, self._actor_class.options(**options).remote(first, logging_as, self._settings[0]))
 
     def _as_sent(self, run: Callable[..., Any], args: tuple, folders: dict[str, str]) -> tuple:
         names = sorted(folders)
@@ -114,13 +114,15 @@ class _TaskActor:
     """A worker of :class:`RayTaskProcesses` (made remote there): the task processes' loop on a thread, its
     messages in and out through queues that :meth:`put` and :meth:`take` serve to the driver."""
 
-    def __init__(self, first: bytes | None, logging_as: tuple[bool, str | None] | None) -> None:
+    def __init__(self, first: bytes | None, logging_as: tuple[bool, str | None] | None, threads: int) -> None:
         self._in: queue.Queue = queue.Queue()
         self._out: queue.Queue = queue.Queue()
-        threading.Thread(target=self._main, args=(first, logging_as), name="vllm-eval-tasks", daemon=True).start()
+        args = (first, logging_as, threads)
+        threading.Thread(target=self._main, args=args, name="vllm-eval-tasks", daemon=True).start()
 
-    def _main(self, first: bytes | None, logging_as: tuple[bool, str | None] | None) -> None:
+    def _main(self, first: bytes | None, logging_as: tuple[bool, str | None] | None, threads: int) -> None:
         try:
+            limit_threads(threads)  # a Ray worker has NumPy loaded, its pools sized by the node's environment
             set_up(logging_as)
             serve_tasks(_Queues(self._in, self._out), first)
         except BaseException:  # as a task process that fails to start: the driver hears of a lost actor

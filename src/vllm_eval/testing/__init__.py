@@ -48,6 +48,7 @@ from .harness import (
     serve_models,
     stub_server,
     text_loader,
+    thread_pools,
     url_of,
 )
 from .shapes import CHATML_TEMPLATE, tiny_tokenizer
@@ -106,6 +107,7 @@ __all__ = [
     "serve_models",
     "stub_server",
     "text_loader",
+    "thread_pools",
     "tiny_tokenizer",
     "url_of",
 ]

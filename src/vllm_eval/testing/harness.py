@@ -246,3 +246,14 @@ def stalled_job(llm: Any, payload: Any) -> None:
     from ..engine.watchdog import EngineStalled
 
     raise EngineStalled(f"the vLLM engine for {payload!r} made no progress (a test's stall)")
+
+
+def thread_pools(model: object, task: object) -> list[tuple[str, str, int]]:
+    """``(internal_api, library path, threads)`` of each BLAS and OpenMP pool of the process it runs in, once
+    scikit-learn and SciPy are loaded as mteb loads them: a ``run`` for ``TaskProcesses.evaluate`` (``model`` and
+    ``task`` unused), to check what a task process or Ray task actor scores with."""
+    import scipy.linalg  # noqa: F401
+    import sklearn.cluster  # noqa: F401
+    from threadpoolctl import threadpool_info
+
+    return [(pool["internal_api"], pool["filepath"], pool["num_threads"]) for pool in threadpool_info()]
