@@ -26,7 +26,7 @@
 #            per checkpoint $FROM..$TO-1 (default all; WARMUP=1: a warm-up run of seed 0 first), each timed; the
 #            times kept on the machine across calls (split the runs over calls of 10 minutes); every sweep's scores
 #            compared with the separate runs'; $OUT/sweep.txt, $SWEEP_NAME.json, sweep.tgz. SEPARATE=0 or SWEEP=0
-#            skips a half.
+#            skips a half. $SPYREC=HZ records the sweep as `run` does ($OUT/$SWEEP_NAME-rec.txt.gz).
 #   bench    `vllm-eval bench` of $MODEL, fixed:512 texts (max_model_len 8192; BERT-base's 512), $N_TEXTS (default
 #            2000), one backend per configuration of $CONFIGS (extra flags per configuration, separated by ';'), each
 #            its own process on $GPUS; $OUT/bench-NAME.txt.
@@ -134,8 +134,16 @@ PY
     note() { echo "$1" | tee -a "$out/sweep.txt" >> "$work/times.txt"; }
     if [ "${SWEEP:-1}" = 1 ]; then
       rm -rf "${work:?}/$sname"; start=$(date +%s.%N); limit=560
-      go "$work/$sname" --model "${ckpts[@]}" > "$work/$sname.txt" 2>&1
-      note "sweep $sname of $n, extra '${EXTRA:-}': exit $?, $(secs "$start") s"
+      go "$work/$sname" --model "${ckpts[@]}" > "$work/$sname.txt" 2>&1 &
+      cmd=$!
+      if [ -n "${SPYREC:-}" ]; then  # the whole sweep sampled, as `run` does (scripts/spy_summary.py reads it)
+        sleep 2; py=$(pgrep -P "$cmd" -f vllm_eval.cli | head -1)
+        "${PYSPY:-py-spy}" record --pid "${py:-$cmd}" --subprocesses --threads --nonblocking -r "$SPYREC" --format raw \
+          -o "$work/$sname-rec.txt" > "$work/$sname-spy.log" 2>&1 &
+      fi
+      wait $cmd
+      note "sweep $sname of $n, extra '${EXTRA:-}'${SPYREC:+, py-spy at $SPYREC Hz}: exit $?, $(secs "$start") s"
+      sleep 2; [ -f "$work/$sname-rec.txt" ] && gzip -c "$work/$sname-rec.txt" > "$out/$sname-rec.txt.gz"
       grep -E "layout|rror" "$work/$sname.txt" | sort | uniq -c | head -5 | tee -a "$out/sweep.txt"
       cp "$work/$sname/sweep.json" "$out/$sname.json" 2>/dev/null
     fi

@@ -104,7 +104,8 @@ PY
     python3 -m vllm.entrypoints.openai.api_server --model "$models/$model" --port 8123 ${SERVE_FLAGS:-} > "$log" 2>&1 &
     server=$!; start=$(date +%s.%N); ready=0
     for _ in $(seq 1 "${START_LIMIT:-240}"); do
-      curl -sf http://127.0.0.1:8123/health > /dev/null 2>&1 && { ready=1; break; }
+      python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8123/health', timeout=2)" 2>/dev/null \
+        && { ready=1; break; }
       kill -0 $server 2>/dev/null || break; sleep 1
     done
     echo "serve $model: ready=$ready after $(secs "$start") s, flags '${SERVE_FLAGS:-}'" | tee "$out/serve-$model.txt"
