@@ -4,7 +4,9 @@
 # end; and `vllm serve` driven by the remote backend at several concurrencies.
 # Staging (on this machine, before the first call): bash ../shared/device/stage-vllm.sh --with-project-deps \
 #   soundfile cffi pycparser soxr jiwer click rapidfuzz whisper-normalizer indic-numtowords more-itertools text2num \
-#   sacrebleu colorama lxml portalocker tabulate
+#   sacrebleu colorama lxml portalocker tabulate uvicorn h11 python-multipart annotated-doc anyio
+# (the last five for `serve`: vLLM's server did not start on the GPU image without uvicorn; `setup` says whether its
+# module imports)
 # (its parts re-split under 48 MB: the working tree travels with each carry, 64 MiB in all), then the real base
 # weights (fp16) and the English recordings, in parts of 48 MB: `bash scripts/gpu_speech.sh
 # .devstage stage` writes .devstage/x0 ... (needs the test extra's Whisper packages and `make speech-data`); carry
@@ -78,6 +80,9 @@ PY
     { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
       python3 -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
     } 2>/dev/null | tee -a "$out/setup.txt"
+    { python3 -c "import vllm.entrypoints.openai.api_server" > /dev/null 2>&1 && echo "server module: imported" \
+      || python3 -c "import vllm.entrypoints.openai.api_server" 2>&1 | tail -1 | sed 's/^/server module: /'; } \
+      | tee -a "$out/setup.txt"
     start=$(date +%s.%N)
     python3 - "$models" "${REPEAT:-16}" <<'PY' 2>&1 | grep -v "it/s" | tail -5 | tee -a "$out/setup.txt"
 import json, sys

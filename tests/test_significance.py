@@ -114,3 +114,30 @@ def test_entity_f1_units_give_seqevals_f1_on_the_whole_and_on_draws(sentences, s
         else:
             assert np.isnan(got[row])
     assert sample_units("bleu", rows) is None and sample_units("accuracy", rows) is None  # no field: no units
+
+
+def test_a_sweeps_comparisons_in_processes_are_those_of_one_process(tmp_path, caplog):
+    """``sweep_significance`` spread over spawned processes (where the units are big: a GPU host's sweep spent 26 s on
+    them one after another) gives every model's differences exactly as done in this process."""
+    from vllm_eval.evaluation.scoring.units import _Recorder, write_units
+    from vllm_eval.measure.significance import _comparison_workers, sweep_significance
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 400).astype(float)
+    folders = []
+    for m in range(3):
+        queries = _Recorder("ndcg_at_10")
+        queries.put("mean", np.clip(_units(300, seed=m)[1], 0, 1), ids=[f"q{i}" for i in range(300)])
+        pairs = _Recorder("max_ap")
+        pairs.put("max_average_precision", np.c_[labels, labels[:, None] + rng.normal(0, 1 + m, (400, 5))])
+        write_units(tmp_path / f"m{m}" / "units" / "Queries.npz", "Queries", queries)
+        write_units(tmp_path / f"m{m}" / "units" / "Pairs.npz", "Pairs", pairs)
+        folders.append(tmp_path / f"m{m}")
+    names = ["m0", "m1", "m2"]
+    here = sweep_significance(names, folders, workers=1)
+    with caplog.at_level("INFO", logger="vllm_eval.measure.significance"):
+        assert sweep_significance(names, folders, workers=2) == here
+    assert "2 models against the first" in caplog.text and "in 2 processes" in caplog.text
+    assert sorted(here) == ["m1", "m2"] and all(sorted(d) == ["Pairs", "Queries"] for d in here.values())
+    assert all(d["Pairs"]["delta"] < 0 and d["Pairs"]["significant"] for d in here.values())  # noisier: lower max AP
+    assert _comparison_workers(2, folders[0], None) == 1  # a few KB of units: not worth a process
