@@ -380,8 +380,10 @@ def sweep_significance(
             n = 1
     if results is None:
         results = [compare(folder) for _, folder in later]
-    logger.info("paired bootstrap of %d models against the first: %.1f s in %d processes", len(later),
-                time.perf_counter() - start, n)  # fmt: skip
+    where = f"in {n} processes" if n > 1 else "in this process"
+    logger.info(
+        "paired bootstrap of %d models against the first: %.1f s %s", len(later), time.perf_counter() - start, where
+    )
     return dict(zip([label for label, _ in later], results, strict=True))
 
 
