@@ -360,9 +360,9 @@ def sweep_significance(
     the MTEB(eng, v2) replica at fraction 0.05 (one H200 host, 16 cores) spent 26 s after its last model on seven
     comparisons done one after another, against 17 s for each later model (docs/bench/h200-sweep-4).
     """
-    if not folders or folders[0] is None:
-        return {}
     later = [(label, folder) for label, folder in zip(labels[1:], folders[1:], strict=True) if folder is not None]
+    if not folders or folders[0] is None or not later:
+        return {}
     compare = functools.partial(compare_runs, folders[0], **kwargs)
     n = _comparison_workers(len(later), folders[0], workers)
     start = time.perf_counter()
