@@ -38,6 +38,13 @@ fraction=${FRACTION:-0.02}; replica=/root/work/replica-$fraction
 model=${MODEL:-qwen3-8b}; dtype=${DTYPE:-$([ "$model" = bert-base ] && echo float16 || echo bfloat16)}
 gpus=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
 secs() { python3 -c "print(round($(date +%s.%N) - $1, 1))"; }
+# spyrec PID FILE: py-spy samples the command started as PID (its Python child, under `timeout`) and its subprocesses
+# at $SPYREC a second into FILE, raw (scripts/spy_summary.py reads it), in the background.
+spyrec() {
+  sleep 2; local py; py=$(pgrep -P "$1" -f vllm_eval.cli | head -1)
+  "${PYSPY:-py-spy}" record --pid "${py:-$1}" --subprocesses --threads --nonblocking -r "$SPYREC" --format raw \
+    -o "$2" > "$2.log" 2>&1 &
+}
 case $part in
   setup)
     { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
@@ -79,11 +86,7 @@ case $part in
           > "$work/killed.txt"
         pkill -9 -P "$victim"; kill -9 "$victim" ) &
     fi
-    if [ -n "${SPYREC:-}" ]; then
-      sleep 2; py=$(pgrep -P "$cmd" -f vllm_eval.cli | head -1)
-      "${PYSPY:-py-spy}" record --pid "${py:-$cmd}" --subprocesses --threads --nonblocking -r "$SPYREC" --format raw \
-        -o "$work/rec.txt" > "$work/spy-record.log" 2>&1 &
-    fi
+    [ -n "${SPYREC:-}" ] && spyrec "$cmd" "$work/rec.txt"
     if [ -n "${SPY:-}" ]; then
       ( sleep "$SPY"; for p in $(pgrep -f "vllm_eval" ); do echo "== pid $p: $(tr '\0' ' ' < /proc/$p/cmdline | cut -c1-150)"; \
         timeout 20 "${PYSPY:-py-spy}" dump --pid "$p" 2>&1 | head -60; done > "$out/$name-spy.txt" ) &
@@ -136,11 +139,7 @@ PY
       rm -rf "${work:?}/$sname"; start=$(date +%s.%N); limit=560
       go "$work/$sname" --model "${ckpts[@]}" > "$work/$sname.txt" 2>&1 &
       cmd=$!
-      if [ -n "${SPYREC:-}" ]; then  # the whole sweep sampled, as `run` does (scripts/spy_summary.py reads it)
-        sleep 2; py=$(pgrep -P "$cmd" -f vllm_eval.cli | head -1)
-        "${PYSPY:-py-spy}" record --pid "${py:-$cmd}" --subprocesses --threads --nonblocking -r "$SPYREC" --format raw \
-          -o "$work/$sname-rec.txt" > "$work/$sname-spy.log" 2>&1 &
-      fi
+      [ -n "${SPYREC:-}" ] && spyrec "$cmd" "$work/$sname-rec.txt"
       wait $cmd
       note "sweep $sname of $n, extra '${EXTRA:-}'${SPYREC:+, py-spy at $SPYREC Hz}: exit $?, $(secs "$start") s"
       sleep 2; [ -f "$work/$sname-rec.txt" ] && gzip -c "$work/$sname-rec.txt" > "$out/$sname-rec.txt.gz"

@@ -80,9 +80,8 @@ PY
     { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
       python3 -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
     } 2>/dev/null | tee -a "$out/setup.txt"
-    { python3 -c "import vllm.entrypoints.openai.api_server" > /dev/null 2>&1 && echo "server module: imported" \
-      || python3 -c "import vllm.entrypoints.openai.api_server" 2>&1 | tail -1 | sed 's/^/server module: /'; } \
-      | tee -a "$out/setup.txt"
+    err=$(python3 -c "import vllm.entrypoints.openai.api_server" 2>&1 > /dev/null | tail -1)
+    echo "server module: ${err:-imported}" | tee -a "$out/setup.txt"
     start=$(date +%s.%N)
     python3 - "$models" "${REPEAT:-16}" <<'PY' 2>&1 | grep -v "it/s" | tail -5 | tee -a "$out/setup.txt"
 import json, sys

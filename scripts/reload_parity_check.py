@@ -35,10 +35,12 @@ def _texts(paths: list[str], limit: int) -> list[str]:
 
 def _parameters(llm) -> dict[str, tuple]:
     """Each parameter of the in-process model: shape, strides, dtype and a hash of its bytes."""
+    import torch
+
     model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
     out = {}
     for name, p in model.named_parameters():
-        data = p.detach().contiguous().cpu().view(-1).view(__import__("torch").uint8).numpy().tobytes()
+        data = p.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes()
         out[name] = (tuple(p.shape), tuple(p.stride()), str(p.dtype), hashlib.sha1(data).hexdigest()[:12])
     return out
 

@@ -117,8 +117,8 @@ def test_entity_f1_units_give_seqevals_f1_on_the_whole_and_on_draws(sentences, s
 
 
 def test_a_sweeps_comparisons_in_processes_are_those_of_one_process(tmp_path, caplog):
-    """``sweep_significance`` spread over spawned processes (where the units are big: a GPU host's sweep spent 26 s on
-    them one after another) gives every model's differences exactly as done in this process."""
+    """``sweep_significance`` with comparisons in forked children (where the units are big: a GPU host's sweep spent
+    26 s on them one after another) gives every model's differences exactly as done in this process."""
     from vllm_eval.evaluation.scoring.units import _Recorder, write_units
     from vllm_eval.measure.significance import _comparison_workers, sweep_significance
 
@@ -138,6 +138,7 @@ def test_a_sweeps_comparisons_in_processes_are_those_of_one_process(tmp_path, ca
     with caplog.at_level("INFO", logger="vllm_eval.measure.significance"):
         assert sweep_significance(names, folders, workers=2) == here
     assert "2 models against the first" in caplog.text and "in 2 processes" in caplog.text
+    assert "computing it here" not in caplog.text  # the forked child answered (utils.forked warns where it did not)
     assert sorted(here) == ["m1", "m2"] and all(sorted(d) == ["Pairs", "Queries"] for d in here.values())
     assert all(d["Pairs"]["delta"] < 0 and d["Pairs"]["significant"] for d in here.values())  # noisier: lower max AP
     assert _comparison_workers(2, folders[0], None) == 1  # a few KB of units: not worth a process

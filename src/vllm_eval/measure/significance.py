@@ -354,37 +354,44 @@ def sweep_significance(
     """Each model of a sweep against the first (:func:`compare_runs` of their folders): label -> task -> difference;
     the first model and those without a folder are left out.
 
-    The comparisons are independent and seeded, so they run in up to ``workers`` spawned processes at once (default:
-    one per core, at most one per comparison) when there are several and the first model's units reach
-    :data:`PARALLEL_UNITS_BYTES`; the numbers are the same either way. Why: a sweep of eight BERT-base checkpoints on
-    the MTEB(eng, v2) replica at fraction 0.05 (one H200 host, 16 cores) spent 26 s after its last model on seven
-    comparisons done one after another, against 17 s for each later model (docs/bench/h200-sweep-4).
+    The comparisons are independent and seeded, so up to ``workers`` run at once (default: one per core, at most one
+    per comparison), all but one in forked children (:mod:`vllm_eval.utils.forked`, which computes a comparison here
+    where its child fails), when there are several and the first model's units reach :data:`PARALLEL_UNITS_BYTES`;
+    the numbers are the same either way. Why: a sweep of eight BERT-base checkpoints on the MTEB(eng, v2) replica at
+    fraction 0.05 (one H200 host, 16 cores) spent 26 s after its last model on seven comparisons done one after
+    another, against 17 s for each later model (docs/bench/h200-sweep-4).
     """
+    from ..utils import forked
+
     later = [(label, folder) for label, folder in zip(labels[1:], folders[1:], strict=True) if folder is not None]
     if not folders or folders[0] is None or not later:
         return {}
     compare = functools.partial(compare_runs, folders[0], **kwargs)
     n = _comparison_workers(len(later), folders[0], workers)
     start = time.perf_counter()
-    results = None
-    if n > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        from concurrent.futures.process import BrokenProcessPool
-
+    results: list[dict[str, Any]] = []
+    for at in range(0, len(later), n):
+        batch = [(i, later[i][1]) for i in range(at, min(at + n, len(later)))]
+        ahead = [item for item in batch[1:] if forked.start(_compare_one, compare, *item)]
         try:
-            with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
-                results = list(pool.map(compare, [folder for _, folder in later]))
-        except (BrokenProcessPool, OSError) as exc:  # no processes here (a sandbox, a limit): the same numbers here
-            logger.info("the bootstrap runs in this process: no processes for it (%s)", exc)
-            n = 1
-    if results is None:
-        results = [compare(folder) for _, folder in later]
+            results.append(compare(batch[0][1]))
+            for item in batch[1:]:
+                found, value = forked.take(_compare_one, compare, *item) if item in ahead else (False, None)
+                results.append(value if found else compare(item[1]))
+        finally:
+            for item in ahead:
+                forked.cancel(_compare_one, compare, *item)
     where = f"in {n} processes" if n > 1 else "in this process"
     logger.info(
         "paired bootstrap of %d models against the first: %.1f s %s", len(later), time.perf_counter() - start, where
     )
     return dict(zip([label for label, _ in later], results, strict=True))
+
+
+def _compare_one(compare: Callable[[Any], dict[str, Any]], index: int, folder: Any) -> dict[str, Any]:
+    """``compare(folder)``; ``index`` (the comparison's place) keys its forked child apart from another comparison
+    of the same folder object."""
+    return compare(folder)
 
 
 def _comparison_workers(comparisons: int, first: Any, workers: int | None) -> int:
