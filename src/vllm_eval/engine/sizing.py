@@ -37,7 +37,8 @@ GPU_MEMORY_SHARE = 0.9
 #: of scores (``models.encoder.search.DEVICE_BYTES``, 1 GiB) and its headroom (0.5 GiB).
 SCORER_BYTES = 2 * 1024**3
 #: Processes that may score on one GPU beside an engine: the command's and up to four task processes
-#: (``evaluation.concurrency.MAX_DEFAULT_WORKERS``; on several GPUs each task process scores on one of them). Two
+#: (``evaluation.concurrency.MAX_DEFAULT_WORKERS``, also for a sweep of models bigger than
+#: :data:`FOUR_REPLICAS_MAX_PARAMS`; on several GPUs each task process scores on one of them). Two
 #: task processes next to an 8B engine held 1.3 and 2.2 GB of an H100 and the engine's next step ran out of memory.
 SCORING_PROCESSES = 5
 SCORING_RESERVE_BYTES = SCORING_PROCESSES * SCORER_BYTES

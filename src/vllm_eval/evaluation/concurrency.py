@@ -32,6 +32,13 @@ from ..utils.errors import UsageError
 #: (docs/bench/h100-task-processes). On four H100s (64 cores, 16 replicas, the whole replica): 4 at once 132.6 s,
 #: 8 at once 131.5 s, 16 at once 159.4 s (the engines ready after 56 s instead of 31 s; docs/bench/h100x4-scaling).
 MAX_DEFAULT_WORKERS = 4
+#: Most tasks a sweep of small models (at most ``engine.sizing.FOUR_REPLICAS_MAX_PARAMS``) evaluates at once by
+#: default: its task processes start once, so more of them no longer slow an engine's start, and a later model's
+#: tasks, all loaded, then keep the engine busy. One H200 host (16 cores), 8 random-weight BERT-base checkpoints, the
+#: 5 % MTEB(eng, v2) replica: later models 12.3-13.3 s each with 8 at once against 15.4-16.8 s with 4, the engine
+#: then encoding 12.2 of a model's 13.1 s (docs/bench/h200-sweep-5). Bigger models keep 4: each task process may
+#: hold GPU memory for mteb's similarity beside the engine (``engine.sizing.SCORING_PROCESSES``).
+MAX_SWEEP_WORKERS = 8
 
 
 def cores() -> int:
@@ -39,12 +46,12 @@ def cores() -> int:
     return len(cpu_cores())
 
 
-def default_task_workers() -> int:
+def default_task_workers(sweep: bool = False) -> int:
     """Tasks evaluated at once when not asked: 1 on a machine of 4 cores or fewer (there the cores encode
     and score in turn, and overlapping them gains nothing), else half the cores, at most
-    :data:`MAX_DEFAULT_WORKERS`."""
+    :data:`MAX_DEFAULT_WORKERS` (``sweep``, a sweep of small models: :data:`MAX_SWEEP_WORKERS`)."""
     n = cores()
-    return 1 if n <= 4 else min(MAX_DEFAULT_WORKERS, n // 2)
+    return 1 if n <= 4 else min(MAX_SWEEP_WORKERS if sweep else MAX_DEFAULT_WORKERS, n // 2)
 
 
 #: Seconds of mteb's scoring per sample by task type, for the order tasks start in: classification per training
@@ -106,9 +113,9 @@ def in_run_order(tasks: Sequence[Any], workers: int) -> list[Any]:
     return sorted(tasks, key=lambda t: (expected_scoring(t), expected_size(t)), reverse=True)
 
 
-def task_workers(requested: int | None, n_tasks: int, *, recording: bool = False) -> int:
-    """``requested`` tasks at once (None: :func:`default_task_workers`), never more than there are tasks; 1 when
-    ``recording`` (a parity check records the inputs of the model, not of a task).
+def task_workers(requested: int | None, n_tasks: int, *, recording: bool = False, sweep: bool = False) -> int:
+    """``requested`` tasks at once (None: :func:`default_task_workers`, ``sweep`` passed on), never more than there
+    are tasks; 1 when ``recording`` (a parity check records the inputs of the model, not of a task).
 
     Raises:
         UsageError: ``requested`` is not a positive int.
@@ -116,7 +123,7 @@ def task_workers(requested: int | None, n_tasks: int, *, recording: bool = False
     if recording:
         return 1
     if requested is None:
-        requested = default_task_workers()
+        requested = default_task_workers(sweep)
     if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
         raise UsageError(f"concurrent_tasks must be a positive int, got {requested!r}")
     return max(1, min(requested, n_tasks))

@@ -162,7 +162,8 @@ def _add_scoring_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tasks evaluated at once: one scores on the CPU while another encodes, an encoder's each in a "
         "process of its own, with --ray-address a Ray actor on the cluster (default: 1 on a machine of 4 cores "
-        "or fewer, else half the cores, at most 4; 1 with --check-parity)",
+        "or fewer, else half the cores, at most 4, at most 8 for a sweep of models of up to 1 B parameters; 1 with "
+        "--check-parity)",
     )
     parser.add_argument(
         "--scoring",
