@@ -21,17 +21,8 @@ import traceback
 from pathlib import Path
 
 
-def _texts(folder: Path) -> list[str]:
-    out: list[str] = []
-    for f in sorted(folder.rglob("*.jsonl")):
-        for line in f.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                out += [v for k, v in row.items() if isinstance(v, str) and "id" not in k.lower() and v.strip()]
-    return list(dict.fromkeys(out))
-
-
 def _tasks(enc, replica: Path, tasks: list[str], chunk_sizes: list[int]) -> None:
+    from reload_parity_check import texts_of  # this folder's: the same texts as that check reads
     from transformers import AutoTokenizer
 
     from vllm_eval.engine.tokenizing import BatchTokenizer
@@ -39,7 +30,7 @@ def _tasks(enc, replica: Path, tasks: list[str], chunk_sizes: list[int]) -> None
     # The command's own tokenizer is None where replicas tokenize their shares: count with one made the same way.
     counter = BatchTokenizer(AutoTokenizer.from_pretrained(enc.model), enc.max_length)
     for name in tasks:
-        texts = _texts(replica / name)
+        texts = texts_of([replica / name])
         ids, _ = counter.with_truncated(texts)
         tokens = sum(map(len, ids))
         for size in chunk_sizes:

@@ -19,10 +19,10 @@ import json
 import os
 from pathlib import Path
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-
-def _texts(paths: list[str], limit: int) -> list[str]:
+def texts_of(paths: list[str | Path], limit: int | None = None) -> list[str]:
+    """Every string field but ids of the JSONL files of ``paths`` (files, or folders searched for them), each text once,
+    the first ``limit``: a replica task's queries and documents (``scripts/gpu_r4probe.py`` reads them too)."""
     files = [f for p in paths for f in (sorted(Path(p).rglob("*.jsonl")) if Path(p).is_dir() else [Path(p)])]
     out: list[str] = []
     for f in files:
@@ -46,6 +46,7 @@ def _parameters(llm) -> dict[str, tuple]:
 
 
 def main() -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine's core in this process, as a replica's
     import numpy as np
 
     from vllm_eval.engine.build import acquire_engine, release_engine, reload_engine
@@ -60,7 +61,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--engine-kwargs", default="{}")
     args = parser.parse_args()
-    texts = _texts(args.texts, args.limit)
+    texts = texts_of(args.texts, args.limit)
     options = {"runner": "pooling", "convert": "embed", "dtype": args.dtype, **json.loads(args.engine_kwargs)}
     print(f"{len(texts)} texts, chunks of {args.chunk}, options {options}", flush=True)
 

@@ -236,7 +236,8 @@ def _resolved(model: SweepModel, kind: str, backend: str, session: Any, options:
 
 def _small(ref: Any) -> bool:
     """Whether ``ref``'s config names a model of at most :data:`~vllm_eval.engine.sizing.FOUR_REPLICAS_MAX_PARAMS`
-    parameters (a sweep of such models evaluates more tasks at once: ``evaluation.concurrency.MAX_SWEEP_WORKERS``)."""
+    parameters (a sweep of only such models evaluates more tasks at once:
+    ``evaluation.concurrency.MAX_SWEEP_WORKERS``)."""
     from ..engine import sizing
 
     shape = sizing.model_shape(ref.path) if getattr(ref, "path", None) else None
@@ -254,7 +255,7 @@ def _run_sweep(session: Any, models: list[SweepModel], refs: list[Any], tasks: l
     ev = _evaluate_module()
     missing = ev.unavailable_tasks(tasks, how.get("continue_on_error", False))
     cache = ev.open_cache(how.get("cache_dir"), how.get("no_cache", False))
-    workers = task_workers(how.get("concurrent_tasks"), len(tasks), sweep=_small(refs[0]))
+    workers = task_workers(how.get("concurrent_tasks"), len(tasks), sweep=all(map(_small, refs)))
     spec = session.spec
     processes = start_for(tasks, workers, spec.cls, skip=list(missing), keep_data=True, **ev._task_actors(spec.options))
     out = Path(session.output_dir) if session.output_dir else None
