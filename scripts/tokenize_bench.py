@@ -2,6 +2,7 @@
 
     python scripts/tokenize_bench.py [TOKENIZER_DIR] [N_TEXTS]
     python scripts/tokenize_bench.py --replicas 2 [N_TEXTS]
+    TOKENIZERS_PARALLELISM=false python scripts/tokenize_bench.py --replica REPLICA_DIR [TOKENIZER_DIR]
 
 The parent of the replicas tokenizes every text under its one GIL (on a 4-GPU host it was the busiest thread of a
 whole-benchmark run, docs/bench/h100x4-scaling). Time that thread spends is what the replicas wait for, so this
@@ -14,6 +15,12 @@ With ``--replicas R``: the packaged all-MiniLM-L6-v2 on R engine replicas (vLLM)
 ~100 tokens encoded with the replicas tokenizing their shares (the default) and with this process tokenizing (as
 before), alternated twice, printing this process's CPU seconds (every thread: ``time.process_time``) and the wall time
 of each, and the largest difference between their rows.
+
+With ``--replica DIR`` (a replica of ``vllm_eval.tasks.shaped.build_replica``): every task folder's texts, in chunks of
+1,024 as a replica gets them, truncated to 512 tokens by each way BatchTokenizer has had (a long text tokenized whole
+and, where over the limit, again; tokenized whole once; cut at a space past ``CUT_CHARS_PER_TOKEN`` x 512 characters,
+the default) and by transformers' call: seconds of each (wall; with ``TOKENIZERS_PARALLELISM=false`` one core), the
+texts whose whole text was needed after a cut, and a check that all gave the same ids.
 """
 
 from __future__ import annotations
@@ -47,7 +54,47 @@ def replicas(n_replicas: int, n: int) -> None:
             print(f"largest difference: {float(np.abs(rows['replicas'] - rows['here']).max()):.3g}")
 
 
+def replica(folder: str, tokenizer_dir: str | None) -> None:
+    from pathlib import Path
+
+    from reload_parity_check import texts_of  # this folder's: a replica task's texts, as gpu_r4probe.py reads them
+    from transformers import AutoTokenizer
+
+    from vllm_eval.engine import tokenizing
+    from vllm_eval.utils.modelinfo import packaged_model_path
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir or packaged_model_path())
+    tasks = [texts_of([d]) for d in sorted(Path(folder).iterdir()) if d.is_dir()]
+    n, chars = sum(map(len, tasks)), sum(len(t) for texts in tasks for t in texts)
+    print(f"{len(tasks)} tasks, {n} texts, {chars} characters")
+    ways = {"twice": (None, False), "once": ("frame", False), "cut": ("frame", True), "transformers": None}
+    seen = {}
+    for name, way in ways.items():
+        bt = tokenizing.BatchTokenizer(tok, 512)
+        if way is None:
+            bt._rust = None
+        else:
+            bt._frame = bt._frame if way[0] else None
+            bt._cuts = bt._cuts and way[1]
+        wall, ids = time.perf_counter(), []
+        for texts in tasks:
+            for lo in range(0, len(texts), 1024):
+                ids += bt.with_truncated(texts[lo : lo + 1024])[0]
+        print(f"{name:12s} {time.perf_counter() - wall:7.2f} s")
+        seen[name] = ids
+    reach = tokenizing.CUT_CHARS_PER_TOKEN * 512
+    cut = [t for texts in tasks for t in texts if len(t) > reach]
+    bt = tokenizing.BatchTokenizer(tok, 512)
+    parts = [tokenizing._cut_at_space(t, reach) for t in cut]
+    whole = sum(1 for ids in bt._encode_rust(parts, 513) if len(ids) <= 512) if bt._cuts else 0
+    print(f"texts cut: {sum(p is not t for p, t in zip(parts, cut))}, of which tokenized whole after the cut: {whole}")
+    assert all(ids == seen["transformers"] for ids in seen.values()), "the ways gave different ids"
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--replica"]:
+        replica(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+        return
     if sys.argv[1:2] == ["--replicas"]:
         replicas(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 20000)
         return

@@ -79,6 +79,39 @@ def test_any_texts_get_transformers_ids_and_truncation_counts(texts, name, max_l
     assert direct(texts) == reference(texts)
 
 
+def test_long_texts_are_cut_at_a_space_only_where_words_end_at_spaces():
+    """The cut (and the trimmed truncation) are taken where they are exact, so the fuzzing above covers them."""
+    toks = tokenizers()
+    taken = {name: (BatchTokenizer(toks[name], 16)._frame, BatchTokenizer(toks[name], 16)._cuts) for name in toks}
+    assert taken["minilm"] == ((1, 1), True)  # [CLS] ... [SEP], WordPiece split at spaces
+    assert taken["minilm-no-specials"] == ((0, 0), True)
+    assert taken["minilm-left"] == ((1, 1), False)  # truncated on the left: the end of a text is kept, not its start
+    assert taken["tiny-bpe"][1] is False  # byte-level BPE: a space belongs to the word after it
+
+
+long_text = st.lists(
+    st.one_of(
+        st.text(st.characters(exclude_categories=("Cs",)), max_size=40),
+        st.sampled_from([" ", "  ", "\t", "\n", " [SEP] ", "x" * 130, "é", "東京", "İ", "\u00a0", "\u3000"]),
+    ),
+    min_size=20,
+    max_size=80,
+).map("".join)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    texts=st.lists(long_text, min_size=1, max_size=6),
+    name=st.sampled_from(["minilm", "minilm-no-specials"]),
+    max_length=st.sampled_from([3, 5, 17, 40]),
+    lower=st.booleans(),
+)
+def test_long_texts_cut_at_a_space_get_the_ids_of_the_whole_text(texts, name, max_length, lower):
+    direct, reference = both(tokenizers()[name], max_length, lower)
+    assert direct._cuts
+    assert direct(texts) == reference(texts)
+
+
 def test_a_tokenizer_that_disagrees_on_the_probe_keeps_transformers_call():
     class Disagreeing:
         """A fast tokenizer whose transformers call adds Python of its own (here: one id more per text)."""

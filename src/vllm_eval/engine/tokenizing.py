@@ -33,7 +33,21 @@ PROBE_TEXTS = [
     "",
     " ".join(f"word{i} token{i % 7}" for i in range(400)),
     "x" * 3000,
+    " ".join(["z" * 150] * 20),  # words past WordPiece's 100 characters: a cut text that stays within a small limit
 ]
+
+#: A text longer than this many characters per token of the limit is tokenized up to the first space past them,
+#: where :func:`_splits_words_at_spaces` holds; its whole text only where that part stays within the limit. Touche2020's
+#: documents cut to 512 tokens end by their 4,299th character at most; at 12 no text of the MTEB(eng, v2) replica at
+#: ``--fraction 0.05`` (133,561 texts, 84 M characters) needed its whole text, at 8 there were 2,302
+#: (``scripts/tokenize_bench.py --replica``).
+CUT_CHARS_PER_TOKEN = 12
+
+#: Normalizers that map each character on its own (or compose only within a run that a space ends).
+_LOCAL_NORMALIZERS = frozenset({"BertNormalizer", "Lowercase", "NFD", "NFKD", "NFC", "NFKC", "StripAccents"})
+#: Pre-tokenizers that end every word at a space, and those that only split further within words.
+_SPACE_SPLITTERS = frozenset({"BertPreTokenizer", "Whitespace", "WhitespaceSplit"})
+_WITHIN_WORDS = frozenset({"Punctuation", "Digits"})
 
 
 def _rust_tokenizer(tokenizer: Any) -> Any:
@@ -44,6 +58,56 @@ def _rust_tokenizer(tokenizer: Any) -> Any:
     except ImportError:  # pragma: no cover - transformers' fast tokenizers need it
         return None
     return rust if isinstance(rust, Tokenizer) else None
+
+
+def _members(node: dict | None, key: str) -> list[dict]:
+    """A tokenizer.json component as a flat list: a ``Sequence``'s members (under ``key``), else itself (none: [])."""
+    if not node:
+        return []
+    if node.get("type") == "Sequence":
+        return [m for part in node.get(key, []) for m in _members(part, key)]
+    return [node]
+
+
+def _splits_words_at_spaces(rust: Any) -> bool:
+    """Whether a text cut just before a space gives, for all it keeps, the ids its whole text gives: the tokenizer's
+    normalizers are character-local, its pre-tokenizer ends every word at a space and no added token holds a space
+    (then no token spans the cut, and the model tokenizes each word on its own: WordPiece, BPE, Unigram alike)."""
+    spec = json.loads(rust.to_str())
+    normalizers = {n.get("type") for n in _members(spec.get("normalizer"), "normalizers")}
+    splitters = {p.get("type") for p in _members(spec.get("pre_tokenizer"), "pretokenizers")}
+    spaced = any(any(c.isspace() for c in t.get("content", "")) for t in spec.get("added_tokens") or [])
+    return (
+        normalizers <= _LOCAL_NORMALIZERS
+        and bool(splitters & _SPACE_SPLITTERS)
+        and splitters <= _SPACE_SPLITTERS | _WITHIN_WORDS
+        and not spaced
+    )
+
+
+def _cut_at_space(text: str, reach: int) -> str:
+    """``text`` up to (not with) its first space at or past character ``reach``; the text itself where none is."""
+    k = text.find(" ", reach)
+    return text[:k] if k > 0 else text
+
+
+def _template_frame(rust: Any, add_special_tokens: bool) -> tuple[int, int] | None:
+    """How many special tokens the post-processor puts before and after one text's own tokens, e.g. (1, 1) for BERT's
+    ``[CLS] ... [SEP]``: truncating a text to one token fewer drops the last (or first) of its own. None where the ids
+    are not framed so."""
+    if not add_special_tokens:
+        return 0, 0
+    try:
+        rust.no_truncation()
+        rust.no_padding()
+        body = rust.encode("a b", add_special_tokens=False).ids
+        whole = rust.encode("a b", add_special_tokens=True).ids
+        extra = rust.num_special_tokens_to_add(False)
+    except Exception:  # noqa: BLE001 - any failure: truncated texts are tokenized again instead
+        return None
+    if len(whole) != len(body) + extra:
+        return None
+    return next(((k, extra - k) for k in range(extra + 1) if whole[k : k + len(body)] == body), None)
 
 
 class BatchTokenizer:
@@ -57,7 +121,11 @@ class BatchTokenizer:
     A fast tokenizer is called through its Rust ``Tokenizer`` directly, with the truncation, padding and special-token
     settings transformers' call would set (the calling thread's CPU per text about halved: 6.5 -> 2.9 us for 12-token
     texts, 16.2 -> 8.8 us for 97-token ones, ``scripts/tokenize_bench.py`` on 2 cores), once both calls gave the same
-    ids for :data:`PROBE_TEXTS`; otherwise, and for slow tokenizers, through transformers.
+    ids and truncations for :data:`PROBE_TEXTS`; otherwise, and for slow tokenizers, through transformers. That path
+    tokenizes each text once (a text over the limit loses its last own token instead of being tokenized again) and,
+    where the tokenizer ends words at spaces, a long text only up to a space past :data:`CUT_CHARS_PER_TOKEN` characters
+    per token of the limit: the tokens past the limit are cut off anyway, and tokenizing them was most of the time on
+    long documents.
 
     Args:
         tokenizer: a Hugging Face (fast) tokenizer; its ``truncation_side`` is respected. A private
@@ -86,13 +154,12 @@ class BatchTokenizer:
         self.pad_id = tokenizer.pad_token_id if pad_to_max_length else None
         self._fingerprint: str | None = None
         self._rust = _rust_tokenizer(self.tokenizer)
-        if self._rust is not None and not self._same_as_transformers(PROBE_TEXTS):
-            self._rust = None
-
-    def _encode(self, texts: list[str], max_length: int) -> list[list[int]]:
+        self._frame = self._cuts = None
         if self._rust is not None:
-            return self._encode_rust(texts, max_length)
-        return self._encode_transformers(texts, max_length)
+            self._frame = _template_frame(self._rust, add_special_tokens)
+            self._cuts = self.tokenizer.truncation_side != "left" and _splits_words_at_spaces(self._rust)
+            if not self._same_as_transformers(PROBE_TEXTS):
+                self._rust = None
 
     def _encode_transformers(self, texts: list[str], max_length: int) -> list[list[int]]:
         enc = self.tokenizer(
@@ -116,11 +183,49 @@ class BatchTokenizer:
         encode = getattr(rust, "encode_batch_fast", rust.encode_batch)  # tokenizers >= 0.20: no character offsets
         return [e.ids for e in encode(texts, add_special_tokens=self.add_special_tokens)]
 
+    def _truncated_transformers(self, texts: list[str], limit: int) -> tuple[list[list[int]], list[int]]:
+        # One token over the limit tells "too long" apart from "exactly at the limit"; only those few are tokenized
+        # again, truncated.
+        ids = self._encode_transformers(texts, limit + 1)
+        over = [i for i, x in enumerate(ids) if len(x) > limit]
+        if over:
+            for i, x in zip(over, self._encode_transformers([texts[i] for i in over], limit), strict=True):
+                ids[i] = x
+        return ids, over
+
+    def _truncated_rust(self, texts: list[str], limit: int) -> tuple[list[list[int]], list[int]]:
+        # Each text is tokenized once, to one token over the limit (at most its first CUT_CHARS_PER_TOKEN x limit
+        # characters, where the tokenizer splits words at spaces); a text over the limit then loses the last (or
+        # first) token of its body, which is what truncating it to the limit gives.
+        whole = texts
+        if self._cuts:
+            reach = CUT_CHARS_PER_TOKEN * limit
+            texts = [t if len(t) <= reach else _cut_at_space(t, reach) for t in texts]
+        ids = self._encode_rust(texts, limit + 1)
+        if self._cuts:  # a cut text that stayed within the limit: its whole text decides
+            short = [
+                i for i, (t, w) in enumerate(zip(texts, whole, strict=True)) if t is not w and len(ids[i]) <= limit
+            ]
+            for i, x in zip(short, self._encode_rust([whole[i] for i in short], limit + 1), strict=True):
+                ids[i] = x
+        over = [i for i, x in enumerate(ids) if len(x) > limit]
+        if over and self._frame is None:
+            for i, x in zip(over, self._encode_rust([whole[i] for i in over], limit), strict=True):
+                ids[i] = x
+        elif over:
+            before, after = self._frame
+            left = self.tokenizer.truncation_side == "left"
+            for i in over:
+                del ids[i][before if left else len(ids[i]) - 1 - after]
+        return ids, over
+
     def _same_as_transformers(self, texts: list[str]) -> bool:
-        """Whether the direct Rust call gives transformers' ids for ``texts`` (a tokenizer whose transformers class
-        adds Python of its own keeps transformers' call)."""
+        """Whether the direct Rust call gives transformers' ids and truncations for ``texts`` (a tokenizer whose
+        transformers class adds Python of its own keeps transformers' call)."""
         try:
-            return all(self._encode_rust(texts, n) == self._encode_transformers(texts, n) for n in (self.max_length, 8))
+            return all(
+                self._truncated_rust(texts, n) == self._truncated_transformers(texts, n) for n in (self.max_length, 8)
+            )
         except Exception:  # noqa: BLE001 - any failure of the direct call: keep transformers' call
             return False
 
@@ -133,13 +238,10 @@ class BatchTokenizer:
         """Token ids per text, and the positions of the texts truncated to ``max_length``."""
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
-        # One token over the limit tells "too long" apart from "exactly at the limit" without
-        # tokenizing long documents in full; only those few are tokenized again, truncated.
-        ids = self._encode(texts, self.max_length + 1)
-        over = [i for i, x in enumerate(ids) if len(x) > self.max_length]
-        if over:
-            for i, x in zip(over, self._encode([texts[i] for i in over], self.max_length), strict=True):
-                ids[i] = x
+        if self._rust is not None:
+            ids, over = self._truncated_rust(texts, self.max_length)
+        else:
+            ids, over = self._truncated_transformers(texts, self.max_length)
         if self.pad_id is not None:
             ids = [x + [self.pad_id] * (self.max_length - len(x)) for x in ids]
         return ids, over

@@ -419,13 +419,15 @@ def _prompt_only_tokenizer(tokenizer: Any) -> Any:
     instead of after the template's tail, and sentence-transformers (which renders the pair through a chat template,
     no special tokens) and vLLM (which tokenizes the prompt with them) would score different ids. transformers
     rebuilds a BERT tokenizer's ``[CLS]``/``[SEP]`` post-processor when it loads one, so the result is a generic
-    fast tokenizer (same vocabulary, normaliser and special tokens) without a post-processor.
+    fast tokenizer (same vocabulary, normaliser and special tokens) without a post-processor. ``tokenizer`` itself is
+    left as it was.
     """
+    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
     if tokenizer("a b")["input_ids"] == tokenizer("a b", add_special_tokens=False)["input_ids"]:
         return tokenizer
-    backend = tokenizer.backend_tokenizer
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
     backend.post_processor = None
     return PreTrainedTokenizerFast(tokenizer_object=backend, **tokenizer.special_tokens_map)
 
