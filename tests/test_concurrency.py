@@ -161,3 +161,41 @@ def test_similarity_runs_eagerly_inside_the_blocks_and_as_mteb_after(monkeypatch
             assert similarity_functions._use_torch_compile() is False
         assert similarity_functions._use_torch_compile() is False  # the outer block still holds
     assert similarity_functions._use_torch_compile() is True
+
+
+def test_overlapping_calls_share_a_backend_two_at_a_time_and_a_call_alone_waits_for_them():
+    from vllm_eval.models.base import OVERLAPPING_CALLS, BackendBase
+    from vllm_eval.utils.telemetry import task_counters
+
+    backend = BackendBase(model="m", chunk_size=1)
+    inside, most, seen = [0], [0], {}
+    lock, go = threading.Lock(), threading.Barrier(4)
+
+    def call(name: str, overlapping: bool, tokens: int) -> None:
+        go.wait()
+        if not overlapping:
+            time.sleep(0.05)  # the overlapping calls are in first
+        with task_counters() as own:
+            with backend._one_call(overlapping=overlapping) as counters:
+                with lock:
+                    inside[0] += 1
+                    most[0] = max(most[0], inside[0])
+                    seen[name] = (overlapping, inside[0])
+                counters.tokens += tokens
+                time.sleep(0.2)
+                with lock:
+                    inside[0] -= 1
+        seen[name + " counted"] = own.tokens
+
+    threads = [threading.Thread(target=call, args=(f"o{i}", True, 10 + i)) for i in range(OVERLAPPING_CALLS + 1)] + [
+        threading.Thread(target=call, args=("alone", False, 100))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert most[0] == OVERLAPPING_CALLS  # never more at once
+    assert seen["alone"] == (False, 1)  # it waited until no other call was in
+    assert [seen[f"o{i} counted"] for i in range(OVERLAPPING_CALLS + 1)] == [10, 11, 12]  # each its own counts
+    assert seen["alone counted"] == 100
+    assert backend.counters.tokens == 133 and backend.counters.wait_seconds > 0

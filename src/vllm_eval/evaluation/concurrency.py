@@ -8,7 +8,8 @@ all but one core idle while it encodes. Here up to ``workers`` tasks run at once
 its own with its own ``mteb.evaluate`` (for an encoder, in a process of its own that the thread serves:
 :mod:`vllm_eval.evaluation.task_processes`, since mteb's scoring holds the GIL much of the time); the backend serves one
 call at a time (:meth:`~vllm_eval.models.base.BackendBase._one_call`), so calls keep the engine's full batch and only
-the scoring overlaps.
+the scoring overlaps; engine replicas that tokenize their own shares serve two calls at once, so the replicas that
+finish one call's last chunk first already have the next call's.
 
 mteb's evaluators seed their own generators (``random.Random``, ``numpy.random.Generator``, an explicit
 ``random_state``), so a task's scores do not depend on what runs beside it (the test suite checks concurrent

@@ -10,8 +10,9 @@ model
 with its own retrieval search, ``index``/``search``) calls come back over a pipe to the task thread, which runs
 them on the real backend; a search among given candidates (``top_ranked``) is run in the process itself, only its
 two encode calls crossing (MindSmall at 2 %: 2 million candidate pairs that no longer go there and back). The
-backend and its engine or replicas, its cache, counters and timeline stay in this process and serve one call at
-a time as before; only the scoring moves. On one H100, 4 tasks at once of the 2 % MTEB(eng, v2) replica took a
+backend and its engine or replicas, its cache, counters and timeline stay in this process and serve its calls as
+before (one at a time; on replicas that tokenize, two: :meth:`~vllm_eval.models.base.BackendBase._one_call`); only the
+scoring moves. On one H100, 4 tasks at once of the 2 % MTEB(eng, v2) replica took a
 run from 90.1 s (threads) to 62.0 s (docs/bench/h100-task-processes).
 
 A process is started per task thread when the run starts, before the engine: it imports mteb and

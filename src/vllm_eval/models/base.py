@@ -103,6 +103,11 @@ class Resource:
         self.close()
 
 
+#: Overlapping calls (:meth:`BackendBase._one_call`) that may share a backend at once: two keep every replica fed
+#: across the end of one call and the start of the next.
+OVERLAPPING_CALLS = 2
+
+
 class BackendBase(Resource):
     """What every backend of every kind has: the model it runs, its chunking and progress, its capabilities.
 
@@ -147,29 +152,51 @@ class BackendBase(Resource):
         #: What this object has done so far (see :mod:`vllm_eval.utils.telemetry`); an engine started before
         #: this runs left its start time in ``_engine_start_s``, one started after writes it here.
         self.counters = Counters(engine_start_seconds=getattr(self, "_engine_start_s", 0.0))
-        #: Held by one call at a time (tasks evaluated concurrently take turns on one backend).
-        self._turn = threading.Lock()
+        #: Calls in progress, and whether one of them holds the backend alone (see :meth:`_one_call`).
+        self._calls = threading.Condition()
+        self._active, self._alone = 0, False
 
     @contextmanager
-    def _one_call(self) -> Iterator[None]:
-        """Hold the backend for one call. A call from another thread (a task evaluated concurrently) waits its
-        turn, counted as ``wait_seconds`` and drawn as ``wait`` on the timeline; what the call counts also goes
-        to its thread's task (:func:`~vllm_eval.utils.telemetry.task_counters`)."""
+    def _one_call(self, overlapping: bool = False) -> Iterator[Counters]:
+        """Hold the backend for one call; yields the :class:`Counters` the call counts into.
+
+        A call holds the backend alone: a call from another thread (a task evaluated concurrently) waits its turn,
+        counted as ``wait_seconds`` and drawn as ``wait`` on the timeline. An ``overlapping`` call shares it with up
+        to :data:`OVERLAPPING_CALLS` - 1 other overlapping calls (engine replicas, each fed by its own queue: the next
+        task's chunks reach a replica while the last chunks of this one finish on the others); it counts into
+        counters of its own, added to the backend's at its end. What a call counts also goes to its thread's task
+        (:func:`~vllm_eval.utils.telemetry.task_counters`).
+        """
         from ..utils import timeline
 
-        waited = 0.0
-        if not self._turn.acquire(blocking=False):
-            start = time.time()
-            self._turn.acquire()
-            waited = time.time() - start
+        start, waited = time.time(), 0.0
+        with self._calls:
+            if not self._may_enter(overlapping):
+                self._calls.wait_for(lambda: self._may_enter(overlapping))
+                waited = time.time() - start
+            self._active += 1
+            self._alone = not overlapping
+        if waited:
             timeline.current().add("wait", start, start + waited, timeline.current().task)
+        own = Counters() if overlapping else None
         before = self.counters.copy()
-        self.counters.wait_seconds += waited
+        (own or self.counters).wait_seconds += waited
         try:
-            yield
+            yield own or self.counters
         finally:
-            attribute(self.counters.since(before))
-            self._turn.release()
+            with self._calls:
+                if own is not None:
+                    self.counters.add(own)
+                self._active -= 1
+                self._alone = False
+                self._calls.notify_all()
+            attribute(own if own is not None else self.counters.since(before))
+
+    def _may_enter(self, overlapping: bool) -> bool:
+        """Whether a call may start now (caller holds ``_calls``)."""
+        if self._alone:
+            return False
+        return self._active < OVERLAPPING_CALLS if overlapping else self._active == 0
 
     def identity(self) -> dict[str, Any]:
         """Everything that changes this backend's numbers for a given input, as a JSON-able dict.
@@ -247,16 +274,18 @@ class BackendBase(Resource):
         assert self._identity_key is not None, "use_cache() first"
         return [input_key(self._identity_key, x) for x in inputs]
 
-    def _cached(self, inputs: Sequence[Any]) -> tuple[list[bytes], dict[bytes, Any]]:
+    def _cached(self, inputs: Sequence[Any], counters: Counters | None = None) -> tuple[list[bytes], dict[bytes, Any]]:
         """``(keys, {key: stored output})`` for ``inputs``; both empty when no cache is in use.
-        Counts hits and misses (without a cache every input is a miss: it is computed)."""
+        Counts hits and misses into ``counters`` (default: the backend's; without a cache every input is a miss: it
+        is computed)."""
+        c = self.counters if counters is None else counters
         if self.cache is None:
-            self.counters.cache_misses += len(inputs)
+            c.cache_misses += len(inputs)
             return [], {}
         keys = self._keys(inputs)
         hits = self.cache.get_many(keys)
-        self.counters.cache_hits += len(hits)
-        self.counters.cache_misses += len(keys) - len(hits)
+        c.cache_hits += len(hits)
+        c.cache_misses += len(keys) - len(hits)
         return keys, hits
 
     def _merge_cached(

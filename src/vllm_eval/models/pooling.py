@@ -23,6 +23,7 @@ import numpy as np
 
 from ..engine.jobs import TokenizedRows
 from ..utils.progress import input_bar
+from ..utils.telemetry import Counters
 from .base import PoolingBackendBase
 from .images import ImageInput, cache_form
 from .streaming import chunked, prefetched, warn_truncated
@@ -62,10 +63,9 @@ class TextPoolingBase(PoolingBackendBase):
     def _output_width(self) -> int:
         """Row width, for the (0, width) result of an empty call."""
 
-    def _account(self, item: _Chunk) -> None:
-        """Count a prepared chunk into :attr:`counters` (and keep a few of its inputs when recording)."""
+    def _account(self, item: _Chunk, c: Counters) -> None:
+        """Count a prepared chunk into its call's counters ``c`` (and keep a few of its inputs when recording)."""
         self._record(item.fresh)
-        c = self.counters
         c.inputs += item.n_texts
         c.distinct += len(item.fresh)
         if item.ids:
@@ -96,9 +96,9 @@ class TextPoolingBase(PoolingBackendBase):
             if fresh and self.tokenizer is not None and isinstance(fresh[0], str) and not self._tokenized_remotely():
                 ids, n_cut = self.tokenizer(fresh)
                 counts["truncated"] += n_cut
-            keys, hits = self._cached(self._cache_inputs(fresh, ids)) if fresh else ([], {})
+            keys, hits = self._cached(self._cache_inputs(fresh, ids), c) if fresh else ([], {})
             item = _Chunk(fresh, ids, len(chunk), keys, hits)
-            self._account(item)
+            self._account(item, c)
             return item
 
         # Chunks handed over but not collected yet: with engine replicas several are in flight.
@@ -108,10 +108,12 @@ class TextPoolingBase(PoolingBackendBase):
             while len(inflight) > keep:
                 chunk, future = inflight.popleft()
                 if chunk.fresh:
-                    parts.append(self._chunk_rows(chunk, future, counts))
+                    parts.append(self._chunk_rows(chunk, future, counts, c))
                 advance(chunk.n_texts)
 
-        with self._one_call():  # one stream at a time: it keeps chunks in flight on the engine(s)
+        # One stream at a time keeps its chunks in flight on the engine(s); on replicas fed by queues of their own,
+        # a second stream's chunks fill the replicas that finish this one's last chunks first.
+        with self._one_call(overlapping=self._overlaps_calls()) as c:
             start = time.perf_counter()
             bar = input_bar(self.stream_label, total, "texts", enabled=show_progress_bar)
             with bar as advance, _cancelled_on_error(inflight):
@@ -126,8 +128,8 @@ class TextPoolingBase(PoolingBackendBase):
                     inflight.append((chunk, future))
                     collect(advance, self.max_in_flight)
                 collect(advance, 0)
-            self.counters.add_compute(time.perf_counter() - start)
-            self.counters.truncated += counts["truncated"]
+            c.add_compute(time.perf_counter() - start)
+            c.truncated += counts["truncated"]
             warn_truncated(counts["truncated"], counts["unique"], self.max_length, self.name)
             return self._in_input_order(parts, order)
 
@@ -143,12 +145,12 @@ class TextPoolingBase(PoolingBackendBase):
             return np.ascontiguousarray(unique)
         return np.ascontiguousarray(unique[np.asarray(order, dtype=np.int64)])
 
-    def _chunk_rows(self, chunk: _Chunk, future: Future | None, counts: dict[str, int]) -> Any:
+    def _chunk_rows(self, chunk: _Chunk, future: Future | None, counts: dict[str, int], c: Counters) -> Any:
         """The rows of a collected chunk's distinct texts, in order: the cache's hits merged with what was computed
         (stored as it comes)."""
         computed = future.result() if future is not None else None
         if isinstance(computed, TokenizedRows):  # tokenized where it was computed: counted here
-            computed = self._account_remote(computed, counts)
+            computed = self._account_remote(computed, counts, c)
         rows = self._merge_cached(chunk.keys, chunk.hits, len(chunk.fresh), lambda _: computed)
         return rows if self.ragged or isinstance(rows, np.ndarray) else np.stack(rows)
 
@@ -157,18 +159,24 @@ class TextPoolingBase(PoolingBackendBase):
         (:class:`~vllm_eval.engine.jobs.TokenizedRows` come back): the default, no."""
         return False
 
+    def _overlaps_calls(self) -> bool:
+        """Whether this backend's calls may overlap (:meth:`~vllm_eval.models.base.BackendBase._one_call`): where the
+        engines tokenize (:meth:`_tokenized_remotely`: nothing of a call is prepared here on a tokenizer two calls would
+        share)."""
+        return self._tokenized_remotely()
+
     def _cache_inputs(self, fresh: list[Any], ids: list[list[int]]) -> list[Any]:
         """What keys each input's cached output: its exact model input, the token ids where they were made here,
         else the text (an image: its pixels). A backend keying texts by themselves puts its tokenizer's
         fingerprint in its identity."""
         return ids or [cache_form(x) for x in fresh]
 
-    def _account_remote(self, computed: TokenizedRows, counts: dict[str, int]) -> np.ndarray:
+    def _account_remote(self, computed: TokenizedRows, counts: dict[str, int], c: Counters) -> np.ndarray:
         """Count tokens and truncations an engine's own tokenizing found (as :meth:`_account` counts ours); the
         rows."""
         n = int(computed.lengths.sum())
-        self.counters.tokens += n
-        self.counters.compute_tokens += n
+        c.tokens += n
+        c.compute_tokens += n
         counts["truncated"] += int(computed.truncated.sum())
         return computed.rows
 

@@ -10,6 +10,7 @@ Messages printed with :func:`echo` (warnings) appear above a live display instea
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,17 @@ from typing import Any
 LOG_EVERY_S = 30.0
 
 _state: dict[str, Any] = {"progress": None, "run": None, "prefix": "", "enabled": True}
+#: Held while an input bar outside a run shows a display of its own: rich shows one live display at a time.
+_own_display = threading.Lock()
+
+
+@contextmanager
+def _held(lock: threading.Lock) -> Iterator[None]:
+    """Release ``lock`` (acquired by the caller) when the block ends."""
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _is_tty() -> bool:
@@ -114,8 +126,11 @@ def input_bar(desc: str, total: int | None, unit: str, *, enabled: bool = True) 
     label = f"{_state['prefix']} {desc}".strip()
     progress = _state["progress"]
     if progress is None and _is_tty():
+        if not _own_display.acquire(blocking=False):  # another call's display is up (calls that overlap): one line
+            yield lambda n: None
+            return
         progress = _new_progress()
-        with progress:
+        with _held(_own_display), progress:
             bar = progress.add_task(label, total=total, unit=unit)
             yield lambda n: progress.advance(bar, n)
         return

@@ -44,7 +44,8 @@ class Counters:
         cache_hits: distinct inputs answered by the output cache.
         cache_misses: distinct inputs computed (and stored, when a cache is in use).
         compute_tokens: tokens of the computed inputs (the numerator of tokens/s).
-        compute_seconds: wall seconds inside the backend's encode/score/generate calls.
+        compute_seconds: wall seconds inside the backend's encode/score/generate calls (calls that overlap each
+            count their own: :meth:`~vllm_eval.models.base.BackendBase._one_call`).
         engine_start_seconds: seconds this object waited for its engine(s) to start (0 when shared).
         wait_seconds: wall seconds a caller waited while another thread's call had the backend (tasks
             evaluated concurrently take turns on it).
@@ -76,6 +77,11 @@ class Counters:
         """A snapshot."""
         return Counters(**asdict(self))
 
+    def add(self, other: Counters) -> None:
+        """Add ``other``'s counts to these (one call's own counters to its backend's)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
     def since(self, before: Counters) -> Counters:
         """What changed since ``before`` (a snapshot of the same counters)."""
         return Counters(**{f.name: getattr(self, f.name) - getattr(before, f.name) for f in fields(self)})
@@ -101,8 +107,7 @@ def attribute(delta: Counters) -> None:
     """Add one backend call's counts to this thread's :func:`task_counters`, if one is open."""
     sink = getattr(_SINK, "counters", None)
     if sink is not None:
-        for f in fields(sink):
-            setattr(sink, f.name, getattr(sink, f.name) + getattr(delta, f.name))
+        sink.add(delta)
 
 
 def device_name() -> str:
