@@ -206,6 +206,47 @@ def test_replicas_tokenize_their_share_counted_and_cached_as_one_engine(dp_encod
         cache.close()
 
 
+def test_calls_from_two_threads_overlap_on_replicas_with_their_own_rows_and_counts(dp_encoder):
+    import threading
+
+    from vllm_eval.utils.telemetry import task_counters
+
+    texts = _texts()
+    halves = [texts[: len(texts) // 2], texts[len(texts) // 2 :] + ["a text of the second call only"]]
+    alone, counted = [], []
+    for half in halves:
+        with task_counters() as own:
+            alone.append(dp_encoder.encode_texts(half))
+        counted.append(own.tokens)
+    active, got, own_counts = [], [None, None], [None, None]
+    original = dp_encoder.submit_split
+
+    def recorded(*args, **kwargs):  # calls in progress when a chunk is handed over
+        active.append(dp_encoder._active)
+        return original(*args, **kwargs)
+
+    go = threading.Barrier(2)
+
+    def call(i: int) -> None:
+        go.wait()
+        with task_counters() as own:
+            got[i] = dp_encoder.encode_texts(halves[i])
+        own_counts[i] = own.tokens
+
+    from unittest import mock
+
+    with mock.patch.object(dp_encoder, "submit_split", recorded):
+        threads = [threading.Thread(target=call, args=(i,)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    assert dp_encoder._overlaps_calls() and max(active) == 2  # the replicas tokenize: the two calls overlapped
+    for i in (0, 1):  # each call its own rows, bit for bit, and its own tokens
+        assert np.array_equal(got[i], alone[i])
+        assert own_counts[i] == counted[i] > 0
+
+
 def test_replicas_count_the_devices_their_mfu_divides_by(dp_encoder, vllm_encoder):
     assert dp_encoder.accelerators == 2 and vllm_encoder.accelerators == 1
 
@@ -505,44 +546,3 @@ def test_an_engine_start_that_lost_its_port_is_tried_again_on_the_next_ports(
             build._start_llm("m", {}, [])
     assert ports == [str(38400 + build.PORT_STEP * i) for i in range(tried)]
     assert tried <= build.PORT_RETRIES + 1
-
-
-def test_calls_from_two_threads_overlap_on_replicas_with_their_own_rows_and_counts(dp_encoder):
-    import threading
-
-    from vllm_eval.utils.telemetry import task_counters
-
-    texts = _texts()
-    halves = [texts[: len(texts) // 2], texts[len(texts) // 2 :] + ["a text of the second call only"]]
-    alone, counted = [], []
-    for half in halves:
-        with task_counters() as own:
-            alone.append(dp_encoder.encode_texts(half))
-        counted.append(own.tokens)
-    active, got, own_counts = [], [None, None], [None, None]
-    original = dp_encoder.submit_split
-
-    def recorded(*args, **kwargs):  # calls in progress when a chunk is handed over
-        active.append(dp_encoder._active)
-        return original(*args, **kwargs)
-
-    go = threading.Barrier(2)
-
-    def call(i: int) -> None:
-        go.wait()
-        with task_counters() as own:
-            got[i] = dp_encoder.encode_texts(halves[i])
-        own_counts[i] = own.tokens
-
-    from unittest import mock
-
-    with mock.patch.object(dp_encoder, "submit_split", recorded):
-        threads = [threading.Thread(target=call, args=(i,)) for i in (0, 1)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
-    assert dp_encoder._overlaps_calls() and max(active) == 2  # the replicas tokenize: the two calls overlapped
-    for i in (0, 1):  # each call its own rows, bit for bit, and its own tokens
-        assert np.array_equal(got[i], alone[i])
-        assert own_counts[i] == counted[i] > 0

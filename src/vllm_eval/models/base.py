@@ -256,13 +256,15 @@ class BackendBase(Resource):
         """Offer ``inputs`` to the sample (a no-op unless recording)."""
         if self._recorded is None:
             return
-        # Reservoir sampling (Vitter's algorithm R, seeded): a uniform sample of everything sent.
-        for x in inputs:
-            self._seen += 1
-            if len(self._recorded) < self._record_limit:
-                self._recorded.append(x)
-            elif (j := self._rng.randrange(self._seen)) < self._record_limit:
-                self._recorded[j] = x
+        # Reservoir sampling (Vitter's algorithm R, seeded): a uniform sample of everything sent. Calls that overlap
+        # offer theirs from two threads: one at a time.
+        with self._calls:
+            for x in inputs:
+                self._seen += 1
+                if len(self._recorded) < self._record_limit:
+                    self._recorded.append(x)
+                elif (j := self._rng.randrange(self._seen)) < self._record_limit:
+                    self._recorded[j] = x
 
     def use_cache(self, cache: OutputCache | None) -> None:
         """Read outputs from ``cache`` and store new ones there (None: stop caching)."""
