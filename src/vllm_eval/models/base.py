@@ -158,39 +158,33 @@ class BackendBase(Resource):
 
     @contextmanager
     def _one_call(self, overlapping: bool = False) -> Iterator[Counters]:
-        """Hold the backend for one call; yields the :class:`Counters` the call counts into.
+        """Hold the backend for one call; yields the :class:`Counters` the call counts into (its own, added to the
+        backend's and to its thread's task, :func:`~vllm_eval.utils.telemetry.task_counters`, at its end).
 
         A call holds the backend alone: a call from another thread (a task evaluated concurrently) waits its turn,
         counted as ``wait_seconds`` and drawn as ``wait`` on the timeline. An ``overlapping`` call shares it with up
         to :data:`OVERLAPPING_CALLS` - 1 other overlapping calls (engine replicas, each fed by its own queue: the next
-        task's chunks reach a replica while the last chunks of this one finish on the others); it counts into
-        counters of its own, added to the backend's at its end. What a call counts also goes to its thread's task
-        (:func:`~vllm_eval.utils.telemetry.task_counters`).
+        task's chunks reach a replica while the last chunks of this one finish on the others).
         """
         from ..utils import timeline
 
-        start, waited = time.time(), 0.0
+        own, start = Counters(), time.time()
         with self._calls:
             if not self._may_enter(overlapping):
                 self._calls.wait_for(lambda: self._may_enter(overlapping))
-                waited = time.time() - start
+                own.wait_seconds = time.time() - start
+                timeline.current().add("wait", start, start + own.wait_seconds, timeline.current().task)
             self._active += 1
             self._alone = not overlapping
-        if waited:
-            timeline.current().add("wait", start, start + waited, timeline.current().task)
-        own = Counters() if overlapping else None
-        before = self.counters.copy()
-        (own or self.counters).wait_seconds += waited
         try:
-            yield own or self.counters
+            yield own
         finally:
             with self._calls:
-                if own is not None:
-                    self.counters.add(own)
+                self.counters.add(own)
                 self._active -= 1
                 self._alone = False
                 self._calls.notify_all()
-            attribute(own if own is not None else self.counters.since(before))
+            attribute(own)
 
     def _may_enter(self, overlapping: bool) -> bool:
         """Whether a call may start now (caller holds ``_calls``)."""

@@ -24,15 +24,6 @@ _state: dict[str, Any] = {"progress": None, "run": None, "prefix": "", "enabled"
 _own_display = threading.Lock()
 
 
-@contextmanager
-def _held(lock: threading.Lock) -> Iterator[None]:
-    """Release ``lock`` (acquired by the caller) when the block ends."""
-    try:
-        yield
-    finally:
-        lock.release()
-
-
 def _is_tty() -> bool:
     return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
@@ -129,10 +120,13 @@ def input_bar(desc: str, total: int | None, unit: str, *, enabled: bool = True) 
         if not _own_display.acquire(blocking=False):  # another call's display is up (calls that overlap): one line
             yield lambda n: None
             return
-        progress = _new_progress()
-        with _held(_own_display), progress:
-            bar = progress.add_task(label, total=total, unit=unit)
-            yield lambda n: progress.advance(bar, n)
+        try:
+            progress = _new_progress()
+            with progress:
+                bar = progress.add_task(label, total=total, unit=unit)
+                yield lambda n: progress.advance(bar, n)
+        finally:
+            _own_display.release()
         return
     if progress is not None:
         bar = progress.add_task(label, total=total, unit=unit)

@@ -92,12 +92,12 @@ class TranscriberBase(BackendBase, ABC):
         show = self.show_progress_bar if show_progress_bar is None else show_progress_bar
         seconds = [len(a) / SAMPLE_RATE for a in audios]
         out: list[dict[str, Any]] = []
-        with self._one_call():
+        with self._one_call() as counters:
             start = time.perf_counter()
             with input_bar("transcribe", round(sum(seconds)), "s of audio", enabled=show) as advance:
                 for lo in range(0, n, self.chunk_size):
                     hi = min(lo + self.chunk_size, n)
                     out += self._transcribe_chunk(list(audios[lo:hi]), langs[lo:hi], task)
                     advance(round(sum(seconds[lo:hi])))
-            self.counters.add_compute(time.perf_counter() - start)
+            counters.add_compute(time.perf_counter() - start)
         return out
