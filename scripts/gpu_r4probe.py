@@ -2,7 +2,8 @@
 each named task folder's texts of a replica encoded alone, one call each, at each ``--chunk-sizes``.
 
 On the lent machine after vLLM is staged (see scripts/gpu_bench.sh):
-    source .devstage/bin/on-device.sh && python3 scripts/gpu_r4probe.py <model dir>
+    source .devstage/bin/on-device.sh && export PYTHONPATH=$PWD/src:$PYTHONPATH   (the sourced file sets only vLLM's)
+    python3 scripts/gpu_r4probe.py <model dir>
     python3 scripts/gpu_r4probe.py /root/models/bert-seed-0 --replica /root/work/replica-0.05 \
         --tasks Touche2020Retrieval.v3 MindSmallReranking TRECCOVID --chunk-sizes 1024 4096
 Prints ``READY <seconds to a usable encoder> {replica: seconds from the pool's start}`` and the shape encoded; with
