@@ -55,17 +55,20 @@ def _mteb_scores(out) -> dict[str, dict]:
 @pytest.mark.slow
 def test_evaluate_writes_what_run_writes(cli_in_process, vllm_encoder, tmp_path):  # vllm_encoder: the engine
     out, cache = tmp_path / "cli", tmp_path / "cache"
-    code, err = cli_in_process("run", "--output-dir", str(out), "--cache-dir", str(cache), "--no-progress")
+    tasks = ["LeeDocSimilarity", "WordSim353", "PangLeePolarity"]  # three kinds of task; the suite's cheapest
+    code, err = cli_in_process(
+        "run", "--tasks", ",".join(tasks), "--output-dir", str(out), "--cache-dir", str(cache), "--no-progress"
+    )
     assert code == 0, err[-3000:]
     stored = _entries(cache)
     cli_bytes = (out / "summary.json").read_bytes()
-    result = vllm_eval.evaluate(output_dir=tmp_path / "api", cache_dir=cache, show_progress=False)
+    result = vllm_eval.evaluate(tasks=tasks, output_dir=tmp_path / "api", cache_dir=cache, show_progress=False)
     assert (out / "summary.json").read_bytes() == cli_bytes  # a later run leaves an earlier run's summary alone
     cli_summary = json.loads((out / "summary.json").read_text())
     api_summary = json.loads(result.summary_path.read_text())
     assert result.summary_path == tmp_path / "api" / "summary.json"
     assert result.scores == _scores(cli_summary) == _scores(api_summary)  # equal, not close
-    assert _mteb_scores(tmp_path / "api") == _mteb_scores(out) and len(_mteb_scores(out)) == 6
+    assert _mteb_scores(tmp_path / "api") == _mteb_scores(out) and len(_mteb_scores(out)) == 3
     assert result.results_dir.is_dir() and {p.stem for p in result.results_dir.glob("*.json")} >= set(result.scores)
     assert _entries(cache) == stored and all(r.cache_hits > 0 for r in result.rows)  # all from the run's cache
     same = ("model", "backend", "revision", "preset", "engine_kwargs", "engine_options_in_force", "prompts")

@@ -63,7 +63,7 @@ def test_suite_times_each_backend_in_its_own_process_and_compares_scores(tmp_pat
 
     out = tmp_path / "suite"
     result = run_cli(
-        "bench", "--suite", "synthetic", "--n-docs", "300", "--n-queries", "20",
+        "bench", "--suite", "synthetic", "--n-docs", "100", "--n-queries", "10",
         "--backends", "vllm", "st", "--output-dir", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

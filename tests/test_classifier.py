@@ -124,23 +124,6 @@ def test_classify_cli_on_a_packaged_task_and_on_a_file(cli_in_process, test_mode
     assert code == 2 and "'neutral' are not among the model's labels" in err
 
 
-@pytest.mark.slow
-def test_remote_classifier_matches_in_process(test_models, vllm_classifier):
-    """A real `vllm serve` of the classifier: /classify gives the in-process probabilities."""
-    from vllm_eval.models.classifier.remote import RemoteClassifier
-    from vllm_eval.models.http import HttpOptions
-    from vllm_eval.testing import serve_model
-
-    texts = get_classification_data("PangLeePolarity").texts[:40]
-    ref = vllm_classifier.classify(texts)
-    with serve_model(test_models["classifier"], timeout=240) as url:
-        with RemoteClassifier(HttpOptions(endpoints=(url,), batch_size=16), show_progress_bar=False) as rc:
-            assert rc.labels == ["negative", "positive"]
-            got = rc.classify(texts)
-    print(f"\nremote /classify vs in-process: max |delta| {np.abs(got - ref).max():.2e}")
-    np.testing.assert_allclose(got, ref, atol=1e-5)
-
-
 def test_a_classify_sweep_reloads_the_engine_matches_single_runs_and_resumes(
     test_models, vllm_classifier, cli_in_process, tmp_path
 ):

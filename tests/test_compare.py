@@ -116,7 +116,7 @@ def test_compare_reranker_generator_classifier_against_their_references(
         "--model",
         str(test_models["cross"]),
         "--top-k",
-        "10",
+        "3",
         "--sample",
         "40",
         "--output-dir",

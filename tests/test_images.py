@@ -131,31 +131,6 @@ def test_images_repeat_once_and_are_cached_by_their_pixels(clip, tmp_path):
         enc.use_cache(None)
 
 
-def test_a_served_clip_embeds_images_through_chat_messages_as_in_process(clip):
-    """A real `vllm serve` of the tiny CLIP: texts as `input`, images as chat messages with PNG data URLs, many
-    per request and (as an older server takes them) one per request: the in-process vectors, raw as asked."""
-    from vllm_eval.models.encoder.remote import RemoteEncoder
-    from vllm_eval.models.http import HttpOptions
-    from vllm_eval.tasks import get_tasks
-    from vllm_eval.testing import row_cosines, serve_model
-
-    model_dir, enc = clip
-    images = _digits(5, offset=30)
-    items = ["a handwritten three", *[ImageInput(im) for im in images], "the digit eight"]
-    want = enc.encode_texts(items)
-    meta = get_tasks(["WordSim353"])[0].metadata
-    with serve_model(model_dir, "--runner", "pooling", timeout=240) as url:
-        opts = HttpOptions((url,), batch_size=4)
-        with RemoteEncoder(opts, normalize=False, show_progress_bar=False) as remote:
-            assert remote.mteb_model_meta.modalities == ["text", "image"] and remote._image_batches is True
-            got = remote.encode_texts(items)
-            assert got.shape == want.shape and row_cosines(got, want).min() >= 0.99999
-            np.testing.assert_allclose(np.linalg.norm(got, axis=1), np.linalg.norm(want, axis=1), rtol=1e-4)
-            remote._image_batches = False  # one conversation per request
-            one = remote.encode([{"image": images}], task_metadata=meta, hf_split="test", hf_subset="default")
-            assert row_cosines(one, want[1:6]).min() >= 0.99999
-
-
 def test_digit_image_tasks_score_as_mtebs_own_clip(clip, cli_in_process, tmp_path):
     """The three offline digit tasks through `vllm-eval run` and through mteb's own CLIP wrapper (transformers)."""
     import json

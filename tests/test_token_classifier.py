@@ -108,27 +108,3 @@ def test_vllm_token_probabilities_match_transformers_and_the_cli_scores_a_file(t
             "token-classify", "--model", path, "--data", str(f), "--output-dir", str(tmp_path / "p")
         )
         assert code == 2 and "'B-PERSON' are not among the model's labels" in err
-
-
-@pytest.mark.slow
-def test_remote_token_classify_through_pooling_matches_transformers(test_models):
-    """A real `vllm serve` of the tagger: /pooling (task token_classify) on our token ids gives the
-    transformers probabilities, word by word."""
-    from vllm_eval.models.http import HttpOptions
-    from vllm_eval.models.token_classifier.hf import TransformersTokenClassifier
-    from vllm_eval.models.token_classifier.remote import RemoteTokenClassifier
-    from vllm_eval.tasks.data import lee_documents
-    from vllm_eval.testing import serve_model
-
-    path = str(test_models["token_classifier"])
-    sentences = [d.split()[:40] for d in lee_documents()[:8]] + [["word"] * 700]
-    with TransformersTokenClassifier(path, show_progress_bar=False) as h:
-        ref = h.word_probs(sentences)
-    with serve_model(path, "--runner", "pooling", timeout=240) as url:
-        with RemoteTokenClassifier(HttpOptions(endpoints=(url,), batch_size=4), show_progress_bar=False) as r:
-            assert r.labels == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
-            got = r.word_probs(sentences)
-            assert r.counters.truncated == 1
-    delta = max(float(np.abs(x - y).max()) for x, y in zip(got, ref))
-    print(f"\nremote /pooling token_classify vs transformers: max |delta prob| {delta:.2e}")
-    assert [x.shape for x in got] == [x.shape for x in ref] and delta <= 1e-4

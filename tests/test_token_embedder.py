@@ -7,8 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from vllm_eval.utils.errors import UsageError
-
 
 class _Scorer:
     """TokenEmbedderBase's MaxSim without a model (the methods only read score_batch_size)."""
@@ -139,26 +137,6 @@ def test_colbert_config_naming_its_width_starts_and_gives_the_same_vectors(colbe
         for x, y in zip(a.encode_texts(texts), b.encode_texts(texts)):
             assert x.shape == y.shape and x.shape[1] == 48
             np.testing.assert_allclose(x, y, atol=1e-6)
-
-
-@pytest.mark.slow
-def test_remote_pooling_token_embed_matches_in_process(colbert):
-    from vllm_eval.models.http import HttpOptions
-    from vllm_eval.models.token_embedder.hf import TransformersTokenEmbedder
-    from vllm_eval.models.token_embedder.remote import RemoteTokenEmbedder
-    from vllm_eval.testing import serve_model
-
-    texts = ["the cat sat on the mat", "rain is expected tomorrow in Sydney", "a"]
-    with TransformersTokenEmbedder(colbert, show_progress_bar=False) as h:
-        ref = h.encode_texts(texts)
-    with serve_model(colbert, "--runner", "pooling", timeout=240) as url:
-        with RemoteTokenEmbedder(HttpOptions(endpoints=(url,), batch_size=2), show_progress_bar=False) as r:
-            got = r.encode_texts(texts)
-            with pytest.raises(UsageError, match="store_dtype must be one of"):
-                RemoteTokenEmbedder(HttpOptions(endpoints=(url,)), store_dtype="int8")
-    delta = max(float(np.abs(x - y).max()) for x, y in zip(got, ref))
-    print(f"\nremote /pooling token_embed vs transformers: max |delta| {delta:.2e}")
-    assert [x.shape for x in got] == [x.shape for x in ref] and delta <= 1e-4
 
 
 def _digit_images(n: int) -> list:
