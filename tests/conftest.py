@@ -52,6 +52,14 @@ def st_encoder():
 
 
 @pytest.fixture(scope="session")
+def colbert(tmp_path_factory) -> str:
+    """A ColBERT-style (HF_ColBERT) token embedder on the packaged MiniLM, seeded (``build_minilm_colbert``)."""
+    from vllm_eval.testing import build_minilm_colbert
+
+    return str(build_minilm_colbert(tmp_path_factory.mktemp("colbert") / "minilm-colbert"))
+
+
+@pytest.fixture(scope="session")
 def test_models(tmp_path_factory):
     """Locally built test models (see vllm_eval.testing), once per session."""
     from vllm_eval.testing import (

@@ -55,13 +55,6 @@ def mteb_cross(test_models) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def colbert(tmp_path_factory) -> str:
-    from vllm_eval.testing import build_minilm_colbert
-
-    return str(build_minilm_colbert(tmp_path_factory.mktemp("colbert") / "minilm-colbert"))
-
-
-@pytest.fixture(scope="module")
 def mteb_colbert(colbert) -> set[str]:
     """mteb's ``MultiVectorWrapper`` (sentence-transformers' ``MultiVectorEncoder``) on the same ColBERT files;
     mteb's registered ColBERT wrappers need pylate, which the test environment does not hold."""

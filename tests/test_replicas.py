@@ -208,6 +208,7 @@ def test_replicas_tokenize_their_share_counted_and_cached_as_one_engine(dp_encod
 
 def test_calls_from_two_threads_overlap_on_replicas_with_their_own_rows_and_counts(dp_encoder):
     import threading
+    from unittest import mock
 
     from vllm_eval.utils.telemetry import task_counters
 
@@ -232,8 +233,6 @@ def test_calls_from_two_threads_overlap_on_replicas_with_their_own_rows_and_coun
         with task_counters() as own:
             got[i] = dp_encoder.encode_texts(halves[i])
         own_counts[i] = own.tokens
-
-    from unittest import mock
 
     with mock.patch.object(dp_encoder, "submit_split", recorded):
         threads = [threading.Thread(target=call, args=(i,)) for i in (0, 1)]

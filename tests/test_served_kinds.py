@@ -13,13 +13,6 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def colbert(tmp_path_factory):
-    from vllm_eval.testing import build_minilm_colbert
-
-    return str(build_minilm_colbert(tmp_path_factory.mktemp("colbert") / "minilm-colbert"))
-
-
-@pytest.fixture(scope="module")
 def served(test_models, colbert, clip):
     """Base URLs by kind: "classifier", "token_classifier", "token_embedder", "clip"."""
     from vllm_eval.testing import serve_models

@@ -38,13 +38,6 @@ def test_token_embed_refuses_tasks_maxsim_cannot_score(cli_in_process, tmp_path)
     assert code == 2 and "--store-dtype is for --pooling-task token_embed" in err
 
 
-@pytest.fixture(scope="module")
-def colbert(tmp_path_factory):
-    from vllm_eval.testing import build_minilm_colbert
-
-    return str(build_minilm_colbert(tmp_path_factory.mktemp("colbert") / "minilm-colbert"))
-
-
 @pytest.mark.slow
 def test_vllm_token_vectors_match_transformers_and_retrieval_runs_in_mteb(colbert, cli_in_process, tmp_path):
     from vllm_eval.evaluation.results import evaluate
