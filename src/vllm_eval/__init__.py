@@ -14,6 +14,7 @@ _LAZY = {
     "SentenceTransformerReranker": "models.reranker.st",
     "RemoteReranker": "models.reranker.remote",
     "VllmGenerator": "models.generator.vllm",
+    "VllmLM": "models.generator.lmeval",
     "RemoteGenerator": "models.generator.remote",
     "HttpOptions": "models.http",
     "load_backend": "models.backends",
@@ -85,3 +86,18 @@ _MOVED = {
     "report": "measure.report",
 }
 keep_moved_paths(__name__, _MOVED)
+
+
+def _register_with_lm_eval() -> None:
+    """lm-eval's model registry learns ``vllm-eval`` (``lm_eval --model vllm-eval``, ``simple_evaluate(model=
+    "vllm-eval")``) as a lazy ``module:Class`` entry: nothing of vLLM or torch is imported until it is used."""
+    try:
+        import lm_eval.models  # noqa: F401  (its built-in names first: lm-eval fills an empty registry only)
+        from lm_eval.api.registry import model_registry
+    except ImportError:  # lm-eval not installed: nothing to register with
+        return
+    if "vllm-eval" not in model_registry:
+        model_registry.register("vllm-eval", target="vllm_eval.models.generator.lmeval:VllmLM")
+
+
+_register_with_lm_eval()

@@ -1,5 +1,6 @@
-"""``vllm_eval.generate``: a chat LLM / VLM on multiple-choice tasks, by answer or by log-likelihood; everything
-``vllm-eval generate`` does, from Python.
+"""``vllm_eval.generate``: a generative model on lm-evaluation-harness's tasks (by lm-eval's names, with lm-eval's
+prompts, metrics and result files), or on this project's multiple-choice tasks and files, by answer or by
+log-likelihood; everything ``vllm-eval generate`` does, from Python.
 
 The shape of lm-evaluation-harness's ``simple_evaluate``: one call that checks every option before anything
 loads, selects the tasks (by name or your own file), starts the backend once (a vLLM engine, transformers, or
@@ -16,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from ..tasks import split_names
+from ..tasks.generative import LM_EVAL_ALIASES, is_own_task
 from ..utils.errors import UsageError
 from ..utils.timeline import phase
 from .checks import chat_template, check_model_argument, open_cache, require_model, resolve_model, task_output_dirs
 from .command_sweep import sweepable
+from .lm_eval_tasks import EVALUATE_OPTIONS, MODEL_OPTIONS
 from .session import Session, prepare, split_options
 
 #: Backend options ``generate`` passes on when given; the capability options (``device``, ``endpoint`` ...) too.
@@ -34,6 +37,8 @@ BACKEND_OPTIONS = (
 )
 ANSWER_FORMATS = ("json", "xml", "boxed", "raw")
 SCORINGS = ("generate", "loglikelihood")
+#: lm-eval's options ``generate`` takes for lm-eval's tasks (:mod:`vllm_eval.api.lm_eval_tasks`).
+LM_EVAL_KEYWORDS = ("include_path", "log_samples", *EVALUATE_OPTIONS, *MODEL_OPTIONS)
 #: ``SamplingParams`` names of the keywords ``temperature``, ``top_p``, ``top_k``, ``max_tokens``, ``sampling_seed``.
 SAMPLING = ("temperature", "top_p", "top_k", "max_tokens", "seed")
 
@@ -61,6 +66,9 @@ class GenerationResult:
     output_dirs: dict[str, Path] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     cache: Any = None
+    #: lm-eval's tasks: lm-eval's whole results dict (``results``, ``groups``, ``configs``, ``versions``, ``n-shot``,
+    #: ``higher_is_better``, ``n-samples``, ``config`` ...) and where its files and ``summary.json`` went.
+    lm_eval: dict[str, Any] | None = None
 
     @property
     def failed(self) -> list[str]:
@@ -69,7 +77,12 @@ class GenerationResult:
 
     @property
     def scores(self) -> dict[str, float]:
-        """Accuracy by task name, of the tasks that did not fail."""
+        """By task name, of the tasks that did not fail: accuracy; for lm-eval's tasks (and groups) their first
+        metric under its first filter, as lm-eval's table prints it."""
+        if self.lm_eval is not None:
+            from ..tasks.lmeval import main_scores
+
+            return {name: value for name, _, value, _ in main_scores(self.lm_eval["results"])}
         return {t: r["metrics"]["accuracy"] for t, r in self.results.items() if t not in self.errors}
 
 
@@ -108,8 +121,10 @@ def generate(
     Args:
         model: a model directory or hub id (offline: a cached one); for a served model the served name
             (optional: default the server's).
-        tasks: generative task names (a list, or one string of names separated by spaces or commas):
-            ``PangLeePolarity``, ``Digits`` (offline), ``MMLU``, ``ARC-Challenge``, ``ARC-Easy`` (hub).
+        tasks: task names (a list, or one string of names separated by spaces or commas): lm-eval's task, group
+            and tag names and task YAML paths (``mmlu``, ``gsm8k``, ``hellaswag`` ...: lm-eval's prompts, metrics
+            and result files; see :mod:`vllm_eval.api.lm_eval_tasks`), or this project's ``PangLeePolarity``,
+            ``Digits`` (offline; one kind per call).
         data: your own multiple-choice file instead of ``tasks`` (``.jsonl``/``.csv``/``.parquet`` with question,
             options, answer [, image]).
         backend: ``vllm`` (default), ``hf`` (transformers, the reference), ``remote`` (``/v1/chat/completions``
@@ -126,9 +141,11 @@ def generate(
             ``<output_dir>/<task>`` (created now); default ``results/generate/<task>``.
         cache_dir, no_cache: the output cache's folder (default ``$VLLMEVAL_CACHE_DIR``, else
             ``~/.cache/vllm-eval``), or none at all.
-        show_progress: progress bars. ``verbose``: vLLM's INFO logs and third-party warnings.
-        started: when the call started (``time.time()``); default now.
-        **options: backend options (``preset``, ``chat_template`` (a file or the Jinja text),
+        show_progress: progress bars. ``verbose``: vLLM's INFO logs and third-party warnings. ``started``: when
+            the call started (``time.time()``); default now.
+        **options: lm-eval's options for its tasks, under its names (:data:`LM_EVAL_KEYWORDS`: ``num_fewshot``,
+            ``include_path``, ``apply_chat_template``, ``gen_kwargs`` ...; ``limit`` may be a fraction). Else backend
+            options (``preset``, ``chat_template`` (a file or the Jinja text),
             ``chat_template_kwargs``, ``think_end_token``, ``system_prompt``, ``raw_prompts``, ``image_position``,
             ``device``, ``data_parallel_size``, ``endpoint`` ...) and vLLM ``EngineArgs`` (``dtype``,
             ``max_model_len``, ``seed`` ...; checked against vLLM's list).
@@ -141,11 +158,17 @@ def generate(
         UsageError: a bad option or combination, no tasks, no model for a local backend, a scoring or task the
             backend cannot do (one line, before anything loads).
         OptionError: an unknown engine option (close names suggested).
-        UnknownNameError: an unknown backend. DataUnavailableError: a hub task offline and not cached.
-        ModelNotFoundError: a local model that does not exist.
+        UnknownNameError: an unknown backend or task. ModelNotFoundError: a local model that does not exist.
         EngineError, EndpointError: a failure of the engine or a server while running.
     """
     check_model_argument(model)
+    lm_options = {k: options.pop(k) for k in LM_EVAL_KEYWORDS if k in options}
+    names = None if tasks is None or data is not None else split_names(tasks)
+    if names and not all(is_own_task(n) for n in names):
+        call = dict(backend=backend, limit=limit, output_dir=output_dir, verbose=verbose, started=started)
+        return _lm_eval(model, names, call, lm_options, options, (cache_dir, no_cache), show_progress)  # lm-eval's
+    if lm_options:
+        raise UsageError(f"{', '.join(sorted(lm_options))}: lm-eval's options, for lm-eval's tasks only")
     _check_values(answer_format, scoring, limit, max_missing)
     with phase("imports"):  # mostly the backend's imports, then the option checks
         session = _prepare(backend, options, output_dir, verbose, started)
@@ -159,15 +182,68 @@ def generate(
     outputs = task_output_dirs(session.output_dir, "generate", selected)
     given = (temperature, top_p, top_k, max_tokens, sampling_seed)
     sampling = {name: v for name, v in zip(SAMPLING, given, strict=True) if v is not None}
-    how = dict(
-        answer_format=answer_format,
-        scoring=scoring,
-        letters=letters,
-        reasoning=reasoning,
-        limit=limit,
-        max_missing=max_missing,
-    )
+    how = dict(answer_format=answer_format, scoring=scoring, letters=letters, reasoning=reasoning)
+    how.update(limit=limit, max_missing=max_missing)
     return _run(session, resolved, selected, outputs, sampling, (cache_dir, no_cache), show_progress, how)
+
+
+def _lm_eval(
+    model: Any,
+    names: list[str],
+    call: dict[str, Any],
+    lm_options: dict[str, Any],
+    options: dict[str, Any],
+    cache_at: tuple[Any, bool],
+    show_progress: bool,
+) -> GenerationResult:
+    """lm-eval's tasks: every check before the model starts (names, data, unsafe code, chat template), then
+    lm-eval's evaluator on our engine (or lm-eval's HFLM), its files and ``summary.json``."""
+    from ..tasks.lmeval import prepare_tasks
+    from . import lm_eval_tasks
+
+    evaluate = {k: lm_options[k] for k in EVALUATE_OPTIONS if lm_options.get(k) is not None}
+    model_options = {k: lm_options[k] for k in MODEL_OPTIONS if k in lm_options}
+    lm_eval_tasks.check_lm_eval_call(call["backend"], call["limit"], evaluate)
+    with phase("imports"):
+        session = _prepare(call["backend"], options, call["output_dir"], call["verbose"], call["started"])
+    names = [LM_EVAL_ALIASES.get(n.lower(), n) for n in names]
+    with phase("tasks"):
+        prepared = prepare_tasks(
+            names, lm_options.get("include_path"), confirm_run_unsafe_code=bool(evaluate.get("confirm_run_unsafe_code"))
+        )
+    with phase("model"):
+        model = None if model is None else os.fspath(model)
+        require_model(model, session.spec.remote)
+        resolved = resolve_model(model, session.spec.remote)
+        lm_eval_tasks.chat_template_needed(
+            str(getattr(resolved, "path", resolved)), evaluate.get("apply_chat_template")
+        )
+    cache = open_cache(*cache_at)
+    try:
+        ran = lm_eval_tasks.run(
+            session,
+            resolved,
+            prepared,
+            cache=cache,
+            limit=call["limit"],
+            log_samples=lm_options.get("log_samples") is not False,
+            evaluate=evaluate,
+            model_options=model_options,
+            show_progress=show_progress,
+        )
+    finally:
+        if cache is not None:
+            cache.close()
+    results = {name: dict(metrics) for name, metrics in ran["results"].get("results", {}).items()}
+    folder = ran["results_path"].parent if ran["results_path"] is not None else None
+    return GenerationResult(
+        results=results,
+        model_name=ran["model_name"],
+        backend=session.spec.name,
+        output_dirs={name: folder for name in results} if folder is not None else {},
+        cache=cache,
+        lm_eval=ran,
+    )
 
 
 def _prepare(backend: str, options: dict[str, Any], output_dir: Any, verbose: bool, started: float | None) -> Session:
@@ -247,7 +323,8 @@ def generative_tasks(names: list[str] | str | None, data: str | None) -> list[An
         return [load_file("generate", data)]
     if names is None:
         raise UsageError(
-            "--tasks is required: PangLeePolarity, Digits, MMLU, ARC-Challenge ... (`vllm-eval tasks`), or --data FILE"
+            "--tasks is required: lm-eval's tasks (mmlu, gsm8k ...), PangLeePolarity, Digits (`vllm-eval tasks`), "
+            "or --data FILE"
         )
     return [load_task("generate", name) for name in split_names(names)]
 

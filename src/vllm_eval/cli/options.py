@@ -35,6 +35,20 @@ nonneg_float = _typed("nonneg_float", float, lambda v: v >= 0, "a number >= 0")
 positive_float = _typed("positive_float", float, lambda v: v > 0, "a number > 0")
 fraction = _typed("fraction", float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 integer = _typed("integer", int, lambda v: True, "an integer")
+nonneg_int = _typed("nonneg_int", int, lambda v: v >= 0, "an integer >= 0")
+
+
+def limit_value(text: str) -> int | float:
+    """``--limit``: a count >= 1, or (lm-eval's tasks) a fraction of each task in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a count >= 1 or a fraction in (0, 1), got {text!r}") from None
+    if value.is_integer() and value >= 1:
+        return int(value)
+    if 0 < value < 1:
+        return value
+    raise argparse.ArgumentTypeError(f"must be a count >= 1 or a fraction in (0, 1), got {text!r}")
 
 
 def json_object(text: str) -> dict[str, Any]:

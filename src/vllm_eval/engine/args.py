@@ -90,7 +90,6 @@ _POSITIVE_INTS = (
     "pipeline_parallel_size",
     "kv_cache_memory_bytes",
     "max_logprobs",
-    "swap_space",
 )
 _BOOLS = ("enforce_eager", "enable_prefix_caching", "trust_remote_code", "enable_chunked_prefill")
 #: Numeric engine options: name -> (types, rule, what the message says it must be).

@@ -213,7 +213,21 @@ def generator_info(llm: Any) -> dict[str, Any]:
         "is_multimodal": bool(config.is_multimodal_model),
         "dtype": str(config.dtype),
         "quantization": config.quantization,
+        "hf_chat_template": _resolved_chat_template(llm),
     }
+
+
+def _resolved_chat_template(llm: Any) -> str | None:
+    """The chat template vLLM resolves for the model (the tokenizer's, or vLLM's fallback for its type), as
+    lm-evaluation-harness's vLLM backend reads it (``resolve_hf_chat_template``); None where vLLM finds none."""
+    try:
+        from vllm.renderers.hf import resolve_chat_template
+    except ImportError:  # before vLLM moved it (vllm-project/vllm#30200)
+        from vllm.entrypoints.chat_utils import resolve_hf_chat_template as resolve_chat_template
+    try:
+        return resolve_chat_template(llm.get_tokenizer(), chat_template=None, tools=None, model_config=llm.model_config)
+    except Exception:  # a tokenizer without templates of any kind: the model has none
+        return None
 
 
 def call_job(llm: Any, payload: tuple[str, list[Any], Any, str, dict[str, Any]]) -> list[Any]:

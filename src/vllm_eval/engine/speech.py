@@ -1,6 +1,7 @@
 """What runs on a speech-to-text engine: its setup ``transcriber_info(llm)`` and the job ``transcribe_job(llm,
 payload)``, as :mod:`vllm_eval.engine.jobs` holds the other kinds' (the same code in-process and in replicas);
-and :class:`WhisperSuppress`, Whisper's token suppression as a vLLM logits processor.
+Whisper's token suppression, the logits processor :class:`~vllm_eval.engine.suppress.WhisperSuppress`, is applied to
+its requests.
 
 Prompts are the model class's own (``get_generation_prompt``, ``get_language_detection_prompt``), built as vLLM's
 ``/v1/audio/transcriptions`` server builds them (``vllm/entrypoints/speech_to_text/base/serving.py``): the
@@ -11,8 +12,8 @@ the chunks' texts joined with the server's separator, at most ``max_model_len`` 
 Whisper's generation config suppresses some tokens at every step (``suppress_tokens``: non-speech symbols) and
 the blank and end-of-text at the first (``begin_suppress_tokens``), as OpenAI's decoder and transformers' generate
 do; vLLM's Whisper applies neither (on an 8 kHz phone prompt, tiny.en then ends at once, an empty transcript).
-Requests of this module carry ``extra_args[SUPPRESS_KEY]`` and the engine runs :class:`WhisperSuppress`, so greedy
-decoding is transformers'.
+Requests of this module carry ``extra_args[SUPPRESS_KEY]`` and the engine runs :class:`WhisperSuppress`
+(:mod:`vllm_eval.engine.suppress`, for both of vLLM's model runners), so greedy decoding is transformers'.
 """
 
 from __future__ import annotations
@@ -22,14 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from .suppress import SUPPRESS_KEY, WhisperSuppress
+
 __all__ = ["SUPPRESS_KEY", "WhisperSuppress", "transcribe_job", "transcriber_info"]
 
-#: ``SamplingParams.extra_args`` key: (tokens suppressed at every step, tokens suppressed at the first step).
-SUPPRESS_KEY = "vllm_eval_suppress"
 #: Sampling rate every audio is resampled to before it reaches the engine (Whisper's and vLLM's speech models').
 SAMPLE_RATE = 16000
-#: A request's suppression in :class:`WhisperSuppress`: (every step's tokens, the first step's, its outputs so far).
-_Row = tuple[tuple[int, ...], tuple[int, ...], list[int]]
 
 
 def _model_class(llm: Any) -> Any:
@@ -194,76 +193,3 @@ def _english_prompt(prompt: Any, language: str | None, task: str) -> Any:
         return prompt
     text = decoder["prompt"].replace(f"<|{language}|><|{task}|>", "")
     return {**prompt, "decoder_prompt": {**decoder, "prompt": text}}
-
-
-def _logits_processor_base() -> Any:
-    try:
-        from vllm.v1.sample.logits_processor import LogitsProcessor
-    except ImportError:  # no vLLM here (a parent of replicas): the class is only built where an engine runs
-        return object
-    return LogitsProcessor
-
-
-class WhisperSuppress(_logits_processor_base()):  # type: ignore[misc]
-    """Whisper's suppression for requests that ask for it (``SamplingParams.extra_args[SUPPRESS_KEY]`` = (every
-    step's tokens, the first step's)): their logits set to -inf, as transformers' ``SuppressTokensLogitsProcessor``
-    and ``SuppressTokensAtBeginLogitsProcessor`` (and OpenAI's ``SuppressTokens`` / ``SuppressBlank``) do. A vLLM
-    V1 logits processor (``LLM(logits_processors=[...])``), vectorised over the batch."""
-
-    def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool) -> None:
-        import torch
-
-        self.device = device
-        self.rows: dict[int, _Row] = {}  # batch row -> (always, begin, its outputs so far)
-        self.neg_inf = torch.tensor(-float("inf"), dtype=torch.float32, device=device)
-        # (rows, columns) index tensors of the every-step suppression, per distinct token set, rebuilt only when the
-        # batch's membership changes: the per-step work stays a few device ops however many rows the batch holds
-        self.always: list[tuple[Any, Any]] | None = None
-        self.columns: dict[tuple[int, ...], Any] = {}
-
-    def is_argmax_invariant(self) -> bool:
-        return False  # suppressing tokens changes greedy picks
-
-    @staticmethod
-    def _state(params: Any, _prompt: Any, outputs: list[int]) -> _Row | None:
-        extra = getattr(params, "extra_args", None) or {}
-        if SUPPRESS_KEY not in extra:
-            return None
-        always, begin = extra[SUPPRESS_KEY]
-        return tuple(always), tuple(begin), outputs
-
-    def update_state(self, batch_update: Any) -> None:
-        from vllm.v1.sample.logits_processor.builtin import process_dict_updates
-
-        if process_dict_updates(self.rows, batch_update, self._state):
-            self.always = None
-
-    def _cols(self, tokens: tuple[int, ...]) -> Any:
-        import torch
-
-        if tokens not in self.columns:
-            self.columns[tokens] = torch.tensor(tokens, dtype=torch.long, device=self.device)
-        return self.columns[tokens]
-
-    def apply(self, logits: Any) -> Any:
-        import torch
-
-        if not self.rows:
-            return logits
-        if self.always is None:
-            groups: dict[tuple[int, ...], list[int]] = {}
-            for row, (always, _, _) in self.rows.items():
-                if always:
-                    groups.setdefault(always, []).append(row)
-            self.always = [
-                (torch.tensor(rows, dtype=torch.long, device=self.device)[:, None], self._cols(tokens)[None, :])
-                for tokens, rows in groups.items()
-            ]
-        value = self.neg_inf.to(logits.dtype)
-        for rows, cols in self.always:
-            logits[rows, cols] = value
-        # the first step's suppression: only rows that have generated nothing yet (a few per step)
-        for row, (_, begin, outputs) in self.rows.items():
-            if begin and not outputs:
-                logits[row, self._cols(begin)] = value
-        return logits

@@ -517,12 +517,12 @@ def write_summary(
     Provenance: the engine options in force after our defaults, the prompts and templates, the device, engine start
     seconds, start and end times, the total seconds since ``started`` (engine start and data loading included), and
     the timeline (phases that ended after ``started``). Written to a temporary file renamed (never half a file)."""
-    meta = model.mteb_model_meta
+    meta = getattr(model, "mteb_model_meta", None)  # None: a model outside mteb (run_info names it)
     output_dir = path.parent
     now = time.time()
     summary = {
-        "model": meta.name,
-        "revision": meta.revision,
+        "model": getattr(meta, "name", None),
+        "revision": getattr(meta, "revision", None),
         **(run_info or {}),
         **provenance(model),
         "device": device,
@@ -531,7 +531,7 @@ def write_summary(
         "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
         "finished_at": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),
         "total_seconds": round(now - started, 2),
-        "results_dir": str(results_dir(output_dir, meta)),
+        "results_dir": str(results_dir(output_dir, meta) if meta is not None else output_dir),
         "scores": [asdict(r) for r in rows],
         "timeline": timeline.current().as_json(since=started),
     }

@@ -105,113 +105,25 @@ GENERATIVE_TASKS: dict[str, GenerativeTask] = {
 }
 
 
-@dataclass(frozen=True)
-class HubSource:
-    """Where a hub multiple-choice benchmark lives: ``datasets.load_dataset(path, config, split=split)``."""
-
-    path: str
-    config: str | None
-    split: str
-
-    def rows(self, task: str) -> Any:
-        """The split as a ``datasets.Dataset``.
-
-        Raises:
-            DataUnavailableError: the hub is offline and the dataset is not in the local cache.
-        """
-        self.check(task)
-        import datasets
-
-        return datasets.load_dataset(self.path, self.config, split=self.split)
-
-    def check(self, task: str) -> None:
-        """Raises DataUnavailableError, naming ``task`` and the dataset, when it cannot be loaded offline."""
-        from ..utils.hub import require_dataset
-
-        if not Path(self.path).is_dir():  # a local copy in the same layout needs no hub
-            require_dataset(self.path, task, "pass your own questions with --data FILE")
-
-
-MMLU = HubSource("cais/mmlu", "all", "test")
-ARC_CHALLENGE = HubSource("allenai/ai2_arc", "ARC-Challenge", "test")
-ARC_EASY = HubSource("allenai/ai2_arc", "ARC-Easy", "test")
-
-
-def mmlu_items(rows: Any) -> list[MCItem]:
-    """MMLU rows (``question``, ``subject``, ``choices``, ``answer`` as the index) as items; the subject
-    opens the question as in the MMLU paper's prompt (Hendrycks et al. 2021: "The following are
-    multiple choice questions (with answers) about {subject}.")."""
-    return [
-        MCItem(
-            id=f"mmlu-{i}",
-            question=f"The following is a multiple choice question about {str(r['subject']).replace('_', ' ')}."
-            f"\n\n{r['question']}",
-            options=tuple(r["choices"]),
-            target=int(r["answer"]),
-        )
-        for i, r in enumerate(rows)
-    ]
-
-
-def arc_items(rows: Any) -> list[MCItem]:
-    """AI2 ARC rows (``id``, ``question``, ``choices: {text, label}``, ``answerKey``: one of the labels,
-    letters or digits) as items (Clark et al. 2018, arXiv:1803.05457)."""
-    items = []
-    for r in rows:
-        labels = [str(x) for x in r["choices"]["label"]]
-        items.append(
-            MCItem(
-                id=str(r["id"]),
-                question=r["question"],
-                options=tuple(r["choices"]["text"]),
-                target=labels.index(str(r["answerKey"])),
-            )
-        )
-    return items
-
-
-def _hub_task(
-    name: str, source: HubSource, items: Callable[[Any], list[MCItem]], description: str
-) -> tuple[GenerativeTask, HubSource]:
-    task = GenerativeTask(
-        name=name,
-        description=description,
-        reference=f"https://huggingface.co/datasets/{source.path}",
-        modality="text",
-        letters=True,
-        load=lambda: items(source.rows(name)),
-    )
-    return task, source
-
-
-#: Multiple-choice benchmarks read from the hub (or its local cache) when asked for by name.
-HUB_GENERATIVE_TASKS: dict[str, tuple[GenerativeTask, HubSource]] = {
-    name: _hub_task(name, source, items, description)
-    for name, source, items, description in (
-        ("MMLU", MMLU, mmlu_items, "MMLU (Hendrycks et al. 2021): 14,042 four-option questions over 57 subjects, test"),
-        ("ARC-Challenge", ARC_CHALLENGE, arc_items, "AI2 ARC Challenge set (Clark et al. 2018): 1,172 questions, test"),
-        ("ARC-Easy", ARC_EASY, arc_items, "AI2 ARC Easy set (Clark et al. 2018): 2,376 science questions, test"),
-    )
-}
+#: Names this command knew before lm-eval's tasks ran here, and lm-eval's task for each (one way to run a benchmark).
+LM_EVAL_ALIASES = {"mmlu": "mmlu", "arc-challenge": "arc_challenge", "arc-easy": "arc_easy"}
 
 
 def get_generative_task(name: str) -> GenerativeTask:
-    """The generative task called ``name`` (case-insensitive): an offline one, or a hub benchmark
-    (:data:`HUB_GENERATIVE_TASKS`), whose availability is checked here, before any model loads.
+    """The offline generative task called ``name`` (case-insensitive).
 
     Raises:
         UnknownNameError: unknown task (the message lists the known ones).
-        DataUnavailableError: a hub benchmark while the hub is offline and its dataset is not cached.
     """
     for key, task in GENERATIVE_TASKS.items():
         if key.lower() == name.lower():
             return task
-    for key, (task, source) in HUB_GENERATIVE_TASKS.items():
-        if key.lower() == name.lower():
-            source.check(task.name)
-            return task
-    known = [*GENERATIVE_TASKS, *HUB_GENERATIVE_TASKS]
-    raise UnknownNameError(f"unknown generative task {name!r}; known: {', '.join(known)}")
+    raise UnknownNameError(f"unknown generative task {name!r}; known: {', '.join(GENERATIVE_TASKS)}")
+
+
+def is_own_task(name: str) -> bool:
+    """Whether ``name`` is one of this project's offline generative tasks (else it is lm-eval's)."""
+    return name.lower() in {k.lower() for k in GENERATIVE_TASKS}
 
 
 def _resolve_answer(answer: str | int, options: list[str], where: str) -> int:

@@ -61,19 +61,14 @@ class Runner:
 
 
 def _generative() -> list[OwnTask]:
-    from .generative import GENERATIVE_TASKS, HUB_GENERATIVE_TASKS
+    from .generative import GENERATIVE_TASKS
 
-    offline = [
+    return [
         OwnTask(
             t.name, "generate", "generator", f"multiple choice ({t.modality})", "accuracy", "offline", t.description
         )
         for t in GENERATIVE_TASKS.values()
     ]
-    hub = [
-        OwnTask(t.name, "generate", "generator", f"multiple choice ({t.modality})", "accuracy", s.path, t.description)
-        for t, s in HUB_GENERATIVE_TASKS.values()
-    ]
-    return offline + hub
 
 
 def _classification() -> list[OwnTask]:

@@ -1,6 +1,7 @@
-"""``vllm-eval generate``: a chat LLM / VLM on multiple-choice tasks, by answer or by log-likelihood.
+"""``vllm-eval generate``: a generative model on lm-evaluation-harness's tasks (lm-eval's names, options, prompts,
+metrics and result files), or on this project's multiple-choice tasks and files, by answer or by log-likelihood.
 
-Parses its flags and calls :func:`vllm_eval.api.generate.generate`, then prints each task's line.
+Parses its flags and calls :func:`vllm_eval.api.generate.generate`, then prints lm-eval's table, or each task's line.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from ...api.generate import ANSWER_FORMATS, BACKEND_OPTIONS, SCORINGS
+from ...api.generate import ANSWER_FORMATS, BACKEND_OPTIONS, LM_EVAL_KEYWORDS, SCORINGS
 from ..base import Command, Context
 from ..options import (
     add_backend,
@@ -23,7 +24,9 @@ from ..options import (
     fraction,
     integer,
     json_object,
+    limit_value,
     nonneg_float,
+    nonneg_int,
     positive_int,
 )
 from ..tables import report_cache, sweep_exit
@@ -49,15 +52,17 @@ _CALL_FLAGS = (
     "cache_dir",
     "no_cache",
     "verbose",
+    *LM_EVAL_KEYWORDS,
 )
 
 
 class GenerateCommand(Command):
     name = "generate"
-    help = "evaluate a chat LLM / VLM on multiple-choice tasks"
+    help = "evaluate a generative model on lm-eval's tasks (mmlu, gsm8k ...) or multiple-choice tasks"
     description = (
-        "Evaluate a generative model on multiple-choice tasks (PangLeePolarity: text, Digits: images). "
-        "Writes results.json and samples.jsonl (prompt, raw output, parsed answer, target, correct per sample)."
+        "Evaluate a generative model on lm-evaluation-harness's tasks by lm-eval's names (its prompts, metrics and "
+        "results_<date>.json / samples_<task>_<date>.jsonl), or on this project's multiple-choice tasks "
+        "(PangLeePolarity: text, Digits: images) and files (results.json and samples.jsonl)."
     )
     kind = "generator"
     backend_options = BACKEND_OPTIONS
@@ -67,7 +72,8 @@ class GenerateCommand(Command):
         add_backend(parser, (self.kind,))
         add_tasks(
             parser,
-            "generative tasks: PangLeePolarity, Digits (offline); MMLU, ARC-Challenge, ARC-Easy (hub); or --data",
+            "lm-eval's task, group and tag names or task YAMLs (mmlu, gsm8k, hellaswag ...: `vllm-eval tasks "
+            "--search TEXT`); or PangLeePolarity, Digits (offline); or --data",
             aliases=("--task",),
         )
         parser.add_argument(
@@ -90,7 +96,12 @@ class GenerateCommand(Command):
             help="name options by letter (default: the task's choice)",
         )
         parser.add_argument("--reasoning", action="store_true", help="ask for brief reasoning before the answer")
-        parser.add_argument("--limit", type=positive_int, default=None, help="first N samples only")
+        parser.add_argument(
+            "--limit",
+            type=limit_value,
+            default=None,
+            help="first N samples of each task (lm-eval's: or a fraction < 1)",
+        )
         parser.add_argument(
             "--max-missing",
             type=nonneg_float,
@@ -122,6 +133,7 @@ class GenerateCommand(Command):
         samp.add_argument("--top-k", type=integer, default=None)
         samp.add_argument("--max-tokens", type=positive_int, default=None, help="default 256")
         samp.add_argument("--sampling-seed", dest="sampling_seed", type=integer, default=None)
+        _add_lm_eval_flags(parser)
         add_remote_flags(parser, "/v1/chat/completions")
         add_scale_flags(parser)
         add_engine_flags(parser)
@@ -134,6 +146,10 @@ class GenerateCommand(Command):
         result = generate(**call, show_progress=not args.no_progress, started=ctx.started, **options, **ctx.engine)
         if (code := sweep_exit(result)) is not None:
             return code
+        if result.lm_eval is not None:
+            _print_lm_eval(result.lm_eval)
+            report_cache(result.cache)
+            return 0
         for task, results in result.results.items():
             if task in result.errors:
                 print(f"vllm-eval: error: {result.errors[task]}", file=sys.stderr)
@@ -152,3 +168,56 @@ def _print_result(args: argparse.Namespace, task: str, results: dict[str, Any], 
         f"missing {int(m['missing'])}/{int(m['n_samples'])}{cut}  {results['seconds']:.1f} s"
     )
     print(f"results: {out}/results.json, {out}/samples.jsonl")
+
+
+def _add_lm_eval_flags(parser: argparse.ArgumentParser) -> None:
+    """lm-eval's options under lm-eval's names (``lm_eval --help``), for lm-eval's tasks."""
+    g = parser.add_argument_group("lm-eval's tasks (lm-eval's option names)")
+    g.add_argument("--include-path", default=None, help="a folder of your own task YAMLs (they may override lm-eval's)")
+    g.add_argument("--num-fewshot", type=nonneg_int, default=None, help="few-shot examples (default: the task's)")
+    g.add_argument(
+        "--apply-chat-template",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="TEMPLATE",
+        help="render prompts with the model's chat template (or the named one of several)",
+    )
+    g.add_argument(
+        "--fewshot-as-multiturn",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="few-shot examples as chat turns (lm-eval's default with --apply-chat-template)",
+    )
+    g.add_argument("--system-instruction", default=None, help="a system instruction before every prompt")
+    g.add_argument("--gen-kwargs", default=None, help="generation options over the tasks': 'temperature=0,top_p=1'")
+    g.add_argument("--samples", type=json_object, default=None, help='JSON: {"task": [doc indices]} instead of --limit')
+    g.add_argument(
+        "--log-samples",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="write samples_<task>_<date>.jsonl (default on)",
+    )
+    for seed in ("random", "numpy-random", "torch-random", "fewshot-random"):
+        g.add_argument(f"--{seed}-seed", type=integer, default=None, help=argparse.SUPPRESS)
+    g.add_argument("--confirm-run-unsafe-code", action="store_true", default=None, help="allow code-running tasks")
+    g.add_argument("--predict-only", action="store_true", default=None, help="generate and log, compute no metric")
+    g.add_argument("--bootstrap-iters", type=nonneg_int, default=None, help="stderr bootstrap iterations")
+    g.add_argument("--max-gen-toks", type=positive_int, default=None, help="tokens per generation (default 256)")
+    g.add_argument("--add-bos-token", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--prefix-token-id", type=integer, default=None, help="the token an empty context is scored after")
+    g.add_argument("--truncation-side", choices=["left", "right", "middle"], default=None)
+
+
+def _print_lm_eval(ran: dict[str, Any]) -> None:
+    """lm-eval's own tables (``make_table``), then where its files and ``summary.json`` went."""
+    from lm_eval.utils import make_table
+
+    print(make_table(ran["results"]))
+    if ran["results"].get("groups"):
+        print(make_table(ran["results"], "groups"))
+    for kind, n in ran["truncated"].items():
+        if n:
+            print(f"{n} {kind} requests longer than the context were cut on the left (as lm-eval does)")
+    if ran["results_path"] is not None:
+        print(f"results: {ran['results_path']} (lm-eval's format), {ran['summary_path']}")

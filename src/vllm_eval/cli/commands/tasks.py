@@ -20,10 +20,21 @@ class TasksCommand(Command):
         parser.add_argument("--benchmark", nargs="+", default=None, help="mteb benchmark names")
         parser.add_argument("--task-types", nargs="+", default=None, help="keep tasks of these mteb types")
         parser.add_argument("--languages", nargs="+", default=None, help="keep tasks in these ISO 639-3 languages")
+        parser.add_argument(
+            "--search",
+            nargs="?",
+            const="",
+            default=None,
+            metavar="TEXT",
+            help="lm-eval's task, group and tag names containing TEXT (all without TEXT), for `generate --tasks`",
+        )
+        parser.add_argument("--include-path", default=None, help="with --search: your own lm-eval task YAMLs too")
 
     def execute(self, args: argparse.Namespace, ctx: Context | None) -> int:
         from ...tasks.listing import selected_task_rows, task_rows
 
+        if args.search is not None:
+            return _search(args)
         if args.tasks or args.benchmark or args.task_types or args.languages:
             rows, missing = selected_task_rows(
                 args.tasks, benchmarks=args.benchmark, task_types=args.task_types, languages=args.languages
@@ -51,5 +62,19 @@ class TasksCommand(Command):
         print(
             "mteb tasks and benchmarks by name: `vllm-eval tasks --benchmark NAME`, `vllm-eval run --tasks NAME ...`."
         )
+        print("lm-eval's tasks, groups and tags (generate --tasks): `vllm-eval tasks --search TEXT`.")
         print("your own data: --data FILE on every command (token-classify: CoNLL or tokens/tags files).")
         return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    """lm-eval's names containing the text (its registry, with the user's include path)."""
+    from ...tasks.lmeval import search_rows, task_manager
+
+    rows = search_rows(task_manager(args.include_path), args.search)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    title = f"{len(rows)} lm-eval names" + (f" containing {args.search!r}" if args.search else "")
+    print_rows(rows, ["name", "type", "command"], title, width=120)
+    return 0

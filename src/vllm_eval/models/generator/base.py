@@ -52,6 +52,7 @@ def sampling_params(overrides: dict[str, Any] | None = None):
     import inspect
 
     from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError  # not a ValueError from vLLM 0.27 on
 
     params = {**DEFAULT_SAMPLING, **(overrides or {})}
     known = set(inspect.signature(SamplingParams).parameters) | set(getattr(SamplingParams, "__struct_fields__", ()))
@@ -60,8 +61,8 @@ def sampling_params(overrides: dict[str, Any] | None = None):
         raise OptionError(f"unknown SamplingParams option(s): {', '.join(bad)}")
     try:
         return SamplingParams(**params)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"sampling options {overrides}: {exc}") from None
+    except (ValueError, TypeError, VLLMValidationError) as exc:
+        raise UsageError(f"sampling options {overrides}: {' '.join(str(exc).split())}") from None
 
 
 class GeneratorBase(BackendBase, ABC):

@@ -124,6 +124,8 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
             info = self.start(ref, generator_info, data_parallel_size, replicas_per_gpu, ray_address)
             self.tokenizer = info["tokenizer"]
             self._max_model_len, self._multimodal = info["max_model_len"], info["is_multimodal"]
+            #: the chat template vLLM resolves for the model (what lm-eval's vLLM backend renders with), or None
+            self.hf_chat_template = info.get("hf_chat_template")
             self._check_template()
 
     def identity(self) -> dict[str, Any]:

@@ -13,8 +13,9 @@ from ...utils.modelinfo import ModelRef
 from ..vllm_backend import VllmBackend
 from .base import TranscriberBase, check_max_tokens
 
-#: vLLM's logits processor that applies Whisper's token suppression (:class:`vllm_eval.engine.speech.WhisperSuppress`).
-SUPPRESS_PROCESSOR = "vllm_eval.engine.speech:WhisperSuppress"
+#: vLLM's logits processor that applies Whisper's token suppression (:class:`vllm_eval.engine.suppress.WhisperSuppress`,
+#: for either model runner).
+SUPPRESS_PROCESSOR = "vllm_eval.engine.suppress:WhisperSuppress"
 
 
 class VllmTranscriber(VllmBackend, TranscriberBase):

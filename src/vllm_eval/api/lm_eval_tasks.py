@@ -1,0 +1,178 @@
+"""What :func:`vllm_eval.generate` does with lm-evaluation-harness's tasks: the checks before the model starts, the
+model (our engine as :class:`~vllm_eval.models.generator.lmeval.VllmLM`, or lm-eval's own ``HFLM`` as the reference),
+lm-eval's evaluator, its result files and our ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ..utils.errors import UsageError
+from ..utils.timeline import phase
+
+logger = logging.getLogger(__name__)
+
+#: ``simple_evaluate`` keywords ``generate`` passes through under lm-eval's names.
+EVALUATE_OPTIONS = (
+    "num_fewshot",
+    "samples",
+    "apply_chat_template",
+    "fewshot_as_multiturn",
+    "system_instruction",
+    "gen_kwargs",
+    "predict_only",
+    "bootstrap_iters",
+    "confirm_run_unsafe_code",
+    "random_seed",
+    "numpy_random_seed",
+    "torch_random_seed",
+    "fewshot_random_seed",
+)
+#: lm-eval's model options (``--model_args`` of its ``vllm`` / ``hf`` models) ``generate`` takes as its own flags.
+MODEL_OPTIONS = ("max_gen_toks", "add_bos_token", "prefix_token_id", "truncation_side")
+#: lm-eval's HFLM batch size here (its default is 1; the reference's numbers do not depend on it).
+HF_BATCH_SIZE = 8
+#: Backends that run lm-eval's tasks here.
+BACKENDS = ("vllm", "hf")
+
+
+def check_lm_eval_call(backend: str, limit: Any, evaluate: dict[str, Any]) -> None:
+    """The values checked before anything loads.
+
+    Raises:
+        UsageError: a backend that cannot run lm-eval's tasks, a bad ``limit``, ``samples`` with ``limit``.
+    """
+    if backend not in BACKENDS:
+        raise UsageError(
+            f"--backend {backend} does not run lm-eval's tasks yet; use --backend vllm (our engine) or hf "
+            "(lm-eval's HFLM, the reference)"
+        )
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0):
+        raise UsageError(f"--limit: a count >= 1 or a fraction in (0, 1), got {limit!r}")
+    if limit is not None and isinstance(limit, float) and limit >= 1 and not limit.is_integer():
+        raise UsageError(f"--limit: a count >= 1 or a fraction in (0, 1), got {limit!r}")
+    if limit is not None and evaluate.get("samples") is not None:
+        raise UsageError("give --limit or --samples, not both (lm-eval's rule)")
+
+
+def chat_template_needed(model_path: str, apply_chat_template: Any) -> None:
+    """Raises UsageError when a chat template is asked for and the model's tokenizer has none (before loading)."""
+    if not apply_chat_template:
+        return
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise UsageError(f"--apply-chat-template: model {model_path!r} has no chat template (its tokenizer has none)")
+    if isinstance(apply_chat_template, str) and isinstance(template, dict) and apply_chat_template not in template:
+        raise UsageError(
+            f"--apply-chat-template {apply_chat_template!r}: {model_path!r} has templates {sorted(template)} only"
+        )
+
+
+def build_model(session: Any, model: Any, model_options: dict[str, Any], show_progress: bool) -> Any:
+    """The lm-eval model of the call: :class:`VllmLM` on our engine (``vllm``), lm-eval's ``HFLM`` (``hf``)."""
+    path = getattr(model, "path", model)
+    options = {k: v for k, v in model_options.items() if v is not None}
+    if session.spec.name == "hf":
+        from lm_eval.models.huggingface import HFLM
+
+        given = session.spec.options
+        import torch
+
+        hf = {"device": given.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")}
+        dtype = given.get("dtype") or session.engine.get("dtype") or "float32"
+        return HFLM(pretrained=path, dtype=dtype, batch_size=HF_BATCH_SIZE, **hf, **options)
+    from ..models.generator.lmeval import VllmLM
+
+    generator = session.spec.load(model, raw_prompts=True, show_progress_bar=show_progress)
+    return VllmLM(generator=generator, show_progress_bar=show_progress, **options)
+
+
+def run(
+    session: Any,
+    model: Any,
+    prepared: Any,
+    *,
+    cache: Any,
+    limit: Any,
+    log_samples: bool,
+    evaluate: dict[str, Any],
+    model_options: dict[str, Any],
+    show_progress: bool,
+) -> dict[str, Any]:
+    """Start the model, run lm-eval's evaluator on ``prepared``, write lm-eval's files and ``summary.json``.
+
+    Returns:
+        ``results`` (lm-eval's dict without samples), ``samples``, ``results_path``, ``samples_paths``,
+        ``model_name``, ``truncated`` (contexts cut to fit, by request type) and ``seconds``.
+    """
+    from ..tasks.lmeval import run_tasks
+
+    output_dir = session.output_dir or os.path.join("results", "generate")
+    path = str(getattr(model, "path", model))
+    with phase("model"):
+        lm = build_model(session, model, model_options, show_progress)
+    try:
+        generator = getattr(lm, "generator", None)
+        if generator is not None:
+            generator.use_cache(cache)
+        args = {"pretrained": path, **session.engine, **{k: v for k, v in model_options.items() if v is not None}}
+        with phase("evaluate"):
+            ran = run_tasks(
+                lm, prepared, output_dir=output_dir, model_args=args, log_samples=log_samples, limit=limit, **evaluate
+            )
+        truncated = dict(getattr(lm, "truncated", {}))
+        for kind, n in truncated.items():
+            if n:
+                logger.warning(
+                    "%d %s requests were longer than the context (%d tokens): cut on the left, as lm-eval does",
+                    n,
+                    kind,
+                    lm.max_length,
+                )
+        summary = _write_summary(session, generator or lm, path, ran, truncated)
+    finally:
+        close = getattr(lm, "close", None)
+        if close is not None:
+            close()
+    return {
+        "results": ran.results,
+        "samples": ran.samples,
+        "results_path": ran.results_path,
+        "samples_paths": ran.samples_paths,
+        "summary_path": summary,
+        "model_name": path,
+        "truncated": truncated,
+        "seconds": ran.seconds,
+    }
+
+
+def _write_summary(session: Any, backend: Any, path: str, ran: Any, truncated: dict[str, int]) -> Path | None:
+    """``summary.json`` beside lm-eval's folder: the run's main scores as rows, the engine options, versions and
+    timeline (:func:`~vllm_eval.evaluation.results.write_summary`, the one summary writer)."""
+    from ..evaluation.results import TaskScore, write_summary
+    from ..tasks.lmeval import main_scores
+
+    if ran.results_path is None:
+        return None
+    rows = [
+        TaskScore(task=name, task_type=f"lm-eval {filt}", main_score_name=metric, main_score=value, seconds=0.0)
+        for name, metric, value, filt in main_scores(ran.results)
+    ]
+    info = {
+        "model": path,
+        "command": "generate",
+        "task_framework": "lm-eval",
+        "lm_eval_results": str(ran.results_path),
+        "lm_eval_samples": {k: str(v) for k, v in ran.samples_paths.items()},
+        "evaluate_seconds": round(ran.seconds, 2),
+        "truncated": truncated,
+    }
+    target = ran.results_path.parent / "summary.json"
+    write_summary(backend, rows, target, info, session.started)
+    return target
