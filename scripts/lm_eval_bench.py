@@ -10,7 +10,7 @@ Run from the project root:
 
     .venv/bin/python scripts/lm_eval_bench.py [--work DIR] [--runs ours,vllm,hf] [--set mmlu|hellaswag|both]
 
-``mmlu``: the 57 subjects, 5-shot, ``--limit 0.05``; ``hellaswag``: ``--limit 500``. ``--model`` and ``--engine
+``mmlu``: the 57 subjects, 5-shot, ``--limit 0.05``; ``hellaswag``: ``--limit 500`` (``--limit`` for another size). ``--model`` and ``--engine
 KEY=VALUE`` (repeatable) point it at another model and engine. Each run's seconds, metrics and the ratios go to
 ``<work>/lm_eval_bench.json`` and stdout; each run's own files to ``<work>/<set>-<run>/``.
 """
@@ -60,6 +60,7 @@ def main() -> int:
     parser.add_argument("--runs", default="ours,vllm,hf")
     parser.add_argument("--set", default="both", choices=["mmlu", "hellaswag", "both"])
     parser.add_argument("--model", default=None, help="default: the packaged SmolLM2-135M-Instruct, converted")
+    parser.add_argument("--limit", type=float, default=None, help="another --limit than the set's (a fraction < 1)")
     parser.add_argument("--engine", action="append", default=[], help="KEY=VALUE engine option for both vLLM runs")
     args = parser.parse_args()
     from vllm_eval.engine.args import CPU_KV_CACHE_BYTES
@@ -83,6 +84,8 @@ def main() -> int:
     report = {"model": model, "engine": engine, "sets": {}}
     for name in ["mmlu", "hellaswag"] if args.set == "both" else [args.set]:
         tasks, options = SETS[name]
+        if args.limit is not None:
+            options = {**options, "limit": args.limit if args.limit < 1 else int(args.limit)}
         seconds, metrics = {}, {}
         for run in args.runs.split(","):
             out = work / f"{name}-{run}"

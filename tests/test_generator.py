@@ -338,3 +338,12 @@ def test_loglikelihood_scoring_turns_a_default_on_reasoning_switch_off(generator
         with pytest.raises(ValueError, match="ends it with '<think>'"):
             always.loglikelihoods(contexts, conts)
     assert generator.scoring_template_kwargs() == {}  # a template with no switch is left alone
+
+
+def test_a_sampling_value_vllm_refuses_is_a_usage_error():
+    """vLLM 0.27 on raises VLLMValidationError (no longer a ValueError) for a value it refuses: still one line."""
+    from vllm_eval.models.generator.base import sampling_params
+    from vllm_eval.utils.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"sampling options \{'temperature': -1.0\}: temperature must be non-negative"):
+        sampling_params({"temperature": -1.0})

@@ -182,6 +182,7 @@ def package_versions(
         "transformers",
         "sentence-transformers",
         "mteb",
+        "lm-eval",
         "gensim",
     ),
 ) -> dict[str, str]:

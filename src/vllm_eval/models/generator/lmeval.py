@@ -33,13 +33,12 @@ from typing import Any
 
 from ...utils.errors import UsageError
 from ...utils.progress import input_bar
+from .vllm import one_token_groups, one_token_params
 
 logger = logging.getLogger(__name__)
 
 #: lm-eval's name of this model class (``lm_eval --model vllm-eval``, ``simple_evaluate(model="vllm-eval")``).
 MODEL_NAME = "vllm-eval"
-#: vLLM's bound on ``SamplingParams.logprob_token_ids`` (``MAX_LOGPROB_TOKEN_IDS``, 128 in 0.26 to 0.33).
-_MAX_SCORED_TOKENS = 128
 
 
 class _VllmCpuAsVllm(importlib.abc.MetaPathFinder):
@@ -240,27 +239,12 @@ class VllmLM(VLLM):
         as lm-eval sends them."""
         from vllm import SamplingParams
 
-        groups: dict[tuple[int, ...], list[int]] = {}
-        rest: list[int] = []
-        for j, (ids, n) in enumerate(inputs):
-            if n >= 1 and len(ids) - n == 1:
-                groups.setdefault(tuple(ids[:n]), []).append(j)
-            else:
-                rest.append(j)
-        for ctx in [c for c, js in groups.items() if len({inputs[j][0][-1] for j in js}) > _MAX_SCORED_TOKENS]:
-            rest.extend(groups.pop(ctx))  # more distinct options than one request may ask for
+        ids, starts = [i for i, _ in inputs], [n for _, n in inputs]
+        groups, rest = one_token_groups(ids, starts, [tuple(i[:n]) for i, n in inputs])
         out: list[Any] = [None] * len(inputs)
         if groups:
             contexts = list(groups)
-            params = [
-                SamplingParams(
-                    max_tokens=1,
-                    temperature=0.0,
-                    detokenize=False,
-                    logprob_token_ids=sorted({inputs[j][0][-1] for j in groups[c]}),
-                )
-                for c in contexts
-            ]
+            params = [one_token_params(ids, groups[c], detokenize=False) for c in contexts]
             outputs = self._engine([list(c) for c in contexts], params)
             for ctx, result in zip(contexts, outputs, strict=True):
                 first, greedy = result.outputs[0].logprobs[0], result.outputs[0].token_ids[0]
@@ -271,8 +255,8 @@ class VllmLM(VLLM):
             params = SamplingParams(temperature=0, prompt_logprobs=1, max_tokens=1, detokenize=False)
             outputs = self._engine([inputs[j][0] for j in rest], params)
             for j, result in zip(rest, outputs, strict=True):
-                ids, n = inputs[j]
-                out[j] = self._parse_logprobs(tokens=ids, outputs=result, ctxlen=n)
+                tokens, n = inputs[j]
+                out[j] = self._parse_logprobs(tokens=tokens, outputs=result, ctxlen=n)
         return out
 
     def _engine(self, prompts: list[list[int]], params: Any) -> list[Any]:

@@ -262,27 +262,12 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
 
         # The key holds the image objects' ids: the caller keeps them alive, and equal pixels in two
         # objects only cost a second request.
-        groups: dict[tuple[Any, ...], list[int]] = {}
-        rest: list[int] = []
-        for j, (ids, start) in enumerate(zip(token_ids, starts, strict=True)):
-            if self.shared_context_scoring and len(ids) - start == 1:
-                groups.setdefault((tuple(ids[:start]), tuple(map(id, shown[j]))), []).append(j)
-            else:
-                rest.append(j)
-        for ctx in [c for c, js in groups.items() if len({token_ids[j][-1] for j in js}) > _MAX_SCORED_TOKENS]:
-            rest.extend(groups.pop(ctx))  # more distinct options than one request may ask for
+        keys = [(tuple(ids[:start]), tuple(map(id, shown[j]))) for j, (ids, start) in enumerate(zip(token_ids, starts))]
+        groups, rest = one_token_groups(token_ids, starts, keys, enabled=self.shared_context_scoring)
         seed = self.sampling.seed
         if groups:
             contexts = list(groups)
-            params = [
-                SamplingParams(
-                    max_tokens=1,
-                    temperature=0.0,
-                    seed=seed,
-                    logprob_token_ids=sorted({token_ids[j][-1] for j in groups[ctx]}),
-                )
-                for ctx in contexts
-            ]
+            params = [one_token_params(token_ids, groups[ctx], seed=seed) for ctx in contexts]
             outputs = self._call(
                 "generate",
                 [prompt(ctx[0], groups[ctx][0]) for ctx in contexts],
@@ -304,6 +289,34 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
                 first = len(ids) - (len(token_ids[j]) - starts[j])
                 scores[j] = sum(out.prompt_logprobs[t][ids[t]].logprob for t in range(first, len(ids)))
         return scores
+
+
+def one_token_groups(
+    token_ids: list[list[int]], starts: list[int], keys: list[Any], enabled: bool = True
+) -> tuple[dict[Any, list[int]], list[int]]:
+    """Split options into groups scored one request each and the rest: an option whose continuation is one token
+    (``len(token_ids[j]) - starts[j] == 1``, after a context of at least one token) joins the group of its
+    ``keys[j]`` (its context); a group with more distinct tokens than one request may ask for, and every longer
+    option, go to the rest (``prompt_logprobs``). ``enabled`` False: all go to the rest."""
+    groups: dict[Any, list[int]] = {}
+    rest: list[int] = []
+    for j, (ids, start) in enumerate(zip(token_ids, starts, strict=True)):
+        if enabled and start >= 1 and len(ids) - start == 1:
+            groups.setdefault(keys[j], []).append(j)
+        else:
+            rest.append(j)
+    for ctx in [c for c, js in groups.items() if len({token_ids[j][-1] for j in js}) > _MAX_SCORED_TOKENS]:
+        rest.extend(groups.pop(ctx))
+    return groups, rest
+
+
+def one_token_params(token_ids: list[list[int]], group: list[int], **extra: Any) -> Any:
+    """The request of one group of one-token options: one greedy token, the raw log-probabilities of exactly the
+    options' tokens at that position (``SamplingParams.logprob_token_ids``)."""
+    from vllm import SamplingParams
+
+    tokens = sorted({token_ids[j][-1] for j in group})
+    return SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=tokens, **extra)
 
 
 def _over(preset: dict[str, Any] | None, user: dict[str, Any] | None) -> dict[str, Any] | None:
