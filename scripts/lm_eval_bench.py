@@ -11,8 +11,8 @@ Run from the project root:
     .venv/bin/python scripts/lm_eval_bench.py [--work DIR] [--runs ours,vllm,hf] [--set mmlu|hellaswag|both]
 
 ``mmlu``: the 57 subjects, 5-shot, ``--limit 0.05``; ``hellaswag``: ``--limit 500`` (``--limit`` for another
-size). ``--model`` and ``--engine KEY=VALUE`` (repeatable) point it at another model and engine. Each run's seconds, metrics and the ratios go to
-``<work>/lm_eval_bench.json`` and stdout; each run's own files to ``<work>/<set>-<run>/``.
+size). ``--model`` and ``--engine KEY=VALUE`` (repeatable) point it at another model and engine. Each run's
+seconds, metrics and the ratios go to ``<work>/lm_eval_bench.json`` and stdout; its files to ``<work>/<set>-<run>/``.
 """
 
 from __future__ import annotations
