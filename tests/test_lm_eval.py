@@ -179,6 +179,11 @@ def test_every_request_type_equals_lm_eval_hflm(ours, reference):
     assert {row["task"] for row in summary["scores"]} >= set(TASKS)
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="lm-eval's own command line starts a second engine (about 2 minutes on 2 cores, left out of CI for "
+    "time); VLLMEVAL_FULL_TESTS=1 runs it",
+)
 def test_every_request_type_equals_lm_evals_own_vllm_backend(ours, peer):
     """The same requests through lm-eval's own ``vllm`` model (its command line, the same vLLM build and engine
     settings): the same numbers, though ours scores one-token options of a context in one request."""

@@ -162,7 +162,7 @@ def generate(
         EngineError, EndpointError: a failure of the engine or a server while running.
     """
     check_model_argument(model)
-    lm_options = {k: options.pop(k) for k in LM_EVAL_KEYWORDS if k in options}
+    lm_options = {k: v for k in LM_EVAL_KEYWORDS if (v := options.pop(k, None)) is not None}
     names = None if tasks is None or data is not None else split_names(tasks)
     if names and not all(is_own_task(n) for n in names):
         call = dict(backend=backend, limit=limit, output_dir=output_dir, verbose=verbose, started=started)
