@@ -233,4 +233,4 @@ def test_generate_end_to_end_both_scorings(cli_in_process, tmp_path, test_models
 
 def test_generate_unknown_task(cli_in_process, test_models):
     code, err = cli_in_process("generate", "--model", str(test_models["qwen3"]), "--task", "Nope")
-    assert code == 2 and "unknown generative task 'Nope'" in err
+    assert code == 2 and "unknown task 'Nope'" in err

@@ -65,7 +65,9 @@ def test_units_give_back_the_main_scores_and_the_two_backends_do_not_differ(suit
     print(f"\nsignificance table of the offline suite (1,000 resamples): {time.perf_counter() - start:.2f} s")
     for task, diff in table.items():
         print(f"  {task}: {diff}")
-        assert "note" in diff or not diff["significant"], (task, diff)
+        # a paired bootstrap calls a consistent float32-rounding difference significant (LeeDocSimilarity's Pearson
+        # differed by 3.6e-08 with this environment's packages, on the code of 92a9a23 too): below 1e-6 is no difference
+        assert "note" in diff or not diff["significant"] or abs(diff["delta"]) < 1e-6, (task, diff)
 
 
 def test_main_scores_match_sentence_transformers(suite_scores):
