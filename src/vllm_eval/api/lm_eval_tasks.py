@@ -117,8 +117,8 @@ def run(
     path = str(getattr(model, "path", model))
     with phase("model"):
         lm = build_model(session, model, model_options, show_progress)
+    generator = getattr(lm, "generator", None)
     try:
-        generator = getattr(lm, "generator", None)
         if generator is not None:
             generator.use_cache(cache)
         args = {"pretrained": path, **session.engine, **{k: v for k, v in model_options.items() if v is not None}}
@@ -137,9 +137,8 @@ def run(
                 )
         summary = _write_summary(session, generator or lm, path, ran, truncated)
     finally:
-        close = getattr(lm, "close", None)
-        if close is not None:
-            close()
+        if generator is not None:  # built here for the call (VllmLM does not own it): its engine released now
+            generator.close()
     return {
         "results": ran.results,
         "samples": ran.samples,
