@@ -19,11 +19,11 @@
 #           the packages where installed), and random weights of large-v3-turbo's and large-v3's shapes
 #           (vllm_eval.testing.whisper.build_random_whisper); the set $REPEAT (default 16) x AsteriskPrompts.en
 #           (254 recordings, 1,200.6 s each time: 16 x = 5.3 h, 4,064 recordings, LibriSpeech test-clean's size) as
-#           /root/work/speech.jsonl; $OUT/setup.txt.
+#           /root/work/speech.jsonl; $OUT/setup.txt. SHAPES (default "large-v3-turbo large-v3"; "" for none) the random ones.
 #   run     `vllm-eval transcribe --model $MODEL (base | large-v3-turbo | large-v3) --backend $BACKEND (vllm | hf)
 #           --data /root/work/speech.jsonl` with $EXTRA flags (e.g. --dtype bfloat16 --warmup 64 --max-tokens 32;
 #           hf: --batch-size N), under $LIMIT s (default 540); $OUT/$MODEL-$BACKEND[-$NAME].txt (exit, wall, the
-#           printed line) and -results.json.
+#           printed line) and -results.json (SAMPLES=1: and the transcripts, -samples.jsonl).
 #   serve   `vllm serve $MODELS_DIR/$MODEL $SERVE_FLAGS` (ready within $START_LIMIT s, default 240: a first start with
 #           nothing cached took over 170 s for base), in a session of its own (stopped whole), then the remote
 #           backend at each of $CONCURRENCY (default "16 64 256") with $EXTRA, each under $LIMIT s; the server's
@@ -52,6 +52,7 @@ transcribe() {
     grep -E "RTFx|error|Error|Traceback" "$work/stdout.txt" | cut -c1-400 | head -6
   } | tee "$out/$name.txt"
   cp "$work/results.json" "$out/$name-results.json" 2>/dev/null
+  [ -n "${SAMPLES:-}" ] && find "$work" -name samples.jsonl -exec cp {} "$out/$name-samples.jsonl" \;
   tail -30 "$work/stdout.txt" > "$out/$name-stdout-tail.txt"
 }
 case $part in
@@ -85,13 +86,13 @@ PY
     err=$(python3 -c "import vllm.entrypoints.openai.api_server" 2>&1 > /dev/null | tail -1)
     echo "server module: ${err:-imported}" | tee -a "$out/setup.txt"
     start=$(date +%s.%N)
-    python3 - "$models" "${REPEAT:-16}" <<'PY' 2>&1 | grep -v "it/s" | tail -5 | tee -a "$out/setup.txt"
+    python3 - "$models" "${REPEAT:-16}" ${SHAPES-large-v3-turbo large-v3} <<'PY' 2>&1 | grep -v "it/s" | tail -5 | tee -a "$out/setup.txt"
 import json, sys
 from vllm_eval.tasks.speech_hub import get_speech_task
 from vllm_eval.testing.whisper import build_packaged_whisper, build_random_whisper
 root, repeat = sys.argv[1], int(sys.argv[2])
 build_packaged_whisper("base", f"{root}/base")
-for shape in ("large-v3-turbo", "large-v3"):
+for shape in sys.argv[3:]:
     build_random_whisper(shape, f"{root}/{shape}")
 task = get_speech_task("AsteriskPrompts.en")
 with open("/root/work/speech.jsonl", "w") as fh:

@@ -8,11 +8,21 @@ Runs the real SmolLM2-135M-Instruct (float32) on lm-eval's task configs pointed 
 gets the engine options ours runs with there (float32, eager, the 2 GiB KV reserve), without which it does not start.
 Run from the project root:
 
-    .venv/bin/python scripts/lm_eval_bench.py [--work DIR] [--runs ours,vllm,hf] [--set mmlu|hellaswag|both]
+    .venv/bin/python scripts/lm_eval_bench.py [--work DIR] [--runs ours,vllm,hf] [--set mmlu,hellaswag,gsm8k]
 
-``mmlu``: the 57 subjects, 5-shot, ``--limit 0.05``; ``hellaswag``: ``--limit 500`` (``--limit`` for another
-size). ``--model`` and ``--engine KEY=VALUE`` (repeatable) point it at another model and engine. Each run's
-seconds, metrics and the ratios go to ``<work>/lm_eval_bench.json`` and stdout; its files to ``<work>/<set>-<run>/``.
+``mmlu``: the 57 subjects, 5-shot, ``--limit 0.05``; ``hellaswag``: ``--limit 500``; ``gsm8k``: 5-shot, ``--limit
+100`` (``--limit`` and ``--num-fewshot`` for others). ``--model`` and ``--engine KEY=VALUE`` (repeatable) point it at
+another model and engine. Each run's seconds, metrics and the ratios go to ``<work>/lm_eval_bench.json`` and stdout;
+its files to ``<work>/<set>-<run>/``.
+
+On a GPU (``--gpu``: bfloat16, no CPU engine options, lm-eval's ``--batch_size auto``), after staging vLLM (the
+device's ``on-device.sh``), with a random-weight model of a real shape and SmolLM2's tokenizer
+(``vllm_eval.testing.build_random_causal_lm``):
+
+    python3 scripts/lm_eval_bench.py --gpu --model DIR --runs ours,vllm --set mmlu --warm --timeout 400
+
+``--warm``: each runner once at ``--limit 1`` first, untimed, so that both timed runs find vLLM's compile cache warm.
+``--timeout``: a run past it is stopped and its time recorded as "over" (the ratio a lower bound).
 """
 
 from __future__ import annotations
@@ -26,7 +36,11 @@ import sys
 import time
 from pathlib import Path
 
-SETS = {"mmlu": (["mmlu"], {"num_fewshot": 5, "limit": 0.05}), "hellaswag": (["hellaswag"], {"limit": 500})}
+SETS = {
+    "mmlu": (["mmlu"], {"num_fewshot": 5, "limit": 0.05}),
+    "hellaswag": (["hellaswag"], {"limit": 500}),
+    "gsm8k": (["gsm8k"], {"num_fewshot": 5, "limit": 100}),
+}
 
 
 def _ours(model: str, tasks: list[str], options: dict, engine: dict, include: str, out: Path) -> list[str]:
@@ -54,18 +68,58 @@ def _equal(a: dict, b: dict) -> bool:
     return True
 
 
+def _run(name: str, run: str, args, model: str, options: dict, engines: dict, include: str, env: dict) -> float:
+    """One timed command of ``run`` (ours, vllm, hf) into ``<work>/<name>-<run>``: its wall seconds, or
+    ``math.inf`` past ``--timeout``."""
+    from vllm_eval.testing.lm_eval_peer import lm_eval_command, run_lm_eval_cli
+
+    out = Path(args.work) / f"{name}-{run}"
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    try:
+        if run == "ours":
+            started = time.perf_counter()
+            cmd = _ours(model, SETS[name][0], options, engines["ours"], include, out)
+            subprocess.run(cmd, env=env, check=True, timeout=args.timeout)
+            return time.perf_counter() - started
+        margs = {"pretrained": model, **engines[run]}
+        extra = {"batch_size": "auto" if run == "vllm" else 8}
+        cmd = lm_eval_command(run, margs, SETS[name][0], out, include_path=include, **options, **extra)
+        return run_lm_eval_cli(cmd, args.work, timeout=args.timeout, env=env)
+    except subprocess.TimeoutExpired:
+        subprocess.run(["pkill", "-9", "-f", "VLLM::"], check=False)  # lm-eval's engine outlives its killed parent
+        return math.inf
+
+
+def _engines(args) -> dict:
+    from vllm_eval.engine.args import CPU_KV_CACHE_BYTES
+
+    if args.gpu:
+        engine = {"dtype": "bfloat16", "max_model_len": 4096}
+        peer = dict(engine)
+        hf = {"dtype": "bfloat16", "max_length": engine["max_model_len"]}
+    else:
+        engine = {"dtype": "float32", "max_model_len": 2048}
+        # lm-eval's vllm backend does not start on the CPU build without these
+        peer = {**engine, "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+        hf = {"dtype": "float32", "max_length": engine["max_model_len"]}
+    extra = dict(kv.split("=", 1) for kv in args.engine)
+    return {"ours": {**engine, **extra}, "vllm": {**peer, **extra}, "hf": hf}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", default="/tmp/vllm-eval-lm-bench")
     parser.add_argument("--runs", default="ours,vllm,hf")
-    parser.add_argument("--set", default="both", choices=["mmlu", "hellaswag", "both"])
+    parser.add_argument("--set", default="mmlu,hellaswag", help=f"comma-separated, of {sorted(SETS)}")
     parser.add_argument("--model", default=None, help="default: the packaged SmolLM2-135M-Instruct, converted")
     parser.add_argument("--limit", type=float, default=None, help="another --limit than the set's (a fraction < 1)")
+    parser.add_argument("--num-fewshot", type=int, default=None, help="another --num-fewshot than the set's")
     parser.add_argument("--engine", action="append", default=[], help="KEY=VALUE engine option for both vLLM runs")
+    parser.add_argument("--gpu", action="store_true", help="GPU engine options (bfloat16, lm-eval's defaults)")
+    parser.add_argument("--warm", action="store_true", help="each runner once at --limit 1 first, untimed")
+    parser.add_argument("--timeout", type=float, default=7200.0, help="seconds a run may take")
     args = parser.parse_args()
-    from vllm_eval.engine.args import CPU_KV_CACHE_BYTES
     from vllm_eval.testing.lm_data import write_local_tasks
-    from vllm_eval.testing.lm_eval_peer import lm_eval_command, run_lm_eval_cli
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -77,39 +131,35 @@ def main() -> int:
         if not (work / "smollm2" / "config.json").exists():
             build_smollm2(model)
     include = str(write_local_tasks(work / "tasks"))
-    engine = {"dtype": "float32", "max_model_len": 2048}
-    engine.update(dict(kv.split("=", 1) for kv in args.engine))
-    peer_engine = {**engine, "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+    engines = _engines(args)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    report = {"model": model, "engine": engine, "sets": {}}
-    for name in ["mmlu", "hellaswag"] if args.set == "both" else [args.set]:
-        tasks, options = SETS[name]
+    runs = args.runs.split(",")
+    report = {"model": model, "engines": engines, "gpu": args.gpu, "sets": {}}
+    names = args.set.split(",")
+    if args.warm:
+        for run in runs:
+            seconds = _run(names[0], run, args, model, {**SETS[names[0]][1], "limit": 1}, engines, include, env)
+            print(f"warm-up {run}: {seconds:.1f} s", flush=True)
+    for name in names:
+        options = dict(SETS[name][1])
         if args.limit is not None:
-            options = {**options, "limit": args.limit if args.limit < 1 else int(args.limit)}
+            options["limit"] = args.limit if args.limit < 1 else int(args.limit)
+        if args.num_fewshot is not None:
+            options["num_fewshot"] = args.num_fewshot
         seconds, metrics = {}, {}
-        for run in args.runs.split(","):
-            out = work / f"{name}-{run}"
-            subprocess.run(["rm", "-rf", str(out)], check=True)
-            if run == "ours":
-                started = time.perf_counter()
-                subprocess.run(_ours(model, tasks, options, engine, include, out), env=env, check=True)
-                seconds[run] = time.perf_counter() - started
-            else:
-                margs = {"pretrained": model, **(peer_engine if run == "vllm" else {"dtype": "float32"})}
-                if run == "hf":
-                    margs["max_length"] = engine["max_model_len"]
-                extra = {"batch_size": "auto" if run == "vllm" else 8}
-                cmd = lm_eval_command(run, margs, tasks, out, include_path=include, **options, **extra)
-                seconds[run] = run_lm_eval_cli(cmd, work, timeout=7200, env=env)
-            metrics[run] = _metrics(out)
+        for run in runs:
+            seconds[run] = _run(name, run, args, model, options, engines, include, env)
+            if math.isfinite(seconds[run]):
+                metrics[run] = _metrics(work / f"{name}-{run}")
             print(f"{name} {run}: {seconds[run]:.1f} s", flush=True)
-        ratios = {f"{run}/ours": round(seconds[run] / seconds["ours"], 2) for run in seconds if run != "ours"}
-        equal = {run: _equal(metrics["ours"], metrics[run]) for run in metrics if run != "ours"}
+        base = seconds.get("ours", math.nan)
+        ratios = {f"{run}/ours": round(seconds[run] / base, 2) for run in seconds if run != "ours"}
+        equal = {run: _equal(metrics["ours"], metrics[run]) for run in metrics if run != "ours" and "ours" in metrics}
         report["sets"][name] = {
-            "tasks": tasks,
+            "tasks": SETS[name][0],
             "options": options,
-            "seconds": seconds,
-            "ratios": ratios,
+            "seconds": {k: v if math.isfinite(v) else f"over {args.timeout:.0f}" for k, v in seconds.items()},
+            "ratios": {k: v if math.isfinite(v) else "over" for k, v in ratios.items()},
             "equal": equal,
         }
         print(f"{name}: {ratios}, metrics equal to ours: {equal}", flush=True)

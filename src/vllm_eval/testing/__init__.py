@@ -11,7 +11,8 @@ meaningless for quality. Build them once into a directory and reuse it.
   Qwen-style chat template (for the Qwen3-Reranker recipe and for generation tests).
 * :func:`build_random_embedding_model`, :func:`build_random_reranker_model` — random weights of a real shape
   (:data:`~vllm_eval.testing.text_models.RANDOM_SHAPES`, up to Qwen3-8B) for benchmarks: an embedding model, and a
-  Qwen3-Reranker-style causal LM scored by P(yes).
+  Qwen3-Reranker-style causal LM scored by P(yes); :func:`build_random_causal_lm` a causal LM of such a shape with
+  a real tokenizer (generative benchmarks).
 * :func:`build_tiny_reward_model` — a tiny reward model: ``Qwen3ForSequenceClassification`` with one
   label, or ``Qwen2ForRewardModel`` (per-token scores, the last token's is the reward).
 * :func:`build_minilm_colbert` — ``HF_ColBERT`` (MiniLM plus a seeded projection): per-token vectors
@@ -59,6 +60,7 @@ from .text_models import (
     build_minilm_colbert,
     build_minilm_cross_encoder,
     build_minilm_token_classifier,
+    build_random_causal_lm,
     build_random_embedding_model,
     build_random_reranker_model,
     build_tiny_qwen3,
@@ -84,6 +86,7 @@ __all__ = [
     "build_minilm_colbert",
     "build_minilm_cross_encoder",
     "build_minilm_token_classifier",
+    "build_random_causal_lm",
     "build_random_embedding_model",
     "build_random_reranker_model",
     "build_tiny_clip",

@@ -412,6 +412,43 @@ def build_random_embedding_model(
     return out
 
 
+def build_random_causal_lm(
+    out_dir: str | Path, shape: str, tokenizer_dir: str | Path, *, dtype: str = "bfloat16", seed: int = 0
+) -> Path:
+    """Save a randomly initialised ``Qwen3ForCausalLM`` of a real shape with a real tokenizer, for benchmarks of
+    generative tasks (lm-eval's multiple choice, perplexity and generation): the outputs mean nothing.
+
+    ``shape`` is a Qwen3 key of :data:`RANDOM_SHAPES` (``qwen3-0.6b``: Qwen3-0.6B's layers, tied embeddings;
+    ``qwen3-8b``: Qwen3-8B's, an untied ``lm_head``). The vocabulary is the tokenizer's (SmolLM2's 49,152 rather than
+    Qwen3's 151,936: every id a random model samples must decode), so the logits of one step are a third of the real
+    model's. Weights drawn on the GPU when torch sees one. The tokenizer and its chat template are copied from
+    ``tokenizer_dir``.
+
+    Returns:
+        The model directory.
+
+    Raises:
+        KeyError: ``shape`` is not a Qwen3 entry of :data:`RANDOM_SHAPES`.
+    """
+    from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    spec = dict(RANDOM_SHAPES[shape])
+    if spec.pop("arch") != "qwen3":
+        raise KeyError(f"{shape!r} is not a Qwen3 shape of RANDOM_SHAPES")
+    spec.pop("pooling")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    spec["vocab_size"] = len(tokenizer)
+    config = _qwen3_config(spec, tokenizer, tie_word_embeddings=shape != "qwen3-8b", torch_dtype=dtype)
+    model = _random_model(Qwen3ForCausalLM, config, dtype, seed)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 def _prompt_only_tokenizer(tokenizer: Any) -> Any:
     """``tokenizer`` adding no special tokens around a text, as Qwen's does (returned as is when it adds none).
 
