@@ -22,6 +22,10 @@ device's ``on-device.sh``), with a random-weight model of a real shape and SmolL
     python3 scripts/lm_eval_bench.py --gpu --model DIR --runs ours,vllm --set mmlu --warm --timeout 400
 
 ``--warm``: each runner once at ``--limit 1`` first, untimed, so that both timed runs find vLLM's compile cache warm.
+
+``--resume``: instead of the runners, ours three times on each set: a fresh run with a fresh output cache (its
+requests counted in the cache), one with another fresh cache killed with SIGKILL once the cache holds half of them,
+and that run again; the rerun's seconds against the fresh run's, and the metrics of the two compared.
 ``--timeout``: a run past it is stopped and its time recorded as "over" (the ratio a lower bound).
 """
 
@@ -90,6 +94,51 @@ def _run(name: str, run: str, args, model: str, options: dict, engines: dict, in
         return math.inf
 
 
+def _cached_rows(cache: Path) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(cache / "outputs.sqlite", timeout=5) as conn:
+            return conn.execute("SELECT COUNT(*) FROM outputs").fetchone()[0]
+    except sqlite3.Error:  # not created yet
+        return 0
+
+
+def _resume(name: str, args, model: str, options: dict, engines: dict, include: str, env: dict) -> dict:
+    """Fresh run, a run SIGKILLed at half of the fresh run's requests, and its rerun: seconds and metrics."""
+    import signal
+
+    work = Path(args.work)
+    times, metrics, total = {}, {}, 0
+    for step in ("fresh", "killed", "rerun"):
+        out, cache = work / f"{name}-resume-{step}", work / f"{name}-cache-{'fresh' if step == 'fresh' else 'kill'}"
+        subprocess.run(["rm", "-rf", str(out)] + ([str(cache)] if step != "rerun" else []), check=True)
+        cmd = _ours(model, SETS[name][0], options, engines["ours"], include, out)
+        cmd = [c for c in cmd if c != "--no-cache"] + ["--cache-dir", str(cache)]
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        if step == "killed":
+            while proc.poll() is None and _cached_rows(cache) < total / 2:
+                time.sleep(0.2)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            subprocess.run(["pkill", "-9", "-f", "VLLM::"], check=False)  # an engine process left behind
+            print(f"{name} killed at {time.perf_counter() - started:.1f} s with {_cached_rows(cache)} of {total}")
+            continue
+        if proc.wait(timeout=args.timeout) != 0:
+            raise SystemExit(f"{step} run failed with exit code {proc.returncode}")
+        times[step], metrics[step] = time.perf_counter() - started, _metrics(out)
+        if step == "fresh":
+            total = _cached_rows(cache)
+        print(f"{name} {step}: {times[step]:.1f} s", flush=True)
+    return {
+        "requests": total,
+        "seconds": times,
+        "rerun/fresh": round(times["rerun"] / times["fresh"], 3),
+        "equal": _equal(metrics["fresh"], metrics["rerun"]),
+    }
+
+
 def _engines(args) -> dict:
     from vllm_eval.engine.args import CPU_KV_CACHE_BYTES
 
@@ -106,7 +155,7 @@ def _engines(args) -> dict:
     return {"ours": {**engine, **extra}, "vllm": {**peer, **extra}, "hf": hf}
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", default="/tmp/vllm-eval-lm-bench")
     parser.add_argument("--runs", default="ours,vllm,hf")
@@ -118,7 +167,12 @@ def main() -> int:
     parser.add_argument("--gpu", action="store_true", help="GPU engine options (bfloat16, lm-eval's defaults)")
     parser.add_argument("--warm", action="store_true", help="each runner once at --limit 1 first, untimed")
     parser.add_argument("--timeout", type=float, default=7200.0, help="seconds a run may take")
-    args = parser.parse_args()
+    parser.add_argument("--resume", action="store_true", help="fresh, SIGKILLed half way and rerun (ours)")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = _args()
     from vllm_eval.testing.lm_data import write_local_tasks
 
     work = Path(args.work)
@@ -146,6 +200,11 @@ def main() -> int:
             options["limit"] = args.limit if args.limit < 1 else int(args.limit)
         if args.num_fewshot is not None:
             options["num_fewshot"] = args.num_fewshot
+        if args.resume:
+            report["sets"][name] = {"options": options, **_resume(name, args, model, options, engines, include, env)}
+            print(f"{name}: {report['sets'][name]}", flush=True)
+            (work / "lm_eval_bench.json").write_text(json.dumps(report, indent=2))
+            continue
         seconds, metrics = {}, {}
         for run in runs:
             seconds[run] = _run(name, run, args, model, options, engines, include, env)

@@ -33,6 +33,8 @@ TOLERANCE = 1e-4
 #: A document's rolling log-likelihood sums every token's; its |Δ| is bounded per this many nats of it (a
 #: continuation's log-likelihood is a few to a few tens of nats; a wikitext page's hundreds to thousands).
 ROLLING_NATS = 100.0
+#: Requests per cache write in the stopped run (HellaSwag's 16 requests: four chunks).
+CHUNK = 4
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +48,12 @@ def include(tmp_path_factory):
         pytest.skip(str(exc))
 
 
-def _generate(model, include, out, **extra):
+def _generate(model, include, out, tasks=TASKS, **extra):
     import vllm_eval
 
     return vllm_eval.generate(
         model=model,
-        tasks=TASKS,
+        tasks=tasks,
         include_path=include,
         limit=LIMIT,
         output_dir=str(out),
@@ -63,15 +65,32 @@ def _generate(model, include, out, **extra):
 
 @pytest.fixture(scope="module")
 def runs(smollm2, include, tmp_path_factory):
-    """Ours twice with one output cache: the first computes, the second reads. One engine serves both (held open
-    here; the calls' generators share it), released before the other runs start theirs."""
+    """Ours twice with one output cache: the first computes, the second reads; then HellaSwag with another cache,
+    stopped in its third chunk of requests, and run again. One engine serves them all (held open here; the calls'
+    generators share it), released before the other runs start theirs."""
     from vllm_eval import VllmGenerator
+    from vllm_eval.models.generator import lmeval
 
     base = tmp_path_factory.mktemp("ours")
     with VllmGenerator(smollm2, raw_prompts=True, show_progress_bar=False, use_tqdm_on_load=False, **ENGINE):
         first = _generate(smollm2, include, base / "out", cache_dir=str(base / "cache"), **ENGINE)
         again = _generate(smollm2, include, base / "again", cache_dir=str(base / "cache"), **ENGINE)
-    return first, again
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(lmeval, "chunk_for", lambda n: CHUNK)
+            score, calls = lmeval.VllmLM._score, []
+
+            def stopped_in_the_third_chunk(self, inputs):
+                calls.append(len(inputs))
+                if len(calls) == 3:
+                    raise KeyboardInterrupt  # what a kill leaves: the chunks stored before it
+                return score(self, inputs)
+
+            patch.setattr(lmeval.VllmLM, "_score", stopped_in_the_third_chunk)
+            with pytest.raises(KeyboardInterrupt):
+                _generate(smollm2, include, base / "stopped", ["hellaswag"], cache_dir=str(base / "c2"), **ENGINE)
+            patch.setattr(lmeval.VllmLM, "_score", score)
+            resumed = _generate(smollm2, include, base / "resumed", ["hellaswag"], cache_dir=str(base / "c2"), **ENGINE)
+    return first, again, resumed
 
 
 @pytest.fixture(scope="module")
@@ -174,9 +193,24 @@ def test_every_request_type_equals_lm_eval_hflm(ours, reference):
         assert key in mine["results"], key
     assert mine["results"]["n-shot"]["mmlu_abstract_algebra"] == 3
     assert mine["results"]["n-samples"]["gsm8k"]["effective"] == LIMIT
-    summary = json.loads((mine["folder"] / "summary.json").read_text())
+    summary = json.loads((mine["folder"].parent / "summary.json").read_text())
     assert summary["task_framework"] == "lm-eval" and summary["timeline"]
     assert {row["task"] for row in summary["scores"]} >= set(TASKS)
+
+
+def test_compare_runs_bootstraps_lm_evals_per_document_metrics(ours, reference, tmp_path):
+    """``compare --runs`` of ours against the HFLM run: the paired bootstrap over each task's per-document metric
+    from lm-eval's samples, for the tasks lm-eval averages over documents (not wikitext's perplexities)."""
+    import vllm_eval
+
+    folders = [Path(r.lm_eval["results_path"]).parent.parent for r in (ours, reference)]
+    comparison = vllm_eval.compare(runs=folders, output_dir=tmp_path, show_progress=False)
+    rows = {r["task"]: r for r in comparison.rows if r["config"] != comparison.reference}
+    assert set(rows) >= set(TASKS)
+    for task in ("mmlu_abstract_algebra", "hellaswag", "arc_easy", "gsm8k"):
+        diff = rows[task]["significance"]
+        assert "note" not in diff and diff["delta"] == 0 and not diff["significant"], (task, diff)
+    assert "note" in rows["wikitext"].get("significance", {"note": "none"})
 
 
 @pytest.mark.skipif(
@@ -218,11 +252,25 @@ def test_a_perturbed_model_fails_the_check(ours, smollm2, tmp_path):
 
 def test_a_second_run_reads_every_request_from_the_cache(runs):
     """The same call again with the cache: nothing computed, the same numbers in lm-eval's files."""
-    ours, again = runs
+    ours, again, _ = runs
     assert ours.cache.stats.hits == 0 and ours.cache.stats.misses > 0
     assert again.cache.stats.hits == ours.cache.stats.misses and again.cache.stats.misses == 0
     _check_equal(_files(again), _files(ours), "the first run")
     assert again.scores == ours.scores
+
+
+def test_a_stopped_run_started_again_computes_only_what_no_chunk_stored(runs):
+    """Stopped in its third chunk, the run stored two (8 of HellaSwag's 16 requests); started again it reads those
+    and computes the other 8, with the first run's numbers."""
+    ours, _, resumed = runs
+    assert resumed.cache.stats.hits == 2 * CHUNK and resumed.cache.stats.misses == 4 * LIMIT - 2 * CHUNK
+    mine, again = _files(ours), _files(resumed)
+    delta, greedy, _ = _agreement(_responses(again["samples"]["hellaswag"]), _responses(mine["samples"]["hellaswag"]))
+    print(f"resumed against the first run: max |delta| {delta:.2e} nats")  # other batches: float32 rounding
+    assert delta < TOLERANCE and greedy == 0
+    for key, value in mine["results"]["results"]["hellaswag"].items():
+        if isinstance(value, float) and "stderr" not in key:
+            assert math.isclose(value, again["results"]["results"]["hellaswag"][key], rel_tol=1e-6), key
 
 
 def test_lm_eval_options_reach_lm_eval(ours):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -152,8 +153,9 @@ def run(
 
 
 def _write_summary(session: Any, backend: Any, path: str, ran: Any, truncated: dict[str, int]) -> Path | None:
-    """``summary.json`` beside lm-eval's folder: the run's main scores as rows, the engine options, versions and
-    timeline (:func:`~vllm_eval.evaluation.results.write_summary`, the one summary writer)."""
+    """``summary.json`` in the output folder (beside lm-eval's folder of the model): the run's main scores as rows,
+    the engine options, versions, timeline and where lm-eval's files are
+    (:func:`~vllm_eval.evaluation.results.write_summary`, the one summary writer)."""
     from ..evaluation.results import TaskScore, write_summary
     from ..tasks.lmeval import main_scores
 
@@ -165,13 +167,13 @@ def _write_summary(session: Any, backend: Any, path: str, ran: Any, truncated: d
     ]
     info = {
         "model": path,
-        "command": "generate",
+        "command": sys.argv,
         "task_framework": "lm-eval",
-        "lm_eval_results": str(ran.results_path),
-        "lm_eval_samples": {k: str(v) for k, v in ran.samples_paths.items()},
+        "lm_eval_results": str(Path(ran.results_path).resolve()),
+        "lm_eval_samples": {k: str(Path(v).resolve()) for k, v in ran.samples_paths.items()},
         "evaluate_seconds": round(ran.seconds, 2),
         "truncated": truncated,
     }
-    target = ran.results_path.parent / "summary.json"
+    target = ran.results_path.parent.parent / "summary.json"  # in --output-dir, where compare and report look
     write_summary(backend, rows, target, info, session.started)
     return target

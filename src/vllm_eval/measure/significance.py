@@ -308,6 +308,7 @@ def _run_units(folder: str | Path) -> dict[str, Callable[[], dict[str, Any]]]:
     found: dict[str, Callable[[], dict[str, Any]]] = {
         p.stem: functools.partial(read_units, p) for p in sorted(Path(folder, "units").glob("*.npz"))
     }
+    found.update(_lm_eval_units(folder))
     for task, (record, where) in read_task_runs(folder).items():
         samples = where / "samples.jsonl"
         if task in found or not samples.is_file():
@@ -322,6 +323,60 @@ def _run_units(folder: str | Path) -> dict[str, Callable[[], dict[str, Any]]]:
             meta = {"task": task, "main_score": main, "statistic": units[0], "groups": ["default/test"]}
             found[task] = functools.partial(dict, meta=meta, groups={"default/test": (units[1], None)})
     return found
+
+
+def _lm_eval_units(folder: str | Path) -> dict[str, Callable[[], dict[str, Any]]]:
+    """A ``generate`` run of lm-eval's tasks (its ``summary.json`` names lm-eval's files): each leaf task whose main
+    metric lm-eval aggregates by its mean (``acc``, ``acc_norm``, ``exact_match`` ...), its per-document values of
+    that metric and filter from lm-eval's ``samples_<task>_*.jsonl``, by ``doc_id``. Groups (weighted over their
+    tasks) and other aggregations (perplexities, corpus BLEU) have none."""
+    import json
+
+    from .runfiles import read_summary
+
+    path = Path(folder) / "summary.json"
+    if not path.is_file():
+        return {}
+    summary = read_summary(path)
+    samples = summary.get("lm_eval_samples")
+    if summary.get("task_framework") != "lm-eval" or not isinstance(samples, dict):
+        return {}
+    try:
+        configs = json.loads(Path(str(summary.get("lm_eval_results"))).read_text()).get("configs") or {}
+    except (OSError, ValueError):
+        return {}
+    found: dict[str, Callable[[], dict[str, Any]]] = {}
+    for row in summary.get("scores") or []:
+        task, metric = row.get("task"), row.get("main_score_name")
+        aggregations = {m.get("metric"): m.get("aggregation") for m in configs.get(task, {}).get("metric_list") or []}
+        if task in samples and aggregations.get(metric) == "mean":
+            filt = str(row.get("task_type", "")).removeprefix("lm-eval ")
+            found[task] = functools.partial(_lm_eval_task_units, Path(samples[task]), task, metric, filt)
+    return found
+
+
+def _lm_eval_task_units(path: Path, task: str, metric: str, filt: str) -> dict[str, Any]:
+    """One lm-eval task's per-document units (see :func:`_lm_eval_units`).
+
+    Raises:
+        ValueError: a line that is not a sample record with that metric (file and line named).
+    """
+    import json
+
+    values, ids = [], []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if record.get("filter", filt) == filt:
+                    values.append(float(record[metric]))
+                    ids.append(int(record["doc_id"]))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise ValueError(f"{path}:{n}: not an lm-eval sample with {metric!r} ({exc})") from None
+    meta = {"task": task, "main_score": metric, "statistic": "mean", "groups": ["default/test"]}
+    return {"meta": meta, "groups": {"default/test": (np.asarray(values), np.asarray(ids))}}
 
 
 def _paired_groups(ua: dict[str, Any], ub: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -110,7 +110,9 @@ class VllmLM(VLLM):
         batch_size, max_batch_size, device: accepted for lm-eval's command line; all requests of a type go to the
             engine at once (``max_batch_size`` is vLLM's ``max_num_seqs``, ``device`` is ignored as lm-eval's
             ``vllm`` ignores it).
-        chunk_size: requests per cache write (a kill loses at most the chunks in flight).
+        chunk_size: requests per cache write (a kill loses at most the chunk in flight). Default: a 32nd of a
+            call's requests, from 64 to 2,048 (:func:`chunk_for`), so that a run killed half way and started again
+            redoes at most about 3 % of its work.
         show_progress_bar: progress bars over requests.
         **engine_kwargs: vLLM ``EngineArgs`` (``dtype``, ``seed`` (default 1234, lm-eval's), ``tensor_parallel_size``,
             ``data_parallel_size`` ...) and the replica options of :class:`VllmGenerator`.
@@ -139,7 +141,7 @@ class VllmLM(VLLM):
         batch_size: Any = "auto",
         max_batch_size: int | None = None,
         device: Any = None,
-        chunk_size: int = 2048,
+        chunk_size: int | None = None,
         show_progress_bar: bool = True,
         **engine_kwargs: Any,
     ) -> None:
@@ -166,7 +168,7 @@ class VllmLM(VLLM):
         self.generator = generator
         self.model = None  # no engine in this process's hands: requests go through the generator
         self.model_args = {"model": generator.model}
-        self.chunk_size = int(chunk_size)
+        self.chunk_size = int(chunk_size) if chunk_size else None
         self.show_progress_bar = bool(show_progress_bar)
         self.data_parallel_size = 1  # lm-eval's own Ray path stays off: the generator holds the replicas
         self.tensor_parallel_size = int(engine_kwargs.get("tensor_parallel_size", 1))
@@ -216,8 +218,9 @@ class VllmLM(VLLM):
         order = sorted(range(len(inputs)), key=lambda i: inputs[i][0])  # shared prefixes side by side
         results: list[Any] = [None] * len(inputs)
         with input_bar("loglikelihood", len(inputs), "requests", enabled=self.show_progress_bar) as advance:
-            for lo in range(0, len(order), self.chunk_size):
-                chunk = order[lo : lo + self.chunk_size]
+            step = self.chunk_size or chunk_for(len(order))
+            for lo in range(0, len(order), step):
+                chunk = order[lo : lo + step]
                 scored = self.generator._merge_cached(
                     [keys[i] for i in chunk] if keys else [],
                     hits,
@@ -304,8 +307,9 @@ class VllmLM(VLLM):
         keys = [k if f else b"" for k, f in zip(keys, fixed, strict=True)] if keys else []
         results: list[Any] = []
         with input_bar("generate_until", len(requests), "requests", enabled=self.show_progress_bar) as advance:
-            for lo in range(0, len(requests), self.chunk_size):
-                hi = min(lo + self.chunk_size, len(requests))
+            step = self.chunk_size or chunk_for(len(requests))
+            for lo in range(0, len(requests), step):
+                hi = min(lo + step, len(requests))
 
                 def compute(miss: list[int], lo: int = lo) -> list[dict[str, Any]]:
                     outputs = self._engine([requests[lo + j] for j in miss], [params[lo + j] for j in miss])
@@ -315,6 +319,12 @@ class VllmLM(VLLM):
                 results.extend(_Output([_Completion(d["text"], d["token_ids"])]) for d in done)
                 advance(hi - lo)
         return results
+
+
+def chunk_for(n: int) -> int:
+    """Requests per cache write for a call of ``n``: a 32nd of them, at least 64 (fewer chunks drain the engine's
+    batch less often) and at most 2,048."""
+    return min(2048, max(64, -(-n // 32)))
 
 
 def _merge_unkeyed(generator: Any, keys: list[bytes], hits: dict[bytes, Any], n: int, compute: Any) -> list[Any]:
