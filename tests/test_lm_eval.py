@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 TASKS = ["mmlu_abstract_algebra", "hellaswag", "arc_easy", "gsm8k", "wikitext"]
-LIMIT = 4
+LIMIT = 2
 #: The call's lm-eval options (and the engine's), the same for the three runs.
 OPTIONS = {"num_fewshot": 3, "gen_kwargs": "max_gen_toks=32"}
 ENGINE = {"dtype": "float32", "max_model_len": 2048}
@@ -33,8 +33,8 @@ TOLERANCE = 1e-4
 #: A document's rolling log-likelihood sums every token's; its |Δ| is bounded per this many nats of it (a
 #: continuation's log-likelihood is a few to a few tens of nats; a wikitext page's hundreds to thousands).
 ROLLING_NATS = 100.0
-#: Requests per cache write in the stopped run (HellaSwag's 16 requests: four chunks).
-CHUNK = 4
+#: Requests per cache write in the stopped run (HellaSwag's 4 x LIMIT requests: four chunks).
+CHUNK = LIMIT
 
 
 @pytest.fixture(scope="module")
@@ -260,8 +260,8 @@ def test_a_second_run_reads_every_request_from_the_cache(runs):
 
 
 def test_a_stopped_run_started_again_computes_only_what_no_chunk_stored(runs):
-    """Stopped in its third chunk, the run stored two (8 of HellaSwag's 16 requests); started again it reads those
-    and computes the other 8, with the first run's numbers."""
+    """Stopped in its third chunk, the run stored two (half of HellaSwag's requests); started again it reads those
+    and computes the other half, with the first run's numbers."""
     ours, _, resumed = runs
     assert resumed.cache.stats.hits == 2 * CHUNK and resumed.cache.stats.misses == 4 * LIMIT - 2 * CHUNK
     mine, again = _files(ours), _files(resumed)

@@ -215,6 +215,11 @@ def _nationality_questions(path):
     return path
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="30 s of CI's 30 minutes: tests/test_lm_eval.py checks the same weights on vLLM against lm-eval's "
+    "HFLM (transformers) on every request type; VLLMEVAL_FULL_TESTS=1 runs it",
+)
 def test_packaged_smollm2_from_gguf_vllm_equals_transformers_and_beats_chance(smollm2, tmp_path):
     """The real SmolLM2-135M-Instruct: vLLM (float32) against transformers (compare's generator reference; with
     VLLMEVAL_FULL_TESTS=1 through ``compare`` too) on its log-likelihoods and greedy answers (a perturbed tensor fails

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -38,6 +39,12 @@ def test_token_embed_refuses_tasks_maxsim_cannot_score(cli_in_process, tmp_path)
     assert code == 2 and "--store-dtype is for --pooling-task token_embed" in err
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="45 s of CI's 30 minutes: the token embedder runs in CI in tests/test_served_kinds.py (served against"
+    " in process), tests/test_mock_run.py (mteb's multi-vector wrapper) and tests/test_replicas_kinds.py;"
+    " VLLMEVAL_FULL_TESTS=1 runs it",
+)
 @pytest.mark.slow
 def test_vllm_token_vectors_match_transformers_and_retrieval_runs_in_mteb(colbert, cli_in_process, tmp_path):
     from vllm_eval.evaluation.results import evaluate
