@@ -412,6 +412,19 @@ def build_random_embedding_model(
     return out
 
 
+def _qwen3_spec(shape: str) -> dict[str, Any]:
+    """A Qwen3 entry of :data:`RANDOM_SHAPES` without its ``arch`` and ``pooling``.
+
+    Raises:
+        ValueError: ``shape`` is not a Qwen3 entry (a causal LM or a reranker needs one).
+    """
+    spec = dict(RANDOM_SHAPES[shape])
+    if spec.pop("arch") != "qwen3":
+        raise ValueError(f"a causal LM needs a Qwen3 shape, not {shape!r}")
+    del spec["pooling"]
+    return spec
+
+
 def build_random_causal_lm(
     out_dir: str | Path, shape: str, tokenizer_dir: str | Path, *, dtype: str = "bfloat16", seed: int = 0
 ) -> Path:
@@ -428,17 +441,14 @@ def build_random_causal_lm(
         The model directory.
 
     Raises:
-        KeyError: ``shape`` is not a Qwen3 entry of :data:`RANDOM_SHAPES`.
+        ValueError: ``shape`` is not a Qwen3 entry of :data:`RANDOM_SHAPES` (KeyError: no such entry).
     """
     from transformers import AutoTokenizer, Qwen3ForCausalLM
 
     out = Path(out_dir)
     if (out / "config.json").is_file():
         return out
-    spec = dict(RANDOM_SHAPES[shape])
-    if spec.pop("arch") != "qwen3":
-        raise KeyError(f"{shape!r} is not a Qwen3 shape of RANDOM_SHAPES")
-    spec.pop("pooling")
+    spec = _qwen3_spec(shape)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     spec["vocab_size"] = len(tokenizer)
     config = _qwen3_config(spec, tokenizer, tie_word_embeddings=shape != "qwen3-8b", torch_dtype=dtype)
@@ -502,10 +512,7 @@ def build_random_reranker_model(
     out = Path(out_dir)
     if (out / "config.json").is_file():
         return out
-    spec = dict(RANDOM_SHAPES[shape])
-    if spec.pop("arch") != "qwen3":
-        raise ValueError(f"a reranker needs a Qwen3 shape, not {shape!r}")
-    del spec["pooling"]
+    spec = _qwen3_spec(shape)
     tokenizer = _prompt_only_tokenizer(AutoTokenizer.from_pretrained(tokenizer_dir or packaged_model_path()))
     tokenizer.model_max_length = 32768  # the model's positions: our code cuts documents, not the tokenizer's 512
     ids = tokenizer.convert_tokens_to_ids(["yes", "no"])
