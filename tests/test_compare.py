@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -35,6 +36,12 @@ def test_scores_and_agreement_decide_pass_or_fail():
     assert diff == {"max_abs_diff": 0.5, "median_abs_diff": 0.0, "n": 3}
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="21 s of CI's 30 minutes: compare's verdicts run in CI in this module's other cases (pass or fail "
+    "from scores and agreement; the reranker, generator and classifier against their references); "
+    "VLLMEVAL_FULL_TESTS=1 runs it",
+)
 @pytest.mark.slow
 def test_compare_cli_passes_for_parity_and_fails_when_perturbed(cli_in_process, tmp_path):
     out = tmp_path / "cmp"

@@ -4,6 +4,8 @@ token classifier and token embedder. (Encoder and reranker: tests/test_replicas.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -56,6 +58,12 @@ def test_classifier_and_reward_model_on_two_replicas(test_models, vllm_classifie
                 two.classify(["", "text"])  # from a replica, the same one-line error
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="38 s of CI's 30 minutes: the replica pool runs in CI for the classifier and reward model (this "
+    "module) and for the encoder, reranker and generator (tests/test_replicas.py); VLLMEVAL_FULL_TESTS=1 "
+    "runs it",
+)
 def test_token_classifier_and_token_embedder_on_two_replicas(test_models, tmp_path):
     from vllm_eval.models.token_classifier.vllm import VllmTokenClassifier
     from vllm_eval.models.token_embedder.vllm import VllmTokenEmbedder

@@ -116,6 +116,11 @@ def test_a_signal_whose_exception_surfaces_as_another_still_exits_128_plus_it(mo
         cli_in_process("run", "--tasks", "WordSim353")
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="48 s of CI's 30 minutes: a signal's exit code runs in CI in this module's in-process case, a real "
+    "kill of a running command in its kill -9 case; VLLMEVAL_FULL_TESTS=1 runs it",
+)
 @pytest.mark.slow
 def test_sigterm_shuts_engines_down_keeps_results_and_exits_143(tmp_path):
     import psutil

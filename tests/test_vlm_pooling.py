@@ -4,6 +4,8 @@ transformers, on texts, images and fused image+text inputs as mteb sends them.""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -190,6 +192,11 @@ def test_vlm_reranker_scores_image_documents_like_transformers(vlm_reranker):
     np.testing.assert_allclose(text_only, ref_text, atol=1e-5)
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="33 s of CI's 30 minutes: a served reranker runs in CI in tests/test_remote.py, this VLM reranker in "
+    "process in this module; VLLMEVAL_FULL_TESTS=1 runs it",
+)
 def test_a_served_vlm_reranker_scores_image_documents_as_in_process(vlm_reranker, tmp_path):
     """A real `vllm serve` of the same reranker, its judge prompt as the server's score template (--chat-template,
     as vLLM's Qwen3-VL reranker example): image documents as ScoreMultiModalParam through /score and /rerank give
