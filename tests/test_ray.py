@@ -15,15 +15,12 @@ from functools import partial
 import numpy as np
 import pytest
 
-from vllm_eval.testing import ray_cluster, row_cosines, thread_pools
+from vllm_eval.testing import RAY_KV_BYTES, ray_cluster, row_cosines, thread_pools
 from vllm_eval.utils.errors import ReplicaError, UsageError
 
 ray = pytest.importorskip("ray")
 
 TASKS = ["WordSim353", "LeeDocSimilarity"]
-#: Each actor's KV cache: a quarter GiB instead of the CPU default's 2 GiB (two actors beside a test session that
-#: holds ~15 GB took the machine to 20 GB of CI's 24 GiB).
-RAY_KV_BYTES = 256 * 1024**2
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vllm_eval.testing import RAY_KV_BYTES
 from vllm_eval.utils.errors import UsageError
-
-#: Each Ray actor's KV cache: a quarter GiB instead of the CPU default's 2 GiB (two actors beside a test session that
-#: holds ~15 GB took the machine to 20 GB of CI's 24 GiB).
-RAY_KV_BYTES = 256 * 1024**2
 
 
 def _has_speech() -> bool:

@@ -38,6 +38,7 @@ meaningless for quality. Build them once into a directory and reuse it.
 """
 
 from .harness import (
+    RAY_KV_BYTES,
     JsonStubHandler,
     cli_command,
     offline_env,
@@ -79,6 +80,7 @@ from .vision_models import (
 
 __all__ = [
     "CHATML_TEMPLATE",
+    "RAY_KV_BYTES",
     "NER_LABELS",
     "QWEN2_VL_TEMPLATE",
     "JsonStubHandler",

@@ -119,6 +119,11 @@ def serve_models(*servers: str | Path | tuple, timeout: float = 300.0) -> Iterat
         yield urls
 
 
+#: A test replica's KV cache in a Ray actor on the CPU: a quarter GiB instead of the CPU default's 2 GiB (two actors
+#: beside a test session holding ~15 GB took the machine to 20 GB of CI's 24 GiB).
+RAY_KV_BYTES = 256 * 1024**2
+
+
 @contextlib.contextmanager
 def ray_cluster(num_cpus: int = 2, timeout: float = 90.0) -> Iterator[str]:
     """A one-node Ray cluster on loopback (``ray start --head --node-ip-address 127.0.0.1``, CPU only, a
