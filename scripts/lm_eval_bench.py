@@ -72,26 +72,45 @@ def _equal(a: dict, b: dict) -> bool:
     return True
 
 
-def _run(name: str, run: str, args, model: str, options: dict, engines: dict, include: str, env: dict) -> float:
-    """One timed command of ``run`` (ours, vllm, hf) into ``<work>/<name>-<run>``: its wall seconds, or
-    ``math.inf`` past ``--timeout``."""
-    from vllm_eval.testing.lm_eval_peer import lm_eval_command, run_lm_eval_cli
+def _run(name: str, run: str, args, model: str, options: dict, engines: dict, include: str, env: dict) -> dict:
+    """One timed command of ``run`` (ours, vllm, hf) into ``<work>/<name>-<run>``: ``{"exit": s, "results": s}``,
+    the wall seconds to the command's exit and to its results file's appearing (``math.inf`` past ``--timeout``).
+    lm-eval's ``vllm`` process was once seen alive long after writing its results: a run whose results are written
+    is stopped at the timeout, its exit time "over"."""
+    from vllm_eval.testing.lm_eval_peer import lm_eval_command, vllm_metadata_dir
 
     out = Path(args.work) / f"{name}-{run}"
     subprocess.run(["rm", "-rf", str(out)], check=True)
-    try:
-        if run == "ours":
-            started = time.perf_counter()
-            cmd = _ours(model, SETS[name][0], options, engines["ours"], include, out)
-            subprocess.run(cmd, env=env, check=True, timeout=args.timeout)
-            return time.perf_counter() - started
+    environ = dict(env)
+    if run == "ours":
+        cmd = _ours(model, SETS[name][0], options, engines["ours"], include, out)
+    else:
         margs = {"pretrained": model, **engines[run]}
         extra = {"batch_size": "auto" if run == "vllm" else 8}
         cmd = lm_eval_command(run, margs, SETS[name][0], out, include_path=include, **options, **extra)
-        return run_lm_eval_cli(cmd, args.work, timeout=args.timeout, env=env)
-    except subprocess.TimeoutExpired:
-        subprocess.run(["pkill", "-9", "-f", "VLLM::"], check=False)  # lm-eval's engine outlives its killed parent
-        return math.inf
+        shim = vllm_metadata_dir(Path(args.work) / "vllm-metadata")
+        if shim is not None:
+            environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shim), environ.get("PYTHONPATH")]))
+    log = open(Path(args.work) / f"{name}-{run}.log", "w")
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=environ, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    times = {"exit": math.inf, "results": math.inf}
+    while time.perf_counter() - started < args.timeout:
+        if math.isinf(times["results"]) and list(out.glob("*/results_*.json")):
+            times["results"] = time.perf_counter() - started
+        if proc.poll() is not None:
+            times["exit"] = time.perf_counter() - started
+            break
+        time.sleep(0.25)
+    if proc.poll() is None:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        subprocess.run(["pkill", "-9", "-f", "VLLM::"], check=False)  # an engine outlives its killed parent
+    elif proc.returncode != 0:
+        raise SystemExit(f"{name} {run} failed with exit code {proc.returncode}: see {log.name}")
+    if math.isinf(times["results"]) and list(out.glob("*/results_*.json")):
+        times["results"] = times["exit"]
+    return times
 
 
 def _cached_rows(cache: Path) -> int:
@@ -155,6 +174,20 @@ def _engines(args) -> dict:
     return {"ours": {**engine, **extra}, "vllm": {**peer, **extra}, "hf": hf}
 
 
+def _row(name: str, options: dict, seconds: dict, metrics: dict, timeout: float) -> dict:
+    """A set's report: each run's seconds to exit and to results, their ratios to ours, equal metrics."""
+    shown = {run: {k: v if math.isfinite(v) else f"over {timeout:.0f}" for k, v in t.items()} for run, t in seconds.items()}
+    ratios = {}
+    for run, t in seconds.items():
+        if run == "ours" or "ours" not in seconds:
+            continue
+        for key in ("exit", "results"):
+            ratio = t[key] / seconds["ours"][key]
+            ratios[f"{run}/ours ({key})"] = round(ratio, 2) if math.isfinite(ratio) else "over"
+    equal = {run: _equal(metrics["ours"], metrics[run]) for run in metrics if run != "ours" and "ours" in metrics}
+    return {"tasks": SETS[name][0], "options": options, "seconds": shown, "ratios": ratios, "equal": equal}
+
+
 def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", default="/tmp/vllm-eval-lm-bench")
@@ -192,8 +225,8 @@ def main() -> int:
     names = args.set.split(",")
     if args.warm:
         for run in runs:
-            seconds = _run(names[0], run, args, model, {**SETS[names[0]][1], "limit": 1}, engines, include, env)
-            print(f"warm-up {run}: {seconds:.1f} s", flush=True)
+            times = _run(names[0], run, args, model, {**SETS[names[0]][1], "limit": 1}, engines, include, env)
+            print(f"warm-up {run}: {times}", flush=True)
     for name in names:
         options = dict(SETS[name][1])
         if args.limit is not None:
@@ -208,21 +241,12 @@ def main() -> int:
         seconds, metrics = {}, {}
         for run in runs:
             seconds[run] = _run(name, run, args, model, options, engines, include, env)
-            if math.isfinite(seconds[run]):
+            if math.isfinite(seconds[run]["results"]):
                 metrics[run] = _metrics(work / f"{name}-{run}")
-            print(f"{name} {run}: {seconds[run]:.1f} s", flush=True)
-        base = seconds.get("ours", math.nan)
-        ratios = {f"{run}/ours": round(seconds[run] / base, 2) for run in seconds if run != "ours"}
-        equal = {run: _equal(metrics["ours"], metrics[run]) for run in metrics if run != "ours" and "ours" in metrics}
-        report["sets"][name] = {
-            "tasks": SETS[name][0],
-            "options": options,
-            "seconds": {k: v if math.isfinite(v) else f"over {args.timeout:.0f}" for k, v in seconds.items()},
-            "ratios": {k: v if math.isfinite(v) else "over" for k, v in ratios.items()},
-            "equal": equal,
-        }
-        print(f"{name}: {ratios}, metrics equal to ours: {equal}", flush=True)
-        (work / "lm_eval_bench.json").write_text(json.dumps(report, indent=2))
+            print(f"{name} {run}: {seconds[run]}", flush=True)
+            report["sets"][name] = _row(name, options, seconds, metrics, args.timeout)
+            (work / "lm_eval_bench.json").write_text(json.dumps(report, indent=2))
+        print(f"{name}: {report['sets'][name]['ratios']}, equal to ours: {report['sets'][name]['equal']}", flush=True)
     return 0
 
 

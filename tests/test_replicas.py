@@ -14,14 +14,17 @@ from vllm_eval.testing import row_cosines, score_deltas
 
 
 def test_gpu_placement_groups_waves_and_memory_share(monkeypatch):
+    from vllm_eval.replicas import pool as replicas
+
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(replicas, "_gpu_memory", lambda: (80 * 1024**3, 80 * 1024**3))
     ps = plan_replicas(2, 2, tensor_parallel_size=2, cpu=False, devices=list("0123"))
     share = str(max(1, len(os.sched_getaffinity(0)) // 4))
     assert {p.env["OMP_NUM_THREADS"] for p in ps} == {share}  # image preprocessing: no pool over every core
     assert [p.env["CUDA_VISIBLE_DEVICES"] for p in ps] == ["0,1", "0,1", "2,3", "2,3"]
     assert [p.env["VLLM_PORT"] for p in ps] == ["38000", "38100", "38200", "38300"]  # no shared port search
     assert [p.wave for p in ps] == [0, 1, 0, 1]  # replicas sharing a GPU start one after another
-    assert {p.engine_kwargs["gpu_memory_utilization"] for p in ps} == {0.45}
+    assert {p.engine_kwargs["gpu_memory_utilization"] for p in ps} == {0.45}  # a model of unknown vocabulary
     own = plan_replicas(1, 2, engine_kwargs={"gpu_memory_utilization": 0.3}, cpu=False, devices=["0"])
     assert all("gpu_memory_utilization" not in p.engine_kwargs for p in own)
     assert [p.env["CUDA_VISIBLE_DEVICES"] for p in plan_replicas(2, cpu=False, devices=["4", "6"])] == ["4", "6"]

@@ -61,6 +61,29 @@ def test_a_pooling_step_holds_bert_bases_flops_and_fits_the_gpu(tmp_path):
     assert pooling_step(None, None, None) == {"max_num_batched_tokens": 131072, "max_num_seqs": 1024}
 
 
+def test_a_generation_engine_leaves_room_for_a_steps_prompt_logprobs(tmp_path, monkeypatch):
+    from vllm_eval.engine.args import _gpu_generate_defaults
+
+    qwen8 = _folder(tmp_path, "qwen3-8b", vocab_size=151936)
+    # 8,192 prompt tokens x 151,936 entries x 10 bytes: 12.4 GB that vLLM's profile does not see
+    assert sizing.prompt_logprob_reserve(model_shape(qwen8), 8192) == 8192 * 151936 * 10
+    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (10 * GiB, H100))  # the card, not what is free
+    got = _gpu_generate_defaults({"runner": "generate"}, qwen8)
+    assert got == {"max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.7551}  # 0.9 - 12.4 GB / 80 GiB
+    smaller = _gpu_generate_defaults({"runner": "generate", "max_num_batched_tokens": 2048}, qwen8)
+    assert smaller == {"gpu_memory_utilization": 0.8637}  # the user's step: a quarter of the room
+    assert _gpu_generate_defaults({"runner": "generate", "gpu_memory_utilization": 0.5}, qwen8) == {
+        "max_num_batched_tokens": 8192
+    }
+    assert _gpu_generate_defaults({}, None)["gpu_memory_utilization"] == 0.9  # no config to read: vLLM's share
+    # Two replicas on one GPU of which another program holds 20 GiB: what is free, halved, less each one's room
+    from vllm_eval.replicas import pool
+
+    monkeypatch.setattr(pool, "_gpu_memory", lambda: (60 * GiB, H100))
+    two = pool.plan_replicas(1, 2, engine_kwargs={"runner": "generate"}, cpu=False, devices=["0"], model=qwen8)
+    assert {p.engine_kwargs["gpu_memory_utilization"] for p in two} == {0.1801}  # ((60 - 8) / 2 - 12.4 GB) / 80
+
+
 def test_the_memory_share_leaves_room_for_the_commands_scoring():
     # 0.9 of an H100 less the five scoring processes' 10 GiB (and half the remaining tenth): 0.8237
     assert memory_share(H100) == pytest.approx((80 - 4 - 10) / 80, abs=1e-4)

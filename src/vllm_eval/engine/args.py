@@ -258,6 +258,10 @@ def default_engine_kwargs(user: dict[str, Any], model: str | None = None) -> dic
       is given, ``enable_chunked_prefill=False`` where a step holds the longest prompt (vLLM 0.26 never finished a
       chunked prompt of exactly ``max_model_len`` tokens: docs/vllm-issues.md), and ``enforce_eager=True`` (no
       compile at start: faster to results end to end, measured on a whole benchmark).
+    - GPU, generate runner: ``max_num_batched_tokens`` :data:`~vllm_eval.engine.sizing.GPU_GENERATE_MAX_NUM_BATCHED_TOKENS`
+      and ``gpu_memory_utilization`` of vLLM's share of the card, less the room a step's prompt log-probabilities take
+      over the vocabulary, which vLLM's profile leaves out (:func:`vllm_eval.engine.sizing.prompt_logprob_reserve`),
+      unless ``gpu_memory_utilization`` or ``kv_cache_memory_bytes`` is given.
     - CPU build: ``dtype="float32"`` (vLLM's ``auto`` picks float16 there for fp32 checkpoints,
       whose matmuls fall back from oneDNN to a slow path: the demo ran ~8x slower), ``enforce_eager=True``
       (engine start ~21 s instead of ~40 s, same throughput) and a fixed KV-cache reserve
@@ -270,6 +274,8 @@ def default_engine_kwargs(user: dict[str, Any], model: str | None = None) -> dic
         # 17 s eager) and gains nothing back: the whole MTEB(eng, v2) replica took 307 s compiled on a fresh
         # machine, 304 s with a warm cache, 274 s eager (docs/bench/h200-full-benchmark). --no-enforce-eager compiles.
         out["enforce_eager"] = True
+    if user.get("runner") == "generate" and not on_cpu():
+        out.update(_gpu_generate_defaults(user, model))
     if on_cpu():
         out["dtype"] = "float32"
         out["enforce_eager"] = True
@@ -300,6 +306,29 @@ def _gpu_pooling_defaults(user: dict[str, Any], model: str | None) -> dict[str, 
         # vLLM 0.26's scheduler never finishes a chunked prompt of exactly max_model_len tokens: it stops one token
         # short (docs/vllm-issues.md). Whole prompts per step, the budget holding the longest.
         out["enable_chunked_prefill"] = False
+    return out
+
+
+def _gpu_generate_defaults(user: dict[str, Any], model: str | None) -> dict[str, Any]:
+    """A generation engine's step and memory share on a GPU (see :func:`default_engine_kwargs`): vLLM's own share
+    where the model's config or the GPU cannot be read."""
+    from . import sizing
+
+    out: dict[str, Any] = {}
+    if "max_num_batched_tokens" not in user:
+        out["max_num_batched_tokens"] = sizing.GPU_GENERATE_MAX_NUM_BATCHED_TOKENS
+    if "gpu_memory_utilization" in user or "kv_cache_memory_bytes" in user:
+        return out
+    try:
+        total = sizing.gpu_memory()[1]
+    except Exception:  # no GPU to ask (options read where no engine runs): vLLM's own default share
+        return out
+    # The card's size, not what is free now: the options are an engine's identity (an engine is shared by equal
+    # options), and replicas planned beside another program's memory pass their own share.
+    shape = sizing.model_shape(model, user) if model else None
+    tokens = int(user.get("max_num_batched_tokens") or out["max_num_batched_tokens"])
+    reserve = sizing.prompt_logprob_reserve(shape, tokens)
+    out["gpu_memory_utilization"] = sizing.memory_share(total, scoring=False, reserve=reserve)
     return out
 
 

@@ -50,6 +50,14 @@ FOUR_REPLICAS_MAX_PARAMS = 1_000_000_000
 TWO_REPLICAS_MAX_PARAMS = 5_000_000_000
 #: Most of one GPU's memory a replica's weights may take before the layout splits the model over GPUs.
 WEIGHTS_SHARE_MAX = 0.6
+#: Tokens per step of a generation engine on a GPU where the user names none (vLLM's own default is 8,192 or 16,384
+#: by GPU and entry point): fixed, so that the room a step's prompt log-probabilities take is known.
+GPU_GENERATE_MAX_NUM_BATCHED_TOKENS = 8192
+#: Bytes per prompt token and vocabulary entry that a step's prompt log-probabilities take on top of what vLLM
+#: profiles (it profiles logits of one token per sequence): the logits in the model's dtype (2), their float32
+#: log-softmax (4) and the float32 copy it is taken from (4). Without this room an 8B model scoring lm-eval's
+#: multi-token options used 50 GB where vLLM had planned 10 (lm-evaluation-harness #2490, #2698).
+PROMPT_LOGPROB_BYTES_PER_ENTRY = 10
 
 #: ``model_type``s whose feed-forward block has no gate (two matrices, not three).
 _UNGATED = ("bert", "roberta", "xlm-roberta", "distilbert", "electra", "mpnet", "nomic_bert", "new", "deberta-v2")
@@ -70,6 +78,7 @@ class ModelShape:
         max_len: the longest prompt vLLM will take without ``max_model_len`` given: sentence-transformers'
             ``max_seq_length`` where the folder has one and it is shorter (vLLM reads it too), else
             ``max_positions``.
+        vocab: ``vocab_size`` (0 when the config has none).
     """
 
     layer_params: int
@@ -81,6 +90,7 @@ class ModelShape:
     dtype_bytes: int
     max_positions: int | None
     max_len: int | None = None
+    vocab: int = 0
 
     @property
     def activation_bytes_per_token(self) -> int:
@@ -147,6 +157,7 @@ def model_shape(model: str | os.PathLike, engine_kwargs: dict[str, Any] | None =
         layers=layers,
         dtype_bytes=width,
         max_positions=max_positions,
+        vocab=vocab,
     )
 
 
@@ -186,16 +197,26 @@ def pooling_step(shape: ModelShape | None, max_model_len: int | None, memory_byt
     return {"max_num_batched_tokens": tokens, "max_num_seqs": min(GPU_POOLING_MAX_NUM_SEQS, max(tokens // 16, 1))}
 
 
-def memory_share(total: int, free: int | None = None, replicas: int = 1, scoring: bool = True) -> float:
+def memory_share(
+    total: int, free: int | None = None, replicas: int = 1, scoring: bool = True, reserve: int = 0
+) -> float:
     """Each of ``replicas`` engines' ``gpu_memory_utilization`` on a GPU of ``total`` bytes, ``free`` of them free
     now: :data:`GPU_MEMORY_SHARE` of it, less what another program holds and (``scoring``) the room the command's
-    own scoring keeps (:data:`SCORING_RESERVE_BYTES`), split evenly, rounded down to 4 decimals. At least 0.05."""
+    own scoring keeps (:data:`SCORING_RESERVE_BYTES`), split evenly, less ``reserve`` bytes each (room an engine
+    uses beyond what vLLM profiles: :func:`prompt_logprob_reserve`), rounded down to 4 decimals. At least 0.05."""
     usable = GPU_MEMORY_SHARE * total
     if free is not None:
         usable = min(usable, free - (1 - GPU_MEMORY_SHARE) * total)
     if scoring:
         usable = min(usable, total - (1 - GPU_MEMORY_SHARE) * total / 2 - SCORING_RESERVE_BYTES)
-    return max(math.floor(usable / total / replicas * 1e4) / 1e4, 0.05)
+    return max(math.floor((usable / replicas - reserve) / total * 1e4) / 1e4, 0.05)
+
+
+def prompt_logprob_reserve(shape: ModelShape | None, tokens: int) -> int:
+    """Bytes one step of ``tokens`` prompt tokens takes for their log-probabilities over ``shape``'s vocabulary
+    (:data:`PROMPT_LOGPROB_BYTES_PER_ENTRY` per entry), which vLLM's memory profile leaves out; 0 without a shape.
+    An 8B model with a 128,256-token vocabulary at 8,192 tokens a step: 10.5 GB."""
+    return int(tokens) * shape.vocab * PROMPT_LOGPROB_BYTES_PER_ENTRY if shape is not None else 0
 
 
 def visible_gpus() -> list[str]:

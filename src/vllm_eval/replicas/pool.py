@@ -32,12 +32,14 @@ from typing import Any
 
 from ..engine.procenv import cpu_cores, set_by_user
 from ..engine.sizing import (
+    GPU_GENERATE_MAX_NUM_BATCHED_TOKENS,
     GPU_MEMORY_SHARE,
     gpu_memory,
     longest_prompt,
     memory_share,
     model_shape,
     pooling_step,
+    prompt_logprob_reserve,
     visible_gpus,
 )
 from ..utils.errors import ReplicaError, UsageError
@@ -135,8 +137,15 @@ def _gpu_memory_options(replicas_per_gpu: int, engine_kwargs: dict[str, Any], mo
         return {}
     if "kv_cache_memory_bytes" in engine_kwargs and replicas_per_gpu == 1:
         return {}
-    if not pooling:  # generation: vLLM's own share, split (no scoring of ours beside it)
-        return {"gpu_memory_utilization": round(GPU_MEMORY_SHARE / replicas_per_gpu, 4)}
+    if not pooling:  # generation: what is free, split, less each engine's room for prompt log-probabilities
+        try:
+            free, total = _gpu_memory()
+        except Exception:  # no GPU to ask (replicas planned where none runs): vLLM's share, split
+            return {"gpu_memory_utilization": round(GPU_MEMORY_SHARE / replicas_per_gpu, 4)}
+        shape = model_shape(model, engine_kwargs) if model else None
+        tokens = int(engine_kwargs.get("max_num_batched_tokens") or GPU_GENERATE_MAX_NUM_BATCHED_TOKENS)
+        reserve = prompt_logprob_reserve(shape, tokens)
+        return {"gpu_memory_utilization": memory_share(total, free, replicas_per_gpu, scoring=False, reserve=reserve)}
     free, total = _gpu_memory()
     share = memory_share(total, free, replicas_per_gpu)
     extra: dict[str, Any] = {"gpu_memory_utilization": share}
@@ -165,7 +174,8 @@ def plan_replicas(
     the ``replicas_per_gpu`` replicas of a group share them, each with its part of
     ``gpu_memory_utilization`` unless the user set it (then taken per replica): for a pooling model
     :func:`vllm_eval.engine.sizing.memory_share` (what is free, less the room the command's scoring keeps), else
-    vLLM's 0.9 divided by ``replicas_per_gpu``. Replicas sharing a GPU start
+    the same less each engine's room for a step's prompt log-probabilities
+    (:func:`vllm_eval.engine.sizing.prompt_logprob_reserve`). Replicas sharing a GPU start
     together when each has an explicit KV-cache size: the user's ``kv_cache_memory_bytes``, or, for
     a pooling ``model`` (``runner="pooling"``) whose user set neither that nor
     ``gpu_memory_utilization``, :func:`pooling_kv_cache_bytes`. Otherwise they start one after another.
