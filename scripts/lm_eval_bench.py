@@ -176,7 +176,9 @@ def _engines(args) -> dict:
 
 def _row(name: str, options: dict, seconds: dict, metrics: dict, timeout: float) -> dict:
     """A set's report: each run's seconds to exit and to results, their ratios to ours, equal metrics."""
-    shown = {run: {k: v if math.isfinite(v) else f"over {timeout:.0f}" for k, v in t.items()} for run, t in seconds.items()}
+    shown = {
+        run: {k: v if math.isfinite(v) else f"over {timeout:.0f}" for k, v in t.items()} for run, t in seconds.items()
+    }
     ratios = {}
     for run, t in seconds.items():
         if run == "ours" or "ours" not in seconds:

@@ -32,7 +32,7 @@ def _requests(tokenizer, questions: int, prefix_tokens: int) -> list[list[int]]:
 
     docs = lee_background_documents()
     shots, words = [], 0
-    for i, d in enumerate(docs):
+    for d in docs:
         shots.append(f"Passage: {d[:500]}\nEnding: {d[500:620]}")
         words += len(tokenizer.encode(shots[-1]))
         if words >= prefix_tokens:
@@ -90,7 +90,9 @@ def main() -> int:
         }
         if params.prompt_logprobs is not None:
             # the last 20 positions: within every option (an option is at least that long here)
-            scored[name] = [sum(o.prompt_logprobs[t][o.prompt_token_ids[t]].logprob for t in range(-20, 0)) for o in outs]
+            scored[name] = [
+                sum(o.prompt_logprobs[t][o.prompt_token_ids[t]].logprob for t in range(-20, 0)) for o in outs
+            ]
         report["passes"][name] = row
         print(f"{name}: {row}", flush=True)
     first, again = scored["prompt_logprobs, first"], scored["prompt_logprobs, again"]

@@ -349,3 +349,85 @@ def test_remote_reasoning_is_kept_and_an_unfinished_one_gives_no_answer():
     thought, answer = split_reasoning(done.output, "</think>")
     assert thought == 'A? {"answer": "A"} no.' and extract_answer(answer, "json", ["A", "B"]) == 1
     assert cut.output == '<think>\nA? {"answer": "A"} no.\n' and split_reasoning(cut.output, "</think>")[1] is None
+
+
+@pytest.fixture(scope="module")
+def lm_include(tmp_path_factory):
+    """lm-eval's task YAMLs pointed at the packaged data (skipped where ``make lm-data`` has not unpacked it)."""
+    from vllm_eval.testing.lm_data import write_local_tasks
+
+    try:
+        return str(write_local_tasks(tmp_path_factory.mktemp("lm-tasks")))
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+def _lm_eval_responses(result) -> dict:
+    """task -> doc_id -> lm-eval's filtered responses of the document (log-likelihoods and is_greedy, or texts)."""
+    out: dict = {}
+    for task, rows in result.lm_eval["samples"].items():
+        out[task] = {row["doc_id"]: row["filtered_resps"] for row in rows}
+    return out
+
+
+def test_lm_eval_tasks_against_vllm_serve_score_as_our_engine(servers, test_models, generator, lm_include, tmp_path):
+    """lm-eval's own ``local-completions`` model against a real `vllm serve` of the tiny Qwen3: ARC-Easy's options
+    (several tokens: ``echo`` with ``logprobs``) within 1e-4 nats of our engine's log-likelihoods with the same
+    ``is_greedy``, GSM8K's greedy generations equal, the same metrics."""
+    import vllm_eval
+
+    model = str(test_models["qwen3"])
+    common = dict(
+        tasks=["arc_easy", "gsm8k"],
+        include_path=lm_include,
+        limit=2,
+        gen_kwargs="max_gen_toks=12",
+        show_progress=False,
+        no_cache=True,
+    )
+    served = vllm_eval.generate(
+        model=model, backend="remote", endpoint=[servers["qwen3"]], output_dir=str(tmp_path / "remote"), **common
+    )
+    ours = vllm_eval.generate(model=model, output_dir=str(tmp_path / "ours"), **common)
+    got, want = _lm_eval_responses(served), _lm_eval_responses(ours)
+    assert set(got) == set(want) == {"arc_easy", "gsm8k"} and len(got["arc_easy"]) == 2
+    for doc, options in want["arc_easy"].items():
+        for (ll, greedy), (ll_served, greedy_served) in zip(options, got["arc_easy"][doc], strict=True):
+            assert abs(float(ll) - float(ll_served)) < 1e-4 and bool(greedy) == bool(greedy_served)
+    assert got["gsm8k"] == want["gsm8k"]
+    assert served.scores == ours.scores
+    summary = json.loads((tmp_path / "remote" / "summary.json").read_text())
+    assert summary["task_framework"] == "lm-eval" and summary["model"] == model
+
+
+class _NoEchoStub(JsonStubHandler):
+    """A completions server that refuses ``echo`` (as servers that give no prompt log-probabilities do)."""
+
+    def do_GET(self):
+        self.send_json(200, {"data": [{"id": self.server.model, "max_model_len": 512}]})
+
+    def do_POST(self):
+        self.server.bodies.append(self.read_json())
+        self.send_json(400, {"error": {"message": "echo is not supported"}})
+
+
+def test_lm_eval_loglikelihood_tasks_need_a_server_that_echoes_logprobs(test_models, lm_include, tmp_path):
+    """A server without prompt log-probabilities: one line naming the tasks that need them, before any of them
+    runs; a second endpoint is refused (lm-eval's model sends to one URL)."""
+    import vllm_eval
+
+    model = str(test_models["qwen3"])
+    with stub_server(_NoEchoStub, model=model, bodies=[]) as srv:
+        with pytest.raises(
+            UsageError, match=r"no prompt log-probabilities .*HTTP 400: echo is not supported.*arc_easy"
+        ):
+            vllm_eval.generate(
+                model=model, backend="remote", endpoint=[url_of(srv)], tasks=["arc_easy", "gsm8k"],
+                include_path=lm_include, limit=1, output_dir=str(tmp_path), show_progress=False, no_cache=True,
+            )  # fmt: skip
+        assert len(srv.bodies) == 1 and srv.bodies[0]["echo"] is True
+        with pytest.raises(UsageError, match="take one --endpoint"):
+            vllm_eval.generate(
+                backend="remote", endpoint=[url_of(srv), "http://127.0.0.1:9"], tasks=["gsm8k"],
+                include_path=lm_include, limit=1, output_dir=str(tmp_path), show_progress=False, no_cache=True,
+            )  # fmt: skip

@@ -215,9 +215,10 @@ def _lm_eval(
         model = None if model is None else os.fspath(model)
         require_model(model, session.spec.remote)
         resolved = resolve_model(model, session.spec.remote)
-        lm_eval_tasks.chat_template_needed(
-            str(getattr(resolved, "path", resolved)), evaluate.get("apply_chat_template")
-        )
+        if not session.spec.remote:  # a served model's tokenizer is loaded (and checked) with the model
+            lm_eval_tasks.chat_template_needed(
+                str(getattr(resolved, "path", resolved)), evaluate.get("apply_chat_template")
+            )
     cache = open_cache(*cache_at)
     try:
         ran = lm_eval_tasks.run(

@@ -37,7 +37,7 @@ MODEL_OPTIONS = ("max_gen_toks", "add_bos_token", "prefix_token_id", "truncation
 #: lm-eval's HFLM batch size here (its default is 1; the reference's numbers do not depend on it).
 HF_BATCH_SIZE = 8
 #: Backends that run lm-eval's tasks here.
-BACKENDS = ("vllm", "hf")
+BACKENDS = ("vllm", "hf", "remote")
 
 
 def check_lm_eval_call(backend: str, limit: Any, evaluate: dict[str, Any]) -> None:
@@ -48,8 +48,8 @@ def check_lm_eval_call(backend: str, limit: Any, evaluate: dict[str, Any]) -> No
     """
     if backend not in BACKENDS:
         raise UsageError(
-            f"--backend {backend} does not run lm-eval's tasks yet; use --backend vllm (our engine) or hf "
-            "(lm-eval's HFLM, the reference)"
+            f"--backend {backend} does not run lm-eval's tasks yet; use --backend vllm (our engine), hf "
+            "(lm-eval's HFLM, the reference) or remote (a served model)"
         )
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0):
         raise UsageError(f"--limit: a count >= 1 or a fraction in (0, 1), got {limit!r}")
@@ -75,10 +75,28 @@ def chat_template_needed(model_path: str, apply_chat_template: Any) -> None:
         )
 
 
-def build_model(session: Any, model: Any, model_options: dict[str, Any], show_progress: bool) -> Any:
-    """The lm-eval model of the call: :class:`VllmLM` on our engine (``vllm``), lm-eval's ``HFLM`` (``hf``)."""
+def build_model(
+    session: Any,
+    model: Any,
+    model_options: dict[str, Any],
+    show_progress: bool,
+    prepared: Any = None,
+    apply_chat_template: Any = None,
+) -> Any:
+    """The lm-eval model of the call: :class:`VllmLM` on our engine (``vllm``), lm-eval's ``HFLM`` (``hf``), lm-eval's
+    ``LocalCompletionsAPI`` against the server (``remote``,
+    :func:`~vllm_eval.models.generator.lmeval_remote.remote_lm`)."""
     path = getattr(model, "path", model)
     options = {k: v for k, v in model_options.items() if v is not None}
+    if session.spec.remote:
+        from ..models.generator.lmeval_remote import remote_lm
+
+        tokenizer = session.spec.options.get("tokenizer")
+        types = getattr(prepared, "output_types", None)
+        lm = remote_lm(session.spec.http, model, tokenizer=tokenizer, output_types=types, **options)
+        if apply_chat_template and not getattr(lm.tokenizer, "chat_template", None):
+            raise UsageError(f"--apply-chat-template: tokenizer {lm.tokenizer.name_or_path!r} has no chat template")
+        return lm
     if session.spec.name == "hf":
         from lm_eval.models.huggingface import HFLM
 
@@ -115,14 +133,17 @@ def run(
     from ..tasks.lmeval import run_tasks
 
     output_dir = session.output_dir or os.path.join("results", "generate")
-    path = str(getattr(model, "path", model))
+    path = str(getattr(model, "path", model) or "")
     with phase("model"):
-        lm = build_model(session, model, model_options, show_progress)
+        lm = build_model(session, model, model_options, show_progress, prepared, evaluate.get("apply_chat_template"))
     generator = getattr(lm, "generator", None)
     try:
         if generator is not None:
             generator.use_cache(cache)
         args = {"pretrained": path, **session.engine, **{k: v for k, v in model_options.items() if v is not None}}
+        if session.spec.remote:  # the served name, and where it was served
+            path = str(lm.model)
+            args = {"model": path, "base_url": lm.base_url, "tokenizer": lm.tokenizer.name_or_path}
         with phase("evaluate"):
             ran = run_tasks(
                 lm, prepared, output_dir=output_dir, model_args=args, log_samples=log_samples, limit=limit, **evaluate

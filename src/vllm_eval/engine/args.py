@@ -258,10 +258,11 @@ def default_engine_kwargs(user: dict[str, Any], model: str | None = None) -> dic
       is given, ``enable_chunked_prefill=False`` where a step holds the longest prompt (vLLM 0.26 never finished a
       chunked prompt of exactly ``max_model_len`` tokens: docs/vllm-issues.md), and ``enforce_eager=True`` (no
       compile at start: faster to results end to end, measured on a whole benchmark).
-    - GPU, generate runner: ``max_num_batched_tokens`` :data:`~vllm_eval.engine.sizing.GPU_GENERATE_MAX_NUM_BATCHED_TOKENS`
-      and ``gpu_memory_utilization`` of vLLM's share of the card, less the room a step's prompt log-probabilities take
-      over the vocabulary, which vLLM's profile leaves out (:func:`vllm_eval.engine.sizing.prompt_logprob_reserve`),
-      unless ``gpu_memory_utilization`` or ``kv_cache_memory_bytes`` is given.
+    - GPU, generate runner: ``max_num_batched_tokens``
+      :data:`~vllm_eval.engine.sizing.GPU_GENERATE_MAX_NUM_BATCHED_TOKENS` and ``gpu_memory_utilization`` of vLLM's
+      share of the card, less the room a step's prompt log-probabilities take over the vocabulary, which vLLM's
+      profile leaves out (:func:`vllm_eval.engine.sizing.prompt_logprob_reserve`), unless ``gpu_memory_utilization``
+      or ``kv_cache_memory_bytes`` is given.
     - CPU build: ``dtype="float32"`` (vLLM's ``auto`` picks float16 there for fp32 checkpoints,
       whose matmuls fall back from oneDNN to a slow path: the demo ran ~8x slower), ``enforce_eager=True``
       (engine start ~21 s instead of ~40 s, same throughput) and a fixed KV-cache reserve
