@@ -146,6 +146,17 @@ def vllm_classifier(test_models):
 
 
 @pytest.fixture(scope="session")
+def lm_include(tmp_path_factory):
+    """lm-eval's task YAMLs pointed at the packaged data (skipped where ``make lm-data`` has not unpacked it)."""
+    from vllm_eval.testing.lm_data import write_local_tasks
+
+    try:
+        return str(write_local_tasks(tmp_path_factory.mktemp("lm-tasks")))
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
 def generator(test_models):
     """VllmGenerator on the tiny random Qwen3, 12 new tokens."""
     from vllm_eval.models.generator import VllmGenerator

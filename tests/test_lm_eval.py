@@ -38,14 +38,9 @@ CHUNK = LIMIT
 
 
 @pytest.fixture(scope="module")
-def include(tmp_path_factory):
-    """lm-eval's task YAMLs pointed at the local copies (skipped where ``make lm-data`` has not unpacked them)."""
-    from vllm_eval.testing.lm_data import write_local_tasks
-
-    try:
-        return str(write_local_tasks(tmp_path_factory.mktemp("lm-tasks")))
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+def include(lm_include):
+    """lm-eval's task YAMLs pointed at the local copies (tests/conftest.py)."""
+    return lm_include
 
 
 def _generate(model, include, out, tasks=TASKS, **extra):

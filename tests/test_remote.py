@@ -351,17 +351,6 @@ def test_remote_reasoning_is_kept_and_an_unfinished_one_gives_no_answer():
     assert cut.output == '<think>\nA? {"answer": "A"} no.\n' and split_reasoning(cut.output, "</think>")[1] is None
 
 
-@pytest.fixture(scope="module")
-def lm_include(tmp_path_factory):
-    """lm-eval's task YAMLs pointed at the packaged data (skipped where ``make lm-data`` has not unpacked it)."""
-    from vllm_eval.testing.lm_data import write_local_tasks
-
-    try:
-        return str(write_local_tasks(tmp_path_factory.mktemp("lm-tasks")))
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
-
-
 def _lm_eval_responses(result) -> dict:
     """task -> doc_id -> lm-eval's filtered responses of the document (log-likelihoods and is_greedy, or texts)."""
     out: dict = {}
