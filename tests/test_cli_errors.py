@@ -116,7 +116,10 @@ CASES = [
     (["generate", "--model", MINILM, "--tasks", "mmlu_anatomy"], "cais/mmlu"),
     (["generate", "--model", MINILM, "--tasks", "mmlu_anatomy", "--limit", "1.5"], "--limit: must be a count >= 1"),
     (["generate", "--model", MINILM, "--tasks", "Digits", "--num-fewshot", "2"], "lm-eval's options, for lm-eval's"),
-    (["generate", "--model", MINILM, "--tasks", "gsm8k", "--backend", "remote"], "does not run lm-eval's tasks yet"),
+    (
+        ["generate", "--model", MINILM, "--tasks", "gsm8k", "--backend", "remote"],
+        "--backend remote needs at least one --endpoint URL",
+    ),
     (["generate", "--tasks", "PangLeePolarity"], "--model is required"),
     # JSON options
     (["run", "--prompts", "{bad"], "--prompts: is not valid JSON"),
