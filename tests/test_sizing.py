@@ -76,6 +76,10 @@ def test_a_generation_engine_leaves_room_for_a_steps_prompt_logprobs(tmp_path, m
         "max_num_batched_tokens": 8192
     }
     assert _gpu_generate_defaults({}, None)["gpu_memory_utilization"] == 0.9  # no config to read: vLLM's share
+    whisper = tmp_path / "whisper"
+    whisper.mkdir()
+    (whisper / "config.json").write_text(json.dumps({"model_type": "whisper", "is_encoder_decoder": True}))
+    assert _gpu_generate_defaults({"runner": "generate"}, str(whisper)) == {}  # a transcriber keeps vLLM's own
     # Two replicas on one GPU of which another program holds 20 GiB: what is free, halved, less each one's room
     from vllm_eval.replicas import pool
 

@@ -258,7 +258,7 @@ def default_engine_kwargs(user: dict[str, Any], model: str | None = None) -> dic
       is given, ``enable_chunked_prefill=False`` where a step holds the longest prompt (vLLM 0.26 never finished a
       chunked prompt of exactly ``max_model_len`` tokens: docs/vllm-issues.md), and ``enforce_eager=True`` (no
       compile at start: faster to results end to end, measured on a whole benchmark).
-    - GPU, generate runner: ``max_num_batched_tokens``
+    - GPU, generate runner (decoder-only models): ``max_num_batched_tokens``
       :data:`~vllm_eval.engine.sizing.GPU_GENERATE_MAX_NUM_BATCHED_TOKENS` and ``gpu_memory_utilization`` of vLLM's
       share of the card, less the room a step's prompt log-probabilities take over the vocabulary, which vLLM's
       profile leaves out (:func:`vllm_eval.engine.sizing.prompt_logprob_reserve`), unless ``gpu_memory_utilization``
@@ -316,6 +316,10 @@ def _gpu_generate_defaults(user: dict[str, Any], model: str | None) -> dict[str,
     from . import sizing
 
     out: dict[str, Any] = {}
+    if model and sizing.is_encoder_decoder(model, user.get("revision")):
+        return (
+            out  # speech-to-text: no prompt log-probabilities to make room for; vLLM's step, as its RTFx was measured
+        )
     if "max_num_batched_tokens" not in user:
         out["max_num_batched_tokens"] = sizing.GPU_GENERATE_MAX_NUM_BATCHED_TOKENS
     if "gpu_memory_utilization" in user or "kv_cache_memory_bytes" in user:

@@ -161,6 +161,12 @@ def model_shape(model: str | os.PathLike, engine_kwargs: dict[str, Any] | None =
     )
 
 
+def is_encoder_decoder(model: str | os.PathLike, revision: str | None = None) -> bool:
+    """True when ``model``'s ``config.json`` says ``is_encoder_decoder`` (Whisper): False where it cannot be read."""
+    config = _json_file(model, "config.json", revision)
+    return bool(config and config.get("is_encoder_decoder"))
+
+
 def _pow2_near(x: float) -> int:
     """The power of two nearest ``x`` on a log scale (at least 1)."""
     return 1 << max(0, round(math.log2(max(x, 1.0))))

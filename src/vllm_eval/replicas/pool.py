@@ -174,7 +174,7 @@ def plan_replicas(
     the ``replicas_per_gpu`` replicas of a group share them, each with its part of
     ``gpu_memory_utilization`` unless the user set it (then taken per replica): for a pooling model
     :func:`vllm_eval.engine.sizing.memory_share` (what is free, less the room the command's scoring keeps), else
-    the same less each engine's room for a step's prompt log-probabilities
+    what is free, split, less each engine's room for a step's prompt log-probabilities
     (:func:`vllm_eval.engine.sizing.prompt_logprob_reserve`). Replicas sharing a GPU start
     together when each has an explicit KV-cache size: the user's ``kv_cache_memory_bytes``, or, for
     a pooling ``model`` (``runner="pooling"``) whose user set neither that nor

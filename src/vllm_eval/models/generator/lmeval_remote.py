@@ -12,13 +12,10 @@ lm-eval tokenizes with (``tokenizer``, else the served name, loaded here so a mi
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ...utils.errors import EndpointError, UsageError
 from ..http import HttpClient, HttpOptions, RequestRefused
-
-logger = logging.getLogger(__name__)
 
 #: lm-eval's request types that need the prompt's log-probabilities (``echo`` with ``logprobs``).
 LOGPROB_TYPES = ("multiple_choice", "loglikelihood", "loglikelihood_rolling")
