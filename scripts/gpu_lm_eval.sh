@@ -18,7 +18,7 @@
 #          /root/models/$SHAPE, bfloat16; $OUT/setup-$SHAPE.txt.
 #   probe  prompt_logprob_cache.py --gpu on /root/models/$SHAPE with $ARGS; $OUT/prompt-logprob-cache-$SHAPE.json.
 #   bench  lm_eval_bench.py --gpu --model /root/models/$SHAPE --work /root/work $ARGS (e.g. --runs ours,vllm --set
-#          mmlu --timeout 500); its report, logs and results files in $OUT/bench-$NAME/.
+#          mmlu:0.05:5 --timeout 500); its report in $OUT/bench-$NAME/, logs and results files in its files.tar.gz.
 #   hold   as bench, while another process holds $HOLD_GIB GiB of the GPU (default: what a 79.6 GiB H100 lacks), with
 #          --engine gpu_memory_utilization= the bytes our default takes on an H100, as a share of this GPU.
 set -uo pipefail
@@ -71,8 +71,11 @@ print(math.floor(s.memory_share(h100, scoring=False, reserve=r) * h100 / total *
     mkdir -p "$out/bench-$name" /root/work
     timeout ${LIMIT:-560} python3 scripts/lm_eval_bench.py --gpu --model "$model" --work /root/work ${ARGS:-} 2>&1 \
       | grep -v "^INFO\|^(EngineCore\|it/s\]$" | tail -40
-    cp /root/work/lm_eval_bench.json /root/work/*.log "$out/bench-$name/" 2>/dev/null
-    for f in /root/work/*-*/*/results_*.json; do [ -f "$f" ] && cp "$f" "$out/bench-$name/$(basename "$(dirname "$(dirname "$f")")")-results.json"; done
+    # at most 8 files come back from a call: the report, and the logs and results files in one archive
+    cp /root/work/lm_eval_bench.json "$out/bench-$name/" 2>/dev/null
+    mkdir -p /root/files
+    for f in /root/work/*-*/*/results_*.json; do [ -f "$f" ] && cp "$f" "/root/files/$(basename "$(dirname "$(dirname "$f")")")-results.json"; done
+    cp /root/work/*.log /root/files/ 2>/dev/null; tar czf "$out/bench-$name/files.tar.gz" -C /root/files .
     [ -n "$holder" ] && kill "$holder"
     nvidia-smi --query-gpu=memory.used --format=csv >> "$out/bench-$name/memory.txt" ;;
   *) echo "part: stage, setup, probe, bench or hold" >&2; exit 2 ;;

@@ -11,9 +11,9 @@ Run from the project root:
     .venv/bin/python scripts/lm_eval_bench.py [--work DIR] [--runs ours,vllm,hf] [--set mmlu,hellaswag,gsm8k]
 
 ``mmlu``: the 57 subjects, 5-shot, ``--limit 0.05``; ``hellaswag``: ``--limit 500``; ``gsm8k``: 5-shot, ``--limit
-100`` (``--limit`` and ``--num-fewshot`` for others). ``--model`` and ``--engine KEY=VALUE`` (repeatable) point it at
-another model and engine. Each run's seconds, metrics and the ratios go to ``<work>/lm_eval_bench.json`` and stdout;
-its files to ``<work>/<set>-<run>/``.
+100`` (``--limit`` and ``--num-fewshot`` for others, or per set: ``--set gsm8k:all:5,hellaswag:500:10``).
+``--model`` and ``--engine KEY=VALUE`` (repeatable) point it at another model and engine. Each run's seconds,
+metrics and the ratios go to ``<work>/lm_eval_bench.json`` and stdout; its files to ``<work>/<set>-<run>/``.
 
 On a GPU (``--gpu``: bfloat16, no CPU engine options, lm-eval's ``--batch_size auto``), after staging vLLM (the
 device's ``on-device.sh``), with a random-weight model of a real shape and SmolLM2's tokenizer
@@ -45,6 +45,26 @@ SETS = {
     "hellaswag": (["hellaswag"], {"limit": 500}),
     "gsm8k": (["gsm8k"], {"num_fewshot": 5, "limit": 100}),
 }
+
+
+def _tasks(label: str) -> list[str]:
+    return SETS[label.split("-")[0]][0]
+
+
+def _spec(spec: str, args) -> tuple[str, dict]:
+    """``SET[:LIMIT[:FEWSHOT]]`` (LIMIT ``all``: every item) to its label (``SET-LIMIT-FEWSHOT``) and options;
+    without them, ``--limit`` / ``--num-fewshot`` or the set's own."""
+    name, *rest = spec.split(":")
+    options = dict(SETS[name][1])
+    limit = rest[0] if rest else args.limit
+    fewshot = rest[1] if len(rest) > 1 else args.num_fewshot
+    if limit == "all":
+        options.pop("limit", None)
+    elif limit is not None:
+        options["limit"] = float(limit) if float(limit) < 1 else int(float(limit))
+    if fewshot is not None:
+        options["num_fewshot"] = int(fewshot)
+    return "-".join([name, *rest]), options
 
 
 def _ours(model: str, tasks: list[str], options: dict, engine: dict, include: str, out: Path) -> list[str]:
@@ -83,11 +103,11 @@ def _run(name: str, run: str, args, model: str, options: dict, engines: dict, in
     subprocess.run(["rm", "-rf", str(out)], check=True)
     environ = dict(env)
     if run == "ours":
-        cmd = _ours(model, SETS[name][0], options, engines["ours"], include, out)
+        cmd = _ours(model, _tasks(name), options, engines["ours"], include, out)
     else:
         margs = {"pretrained": model, **engines[run]}
         extra = {"batch_size": "auto" if run == "vllm" else 8}
-        cmd = lm_eval_command(run, margs, SETS[name][0], out, include_path=include, **options, **extra)
+        cmd = lm_eval_command(run, margs, _tasks(name), out, include_path=include, **options, **extra)
         shim = vllm_metadata_dir(Path(args.work) / "vllm-metadata")
         if shim is not None:
             environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shim), environ.get("PYTHONPATH")]))
@@ -132,7 +152,7 @@ def _resume(name: str, args, model: str, options: dict, engines: dict, include: 
     for step in ("fresh", "killed", "rerun"):
         out, cache = work / f"{name}-resume-{step}", work / f"{name}-cache-{'fresh' if step == 'fresh' else 'kill'}"
         subprocess.run(["rm", "-rf", str(out)] + ([str(cache)] if step != "rerun" else []), check=True)
-        cmd = _ours(model, SETS[name][0], options, engines["ours"], include, out)
+        cmd = _ours(model, _tasks(name), options, engines["ours"], include, out)
         cmd = [c for c in cmd if c != "--no-cache"] + ["--cache-dir", str(cache)]
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
@@ -187,16 +207,18 @@ def _row(name: str, options: dict, seconds: dict, metrics: dict, timeout: float)
             ratio = t[key] / seconds["ours"][key]
             ratios[f"{run}/ours ({key})"] = round(ratio, 2) if math.isfinite(ratio) else "over"
     equal = {run: _equal(metrics["ours"], metrics[run]) for run in metrics if run != "ours" and "ours" in metrics}
-    return {"tasks": SETS[name][0], "options": options, "seconds": shown, "ratios": ratios, "equal": equal}
+    return {"tasks": _tasks(name), "options": options, "seconds": shown, "ratios": ratios, "equal": equal}
 
 
 def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", default="/tmp/vllm-eval-lm-bench")
     parser.add_argument("--runs", default="ours,vllm,hf")
-    parser.add_argument("--set", default="mmlu,hellaswag", help=f"comma-separated, of {sorted(SETS)}")
+    parser.add_argument(
+        "--set", default="mmlu,hellaswag", help=f"comma-separated SET[:LIMIT[:FEWSHOT]], SET of {sorted(SETS)}"
+    )
     parser.add_argument("--model", default=None, help="default: the packaged SmolLM2-135M-Instruct, converted")
-    parser.add_argument("--limit", type=float, default=None, help="another --limit than the set's (a fraction < 1)")
+    parser.add_argument("--limit", default=None, help="another --limit than the set's (a fraction < 1, or all)")
     parser.add_argument("--num-fewshot", type=int, default=None, help="another --num-fewshot than the set's")
     parser.add_argument("--engine", action="append", default=[], help="KEY=VALUE engine option for both vLLM runs")
     parser.add_argument("--gpu", action="store_true", help="GPU engine options (bfloat16, lm-eval's defaults)")
@@ -224,17 +246,13 @@ def main() -> int:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     runs = args.runs.split(",")
     report = {"model": model, "engines": engines, "gpu": args.gpu, "sets": {}}
-    names = args.set.split(",")
+    specs = [_spec(spec, args) for spec in args.set.split(",")]
     if args.warm:
+        name, options = specs[0]
         for run in runs:
-            times = _run(names[0], run, args, model, {**SETS[names[0]][1], "limit": 1}, engines, include, env)
+            times = _run(name, run, args, model, {**options, "limit": 1}, engines, include, env)
             print(f"warm-up {run}: {times}", flush=True)
-    for name in names:
-        options = dict(SETS[name][1])
-        if args.limit is not None:
-            options["limit"] = args.limit if args.limit < 1 else int(args.limit)
-        if args.num_fewshot is not None:
-            options["num_fewshot"] = args.num_fewshot
+    for name, options in specs:
         if args.resume:
             report["sets"][name] = {"options": options, **_resume(name, args, model, options, engines, include, env)}
             print(f"{name}: {report['sets'][name]}", flush=True)
