@@ -40,9 +40,9 @@ case "$part" in
   setup)
     python3 -m pip install -q --no-index --no-deps --target /root/site /root/lm/wheels/*.whl 2>&1 | grep -vi warning
     mkdir -p /root/.cache/vllm-eval && ln -sfn /root/lm/lm-data /root/.cache/vllm-eval/lm-data
-    start=$(date +%s.%N)
+    start=$(date +%s)
     timeout 300 python3 -c "from vllm_eval.testing import build_random_causal_lm as b; b('$model', '$shape', '/root/lm/smollm2')"
-    echo "rc $? built $shape in $(echo "$(date +%s.%N) - $start" | bc) s" | tee "$out/setup-$shape.txt"
+    echo "rc $? built $shape in $(( $(date +%s) - start )) s" | tee "$out/setup-$shape.txt"
     nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv >> "$out/setup-$shape.txt" ;;
   probe)
     timeout ${LIMIT:-300} python3 scripts/prompt_logprob_cache.py --gpu --model "$model" ${ARGS:-} \
