@@ -75,6 +75,7 @@ print(math.floor(s.memory_share(h100, scoring=False, reserve=r) * h100 / total *
     cp /root/work/lm_eval_bench.json "$out/bench-$name/" 2>/dev/null
     mkdir -p /root/files
     for f in /root/work/*-*/*/results_*.json; do [ -f "$f" ] && cp "$f" "/root/files/$(basename "$(dirname "$(dirname "$f")")")-results.json"; done
+    for f in /root/work/*-*/summary.json; do [ -f "$f" ] && cp "$f" "/root/files/$(basename "$(dirname "$f")")-summary.json"; done
     cp /root/work/*.log /root/files/ 2>/dev/null; tar czf "$out/bench-$name/files.tar.gz" -C /root/files .
     [ -n "$holder" ] && kill "$holder"
     nvidia-smi --query-gpu=memory.used --format=csv >> "$out/bench-$name/memory.txt" ;;

@@ -69,7 +69,8 @@ def _spec(spec: str, args) -> tuple[str, dict]:
 
 def _ours(model: str, tasks: list[str], options: dict, engine: dict, include: str, out: Path) -> list[str]:
     cmd = [sys.executable, "-m", "vllm_eval", "generate", "--model", model, "--tasks", ",".join(tasks)]
-    cmd += ["--include-path", include, "--output-dir", str(out), "--no-cache", "--no-progress"]
+    # --verbose: vLLM's INFO lines (engine start, compile, KV cache) with their times in the run's log
+    cmd += ["--include-path", include, "--output-dir", str(out), "--no-cache", "--no-progress", "--verbose"]
     for key, value in {**options, **engine}.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
     return cmd

@@ -289,6 +289,13 @@ def test_damaged_data_files_are_one_line_and_exit_2(run_main, tmp_path, command,
     assert code == 2 and message in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv", [["generate", "--model", MINILM, "--tasks", "hellaswg"], ["run", "--tasks", "x"]])
+def test_verbose_after_the_command_is_the_flag_not_an_engine_option(run_main, argv, lm_eval_index):
+    code, err = run_main(*argv, "--verbose")  # once a TypeError (an engine option `verbose`) from generate
+    assert code == 2 and err.splitlines()[-1].startswith("vllm-eval: error: ")
+    assert "Traceback" in err and "engine option" not in err  # verbose: the traceback of the one-line error
+
+
 def test_offline_unavailable_task_fails_in_seconds(run_main):
     start = time.perf_counter()
     code, err = run_main("run", "--tasks", "STS12")

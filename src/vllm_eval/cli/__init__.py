@@ -128,6 +128,8 @@ def _dispatch(argv: list[str]) -> int:
     with timeline.phase("imports"):  # the command modules (and mteb with them)
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
+    # `--verbose` after the command's name is the same flag (main reads it anywhere), not an engine option
+    extra = [a for a in extra if a not in ("--verbose", "-v")]
     check_repeats(parser, argv)
     command = COMMANDS[args.command]
     if not command.loads_model:
