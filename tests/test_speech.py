@@ -7,6 +7,7 @@ import io
 import json
 import os
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -258,6 +259,33 @@ def test_server_decoding_loses_tiny_en_transcripts_that_whispers_rules_keep(vllm
 
 
 @needs_speech
+def test_an_english_only_models_recordings_are_scored_in_english(whisper, vllm_tiny, tmp_path):
+    """A folder of recordings says no language; tiny.en transcribes English, so Whisper's English normaliser scores
+    it (the basic one counted "ten of clubs" against "10 of clubs" as an error), on both backends."""
+    import shutil
+
+    from vllm_eval.models.transcriber.hf import TransformersTranscriber
+    from vllm_eval.tasks.speech import load_speech_file, run_transcription
+    from vllm_eval.tasks.speech_hub import get_speech_task
+
+    for s in get_speech_task("AsteriskPrompts.en").samples[:2]:
+        shutil.copy(s.audio, tmp_path / f"{s.id}.wav")
+        (tmp_path / f"{s.id}.txt").write_text(s.text)
+    task = load_speech_file(tmp_path)
+    assert task.language is None and all(s.language is None for s in task.samples)
+    reference = TransformersTranscriber(whisper["tiny.en"], show_progress_bar=False)
+    try:
+        for model in (vllm_tiny, reference):
+            result = run_transcription(model, task)
+            assert "EnglishTextNormalizer" in result["metrics"]["normalizer"], result["metrics"]["normalizer"]
+            assert {(r["normalizer_language"], r["normalizer_language_from"]) for r in result["samples"]} == {
+                ("en", "model")
+            }
+    finally:
+        reference.close()
+
+
+@needs_speech
 def test_language_is_detected_when_not_given_and_long_audio_is_cut(vllm_base):
     from vllm_eval.tasks.speech import decode_all
     from vllm_eval.tasks.speech_hub import get_speech_task
@@ -309,8 +337,16 @@ def test_transcribe_command_end_to_end_and_its_errors(whisper, vllm_base, cli_in
     assert results["metrics"]["n_samples"] == 3 and results["metrics"]["language_detected"] == 3
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert {"audio_filepath", "duration", "text", "pred_text"} <= set(rows[0]) and rows[0]["language"] == "fr"
+    assert rows[0]["normalizer_language"] == "fr" and rows[0]["normalizer_language_from"] == "detected"
     statistic, units = sample_units("wer", rows)  # what a sweep's bootstrap resamples: the WER on all of them
     assert statistic == "ratio" and units[:, 0].sum() / units[:, 1].sum() == pytest.approx(results["metrics"]["wer"])
+    # an English-only model asked to translate: refused before any engine starts (it once wrote unrelated English)
+    start = time.perf_counter()
+    code, err = cli_in_process(
+        "transcribe", "--model", whisper["tiny.en"], "--data", str(folder), "--task", "translate"
+    )
+    assert code == 2 and "is English-only (generation_config.json: is_multilingual false)" in err, err
+    assert err.count("\n") == 1 and time.perf_counter() - start < 20
     code, err = cli_in_process("transcribe", "--model", whisper["base"], "--tasks", "AsteriskPrompts.de")
     assert code == 2 and "unknown speech task 'AsteriskPrompts.de'" in err and "Traceback" not in err
     bad = tmp_path / "bad.jsonl"

@@ -217,6 +217,7 @@ def _run_tasks(
     kind: str = "classifier",
     backend_options: tuple[str, ...] = (),
     internal: dict[str, Any] | None = None,
+    check: Callable[[Any, list[Any]], None] | None = None,
     cache_dir: str | os.PathLike | None = None,
     no_cache: bool = False,
     show_progress: bool = True,
@@ -224,7 +225,8 @@ def _run_tasks(
     started: float | None = None,
     **options: Any,
 ) -> TaskResults:
-    """The three commands' common course: checks, tasks, the model, output folders, cache, backend, each task."""
+    """The three commands' common course: checks, tasks, the model, output folders, cache, backend, each task.
+    ``check(resolved model, tasks)``: the command's own refusals, before the backend loads."""
     given, engine = split_options(options, backend_options)
     out_dir = None if output_dir is None else os.fspath(output_dir)
     session = prepare(kind, [backend], given, engine, output_dir=out_dir, verbose=verbose, started=started)
@@ -233,6 +235,8 @@ def _run_tasks(
     require_model(model, spec.remote)
     selected = tasks()
     resolved = resolve_model(model, spec.remote)
+    if check is not None:
+        check(resolved, selected)
     outputs = task_output_dirs(session.output_dir, command, selected)
     cache = open_cache(cache_dir, no_cache)
     try:

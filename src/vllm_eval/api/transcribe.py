@@ -54,7 +54,8 @@ def transcribe(
         A :class:`~vllm_eval.api.classify.TaskResults`.
 
     Raises:
-        UsageError: both ``tasks`` and ``data``, an unknown ``task``, a bad option; a bad file (named with its line).
+        UsageError: both ``tasks`` and ``data``, an unknown ``task``, a bad option; a bad file (named with its line);
+            ``translate`` with a model that cannot translate (an English-only Whisper).
         DataUnavailableError: the offline suite's recordings are not unpacked (``make speech-data``).
         EngineError: a failure while running.
     """
@@ -88,6 +89,12 @@ def transcribe(
             start_decoding(loaded[at + 1], limit)
         return run_transcription(transcriber, one, limit=limit, output_dir=out, warmup=warmup if at == 0 else 0)
 
+    def check(resolved: Any, selected: list[Any]) -> None:
+        from ..models.transcriber.base import check_can_translate
+
+        if any(t.task == "translate" for t in selected):
+            check_can_translate(resolved)
+
     loaded: list[Any] = []
 
     return _run_tasks(
@@ -99,5 +106,6 @@ def transcribe(
         output_dir=output_dir,
         kind="transcriber",
         backend_options=("server_decoding", "batch_size", "max_tokens"),
+        check=check,
         **{**common, "no_cache": True},  # transcripts are not cached
     )

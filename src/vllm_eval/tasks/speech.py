@@ -297,6 +297,32 @@ def start_decoding(task: SpeechTask, limit: int | None = None) -> None:
     pool.shutdown(wait=False)
 
 
+def scoring_languages(
+    task: SpeechTask, samples: list[SpeechSample], outputs: list[dict[str, Any]]
+) -> tuple[list[str | None], list[str | None]]:
+    """Each recording's language for its normaliser, and what decided it: ``"task"`` (the task's language; a
+    translation is scored in English), ``"row"`` (the data row's), ``"model"`` (the language the model transcribed
+    in: an English-only model's English), ``"detected"`` (detected by the model), or None (unknown: the basic
+    normaliser). An English-only Whisper given no language was once scored with the basic normaliser ("ten of clubs"
+    against "10 of clubs" counted as an error)."""
+    if task.task == "translate":
+        return ["en"] * len(samples), ["task"] * len(samples)
+    langs: list[str | None] = []
+    sources: list[str | None] = []
+    for sample, out in zip(samples, outputs, strict=True):
+        if task.language:
+            lang, source = task.language, "task"
+        elif sample.language:
+            lang, source = sample.language, "row"
+        elif out.get("language"):
+            lang, source = out["language"], "detected" if out.get("detected") else "model"
+        else:
+            lang, source = None, None
+        langs.append(lang)
+        sources.append(source)
+    return langs, sources
+
+
 def run_transcription(
     transcriber: Any,
     task: SpeechTask,
@@ -335,7 +361,8 @@ def run_transcription(
     start, before = time.perf_counter(), transcriber.counters.copy()
     out = transcriber.transcribe(audios, languages, task.task)
     seconds = time.perf_counter() - start
-    metrics, rows = score([s.text for s in samples], [o["text"] for o in out], task, [s.language for s in samples])
+    scored, sources = scoring_languages(task, samples, out)
+    metrics, rows = score([s.text for s in samples], [o["text"] for o in out], task, scored)
     metrics.update(
         audio_seconds=round(sum(durations), 3),
         transcribe_seconds=round(seconds, 3),
@@ -352,9 +379,11 @@ def run_transcription(
             "pred_text": o["text"],
             "language": o.get("language"),
             "language_detected": bool(o.get("detected")),
+            "normalizer_language": lang,
+            "normalizer_language_from": source,
             **row,
         }
-        for s, d, o, row in zip(samples, durations, out, rows, strict=True)
+        for s, d, o, row, lang, source in zip(samples, durations, out, rows, scored, sources, strict=True)
     ]
     args = {"limit": limit, "task": task.task, "warmup": warmup}
     results = task_record(transcriber, task, metrics, before, seconds, args)

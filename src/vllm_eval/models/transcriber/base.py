@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,6 +35,35 @@ def check_max_tokens(value: int | None) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"max_tokens must be a whole number >= 1, got {value!r}")
     return value
+
+
+def check_can_translate(ref: Any) -> None:
+    """Refuses a model that cannot translate, from its ``generation_config.json`` (before any engine starts): an
+    English-only Whisper (``is_multilingual: false``) or one whose ``task_to_id`` has no ``translate`` transcribes
+    whatever it is asked (tiny.en wrote unrelated English for Spanish speech: BLEU 0.64, exit 0). A model whose files
+    are not here, or whose generation config says neither, is let through.
+
+    Raises:
+        UsageError: naming the model and the field.
+    """
+    import json
+
+    snapshot = getattr(ref, "snapshot", None)
+    if snapshot is None:  # a served model's name, or a hub id not on this machine
+        return
+    path = Path(snapshot) / "generation_config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(config, dict):
+        return
+    fix = "use --task transcribe, or a multilingual model"
+    if config.get("is_multilingual") is False:
+        raise UsageError(f"{ref.path} is English-only ({path.name}: is_multilingual false) and cannot translate: {fix}")
+    tasks = config.get("task_to_id")
+    if isinstance(tasks, dict) and "translate" not in tasks:
+        raise UsageError(f"{ref.path} has no translate task ({path.name}: task_to_id has no 'translate'): {fix}")
 
 
 class TranscriberBase(BackendBase, ABC):

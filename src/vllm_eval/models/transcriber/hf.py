@@ -84,7 +84,9 @@ class TransformersTranscriber(TranscriberBase):
             texts: dict[int, dict] = {}
             for (lang, _), idx in groups.items():
                 for i, text in zip(idx, self._generate([batch[i] for i in idx], lang, task), strict=True):
-                    texts[i] = {"text": text, "language": lang, "detected": lang is None and self.multilingual}
+                    # an English-only model transcribes English whatever was asked (the vLLM backend says so too)
+                    used = lang if lang or self.multilingual else "en"
+                    texts[i] = {"text": text, "language": used, "detected": lang is None and self.multilingual}
             out += [texts[i] for i in range(len(batch))]
         return out
 
