@@ -35,16 +35,33 @@ ROWS = {
         {"question": WORDS, "options": st.lists(WORDS, min_size=2, max_size=4), "answer": st.sampled_from(["A", 1])}
     ),
     "preference": st.fixed_dictionaries({"prompt": WORDS, "chosen": WORDS, "rejected": WORDS}),
-    # a.wav is written beside every file of this schema; the others name no file
+    # a.wav and b.raw (headerless PCM) are written beside every file of this schema; the other names no file
     "transcription": st.fixed_dictionaries(
-        {"audio": st.sampled_from(["a.wav", "a.wav", "sub/none.wav"]), "text": WORDS},
-        optional={"language": st.sampled_from(["en", "de"])},
+        {"audio": st.sampled_from(["a.wav", "a.wav", "b.raw", "sub/none.wav"]), "text": WORDS},
+        optional={
+            "language": st.sampled_from(["en", "de"]),
+            "sample_rate": st.sampled_from([8000, 16000, 0]),
+            "channels": st.sampled_from([1, 2, -1]),
+            "subtype": st.sampled_from(["PCM_16", "FLOAT", "PCM_13"]),
+        },
     ),
     "ner": st.lists(st.tuples(WORDS, st.sampled_from(["O", "B-PER", "I-PER"])), min_size=1, max_size=4).map(
         lambda pairs: {"tokens": [w for w, _ in pairs], "tags": [t for _, t in pairs]}
     ),
 }
 FORMATS = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
+
+
+def _wav() -> bytes:
+    import numpy as np
+    import soundfile
+
+    buf = io.BytesIO()
+    soundfile.write(buf, np.zeros(160, np.float32), 16000, format="WAV")
+    return buf.getvalue()
+
+
+WAV = _wav()
 
 
 def _csv(rows: list[dict[str, Any]], delimiter: str) -> bytes:
@@ -171,7 +188,9 @@ def _check_runner_task(command: str, task: Any) -> None:
             encodable(item.question, *item.options)
             assert 0 <= item.target < len(item.options)
     elif command == "transcribe":
-        assert task.samples and all(Path(s.audio).name == "a.wav" for s in task.samples)
+        assert task.samples and all(Path(s.audio).name in ("a.wav", "b.raw") for s in task.samples)
+        for s in task.samples:  # a headerless format that was taken is one soundfile reads
+            assert s.raw is None or (s.raw[0] >= 1 and s.raw[1] >= 1 and s.raw[2] in ("PCM_16", "FLOAT")), s.raw
         encodable(*[s.text for s in task.samples])
     else:
         for words, tags in zip(task.sentences, task.tags, strict=True):
@@ -195,7 +214,8 @@ def test_runner_files_load_or_name_the_file(data):
     )
     file = data.draw(data_file(schema))
     with scratch() as folder:
-        (folder / "a.wav").write_bytes(b"RIFF")  # read only when transcribed: here a path that exists
+        (folder / "a.wav").write_bytes(WAV)  # its header is read as the file is
+        (folder / "b.raw").write_bytes(bytes(range(64)))
         path = _write(folder, "mine", file)
         task = outcome(lambda: registry.load_file(command, str(path)), path.name)
         if task is not None:

@@ -185,6 +185,51 @@ def test_own_recordings_from_a_file_or_a_folder(tmp_path):
     assert [s.text for s in load_speech_file(tmp_path / "clips", "translate").samples] == ["hello there", "bye"]
 
 
+def test_audio_is_checked_when_the_data_file_is_read_and_headerless_pcm_takes_its_format(tmp_path):
+    """Each recording's header is read as its data file is (before any model loads): a text file named .wav, an empty
+    file, a WAV without samples and PCM with no header are named by data file, line and field."""
+    import soundfile
+
+    from vllm_eval.tasks.speech import decode_all, load_speech_file
+
+    soundfile.write(tmp_path / "good.wav", np.zeros(1600, np.float32), 16000)
+    soundfile.write(tmp_path / "silent.wav", np.zeros(0, np.float32), 16000)
+    (tmp_path / "text.wav").write_text("not audio\n")
+    (tmp_path / "empty.wav").write_bytes(b"")
+    pcm = (np.sin(np.arange(8000) / 5) * 10000).astype("<i2")
+    (tmp_path / "clip.raw").write_bytes(pcm.tobytes())
+    data = tmp_path / "set.jsonl"
+
+    def rows(*second):
+        data.write_text("\n".join(json.dumps(r) for r in ({"audio": "good.wav", "text": "a"}, *second)) + "\n")
+        return data
+
+    for name, message in (
+        ("text.wav", "set.jsonl:2: field 'audio' 'text.wav': not an audio file soundfile reads ("),
+        ("empty.wav", "set.jsonl:2: field 'audio' 'empty.wav': not an audio file soundfile reads ("),
+        ("silent.wav", "set.jsonl:2: field 'audio' 'silent.wav': the audio has no samples"),
+        ("clip.raw", "headerless PCM: give the row 'sample_rate'"),
+    ):
+        with pytest.raises(UsageError) as info:
+            load_speech_file(rows({"audio": name, "text": "b"}))
+        assert message in str(info.value) and "\n" not in str(info.value), str(info.value)
+    with pytest.raises(UsageError, match="set.jsonl:2: 'subtype' 'PCM_13' is not one of soundfile's RAW subtypes"):
+        load_speech_file(rows({"audio": "clip.raw", "text": "b", "sample_rate": 8000, "subtype": "PCM_13"}))
+    with pytest.raises(UsageError, match="set.jsonl:2: 'channels' and 'subtype' describe headerless PCM"):
+        load_speech_file(rows({"audio": "good.wav", "text": "b", "channels": 1}))
+    task = load_speech_file(rows({"audio": "clip.raw", "text": "b", "sample_rate": 8000}))
+    assert task.samples[1].raw == (8000, 1, "PCM_16")
+    good, clip = decode_all(task.samples)
+    assert len(good) == 1600 and len(clip) == 16000  # one second at 8 kHz, resampled to 16 kHz
+    assert np.corrcoef(clip[::2][100:-100], pcm[100:-100] / 32768)[0, 1] > 0.99
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "x.wav").write_text("not audio")
+    (folder / "x.txt").write_text("words")
+    with pytest.raises(UsageError, match=r"x.wav: not an audio file soundfile reads"):
+        load_speech_file(folder)
+
+
 def test_scores_count_substitutions_deletions_insertions_on_normalised_text():
     from vllm_eval.tasks.speech import SpeechTask
     from vllm_eval.tasks.speech_scores import score

@@ -29,7 +29,9 @@ Schemas (fields in brackets are optional):
 * ``preference``: ``prompt``, ``chosen``, ``rejected`` (str), [``subset`` (str): accuracy is also
   reported per subset].
 * ``transcription``: ``audio`` (an audio file path, relative to the data file, or the file's bytes in Parquet),
-  ``text`` (the reference transcript or translation), [``language`` (ISO 639-1 code of the speech), ``id``].
+  ``text`` (the reference transcript or translation), [``language`` (ISO 639-1 code of the speech), ``id``;
+  for headerless PCM (``.raw``): ``sample_rate`` (Hz), ``channels`` (default 1), ``subtype`` (soundfile's name,
+  default ``PCM_16``)].
 
 :func:`own_mteb_task` turns an ``sts``, ``pair_classification``, ``reranking``, ``retrieval`` or
 ``classification`` file into an ordinary mteb task, so mteb's evaluators and result files are used.
@@ -67,7 +69,13 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
 OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     "multiple_choice": {"image": (str,)},
     "preference": {"subset": (str,)},
-    "transcription": {"language": (str,), "id": (str, int)},
+    "transcription": {
+        "language": (str,),
+        "id": (str, int),
+        "sample_rate": (int,),
+        "channels": (int,),
+        "subtype": (str,),
+    },
     "corpus": {"title": (str,)},
 }
 #: Field names other tools use, read as ours (BEIR's ``_id``).

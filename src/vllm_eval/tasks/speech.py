@@ -58,12 +58,14 @@ _LICENCES = {"en": "CC-BY-SA-3.0", "es": "CC-BY-SA-3.0", "fr": "CC-BY-SA-3.0", "
 @dataclass
 class SpeechSample:
     """One recording: ``id``, ``audio`` (a file path, or the file's bytes), its reference ``text``, its spoken
-    ``language`` (ISO 639-1, or None: unknown)."""
+    ``language`` (ISO 639-1, or None: unknown), and ``raw`` for headerless PCM."""
 
     id: str
     audio: str | bytes
     text: str
     language: str | None = None
+    #: headerless PCM's (sample rate in Hz, channels, soundfile subtype); None: the file's header says
+    raw: tuple[int, int, str] | None = None
 
 
 @dataclass
@@ -226,11 +228,16 @@ def load_speech_file(path: str | Path, task: str = "transcribe") -> SpeechTask:
     path = Path(path)
     if path.is_dir():
         return _load_folder(path, task)
+    from .tables import where
+
     rows = read_rows(path, "transcription")
     samples = []
     for i, row in enumerate(rows):
         audio = row["audio"] if isinstance(row["audio"], bytes) else str(image_path(path, i, row["audio"], "audio"))
-        samples.append(SpeechSample(str(row.get("id", i)), audio, row["text"], row.get("language")))
+        named = f"{where(path, i)}: field 'audio'" + ("" if isinstance(audio, bytes) else f" {row['audio']!r:.60}")
+        raw = _raw_format(row, where(path, i))
+        check_audio(audio, named, raw)
+        samples.append(SpeechSample(str(row.get("id", i)), audio, row["text"], row.get("language"), raw))
     languages = {s.language for s in samples}
     return SpeechTask(path.stem, task, languages.pop() if len(languages) == 1 else None, samples, str(path))
 
@@ -249,26 +256,83 @@ def _load_folder(folder: Path, task: str) -> SpeechTask:
         text = " ".join(read_text(transcript).split())
         if not text:
             raise UsageError(f"{transcript}: the transcript is empty")
+        check_audio(str(audio), str(audio))
         samples.append(SpeechSample(audio.stem, str(audio), text))
     return SpeechTask(folder.name, task, None, samples, str(folder))
 
 
-def decode_audio(audio: str | bytes, where: str | None = None) -> np.ndarray:
+def _raw_format(row: dict[str, Any], where: str) -> tuple[int, int, str] | None:
+    """A row's headerless-PCM format from its ``sample_rate``, ``channels`` and ``subtype`` fields, None without
+    ``sample_rate``.
+
+    Raises:
+        UsageError: ``channels`` or ``subtype`` without ``sample_rate``, a rate or channel count below 1, a subtype
+            soundfile's RAW format does not know (``where`` names the row).
+    """
+    import soundfile
+
+    rate, channels, subtype = row.get("sample_rate"), row.get("channels"), row.get("subtype")
+    if rate is None:
+        if channels is not None or subtype is not None:
+            raise UsageError(f"{where}: 'channels' and 'subtype' describe headerless PCM: give 'sample_rate' too")
+        return None
+    if rate < 1 or (channels is not None and channels < 1):
+        raise UsageError(f"{where}: 'sample_rate' and 'channels' must be >= 1, got {rate} and {channels}")
+    subtype = subtype or "PCM_16"
+    known = soundfile.available_subtypes("RAW")
+    if subtype not in known:
+        raise UsageError(
+            f"{where}: 'subtype' {subtype!r:.30} is not one of soundfile's RAW subtypes: {', '.join(known)}"
+        )
+    return int(rate), int(channels or 1), subtype
+
+
+def _sound_source(audio: str | bytes) -> Any:
+    import io
+
+    return io.BytesIO(audio) if isinstance(audio, bytes) else audio
+
+
+def _raw_args(raw: tuple[int, int, str] | None) -> dict[str, Any]:
+    return {} if raw is None else {"format": "RAW", "samplerate": raw[0], "channels": raw[1], "subtype": raw[2]}
+
+
+def check_audio(audio: str | bytes, where: str, raw: tuple[int, int, str] | None = None) -> None:
+    """A recording's header read (a ``soundfile.SoundFile`` opened: no samples decoded), before any engine starts.
+
+    Raises:
+        UsageError: a file that is not audio soundfile reads, or has no samples (``where`` names it: the data
+            file, line and field); headerless PCM without a ``sample_rate`` is told which fields to add.
+    """
+    import soundfile
+
+    try:
+        with soundfile.SoundFile(_sound_source(audio), **_raw_args(raw)) as opened:  # the header alone
+            frames = opened.frames
+    except Exception as exc:  # libsndfile's errors come as several types
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        hint = ""
+        if raw is None and ("samplerate" in reason or str(audio).lower().endswith((".raw", ".pcm"))):
+            hint = "; headerless PCM: give the row 'sample_rate' (and 'channels', 'subtype' where not 1 and PCM_16)"
+        raise UsageError(f"{where}: not an audio file soundfile reads ({reason}){hint}") from None
+    if frames == 0:
+        raise UsageError(f"{where}: the audio has no samples")
+
+
+def decode_audio(audio: str | bytes, where: str | None = None, raw: tuple[int, int, str] | None = None) -> np.ndarray:
     """A recording as float32 mono at :data:`SAMPLE_RATE` Hz (channels averaged; resampled by soxr, its default
-    high quality), shape (n_samples,).
+    high quality), shape (n_samples,); ``raw``: headerless PCM's (sample rate, channels, subtype).
 
     Raises:
         UsageError: a file libsndfile cannot decode, or one without samples (``where``, else the path, named
             with the reason).
     """
-    import io
-
     where = where or (audio if isinstance(audio, str) else "audio")
     import soundfile
     import soxr
 
     try:
-        data, rate = soundfile.read(io.BytesIO(audio) if isinstance(audio, bytes) else audio, dtype="float32")
+        data, rate = soundfile.read(_sound_source(audio), dtype="float32", **_raw_args(raw))
     except Exception as exc:  # libsndfile's errors come as several types
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise UsageError(f"{where}: not an audio file soundfile reads ({reason})") from None
@@ -286,7 +350,7 @@ def decode_all(samples: list[SpeechSample], threads: int | None = None) -> list[
     names = [s.audio if isinstance(s.audio, str) else f"sample {s.id}" for s in samples]
     workers = threads or worker_threads()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(decode_audio, [s.audio for s in samples], names))
+        return list(pool.map(decode_audio, [s.audio for s in samples], names, [s.raw for s in samples]))
 
 
 def start_decoding(task: SpeechTask, limit: int | None = None) -> None:
