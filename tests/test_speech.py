@@ -306,7 +306,8 @@ def test_server_decoding_loses_tiny_en_transcripts_that_whispers_rules_keep(vllm
 @needs_speech
 def test_an_english_only_models_recordings_are_scored_in_english(whisper, vllm_tiny, tmp_path):
     """A folder of recordings says no language; tiny.en transcribes English, so Whisper's English normaliser scores
-    it (the basic one counted "ten of clubs" against "10 of clubs" as an error), on both backends."""
+    it (the basic one counted "ten of clubs" against "10 of clubs" as an error), on both backends; transcripts cut
+    by the token cap are counted (``hit_max_tokens``)."""
     import shutil
 
     from vllm_eval.models.transcriber.hf import TransformersTranscriber
@@ -326,6 +327,14 @@ def test_an_english_only_models_recordings_are_scored_in_english(whisper, vllm_t
             assert {(r["normalizer_language"], r["normalizer_language_from"]) for r in result["samples"]} == {
                 ("en", "model")
             }
+            assert result["metrics"]["hit_max_tokens"] == 0 and result["metrics"]["max_tokens"] is None
+            model.max_tokens = 3  # every transcript is cut: counted, and the cap recorded
+            try:
+                capped = run_transcription(model, task)
+            finally:
+                model.max_tokens = None
+            assert capped["metrics"]["hit_max_tokens"] == 2 and capped["metrics"]["max_tokens"] == 3
+            assert all(r["hit_max_tokens"] for r in capped["samples"])
     finally:
         reference.close()
 

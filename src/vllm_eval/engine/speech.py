@@ -126,7 +126,8 @@ def transcribe_job(llm: Any, payload: tuple[list[np.ndarray], list[str | None], 
 
     Returns:
         One dict per audio: ``text`` (the chunks' texts joined), ``tokens`` (generated, all chunks), ``chunks``,
-        ``language`` (the one used), ``detected`` (whether it was detected here).
+        ``language`` (the one used), ``detected`` (whether it was detected here), ``hit_max_tokens`` (whether a
+        piece stopped at the token cap rather than at end-of-text: a repetition loop, or a cut transcript).
 
     Raises:
         ValueError: a language the model refuses (vLLM's message).
@@ -164,14 +165,17 @@ def transcribe_job(llm: Any, payload: tuple[list[np.ndarray], list[str | None], 
     outputs = llm.generate(prompts, params, use_tqdm=False)
     texts: list[list[str]] = [[] for _ in audios]
     tokens = [0] * len(audios)
+    capped = [False] * len(audios)
     for i, out in zip(owner, outputs, strict=True):
         texts[i].append(out.outputs[0].text)
         tokens[i] += len(out.outputs[0].token_ids)
+        capped[i] |= out.outputs[0].finish_reason == "length"  # stopped by max_tokens, not by end-of-text
     no_space = getattr(cls, "no_space_languages", {"ja", "zh"})
     return [
         {
             "text": _joined(texts[i], "" if languages[i] in no_space else " "),
             "tokens": tokens[i],
+            "hit_max_tokens": capped[i],
             "chunks": len(texts[i]),
             "language": languages[i],
             "detected": i in detected,

@@ -433,6 +433,12 @@ def run_transcription(
         rtfx=round(sum(durations) / seconds, 2) if seconds > 0 else None,
         language_detected=sum(bool(o.get("detected")) for o in out),
         chunked=sum(o.get("chunks", 1) > 1 for o in out),
+        # the cap on decoded tokens (None: the model's length) and the recordings that reached it (None: the
+        # backend cannot tell, as a server's reply does not say)
+        max_tokens=getattr(transcriber, "max_tokens", None),
+        hit_max_tokens=(
+            None if any(o.get("hit_max_tokens") is None for o in out) else sum(bool(o["hit_max_tokens"]) for o in out)
+        ),
     )
     records = [
         {
@@ -443,6 +449,7 @@ def run_transcription(
             "pred_text": o["text"],
             "language": o.get("language"),
             "language_detected": bool(o.get("detected")),
+            "hit_max_tokens": o.get("hit_max_tokens"),
             "normalizer_language": lang,
             "normalizer_language_from": source,
             **row,

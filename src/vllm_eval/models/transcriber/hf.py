@@ -83,14 +83,16 @@ class TransformersTranscriber(TranscriberBase):
                 groups.setdefault((lang, len(batch[i]) > 30 * SAMPLE_RATE), []).append(i)
             texts: dict[int, dict] = {}
             for (lang, _), idx in groups.items():
-                for i, text in zip(idx, self._generate([batch[i] for i in idx], lang, task), strict=True):
+                for i, (text, capped) in zip(idx, self._generate([batch[i] for i in idx], lang, task), strict=True):
                     # an English-only model transcribes English whatever was asked (the vLLM backend says so too)
                     used = lang if lang or self.multilingual else "en"
                     texts[i] = {"text": text, "language": used, "detected": lang is None and self.multilingual}
+                    texts[i]["hit_max_tokens"] = capped
             out += [texts[i] for i in range(len(batch))]
         return out
 
-    def _generate(self, audios: list[np.ndarray], language: str | None, task: str) -> list[str]:
+    def _generate(self, audios: list[np.ndarray], language: str | None, task: str) -> list[tuple[str, bool | None]]:
+        """(text, whether generation stopped at the token cap: None for long-form, which decodes in windows) each."""
         import torch
 
         long = any(len(a) > 30 * SAMPLE_RATE for a in audios)
@@ -111,4 +113,15 @@ class TransformersTranscriber(TranscriberBase):
             gen.update(return_timestamps=True, condition_on_prev_tokens=False)
         with torch.inference_mode():
             ids = self.hf_model.generate(**inputs, **gen)
-        return self.processor.batch_decode(ids, skip_special_tokens=True)
+        texts = self.processor.batch_decode(ids, skip_special_tokens=True)
+        if long:
+            return [(t, None) for t in texts]
+        # Stopped by the cap: as many tokens as it allows. The rows hold the generated tokens without the decoder
+        # prompt (start-of-transcript, no-timestamps, and language and task for a multilingual model), shorter rows
+        # padded with end-of-text, and the longest not always ending in it; the model's own bound, max_length,
+        # counts the prompt.
+        eos = self.hf_model.generation_config.eos_token_id
+        ends = {int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}
+        prompt = 4 if self.multilingual else 2
+        cap = self.max_tokens or int(self.hf_model.generation_config.max_length) - prompt
+        return [(t, sum(int(x) not in ends for x in row) >= cap) for t, row in zip(texts, ids, strict=True)]
