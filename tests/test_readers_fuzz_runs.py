@@ -318,10 +318,22 @@ def test_damaged_replicas_are_named(replica_source, tmp_path):
         replica_tasks(replica)
     (replica / "replica.json").write_text(json.dumps(manifest))
     split = replica / "STSBenchmark" / "default.test.jsonl"
-    split.write_text(split.read_text()[:100])
-    [task] = [t for t in replica_tasks(replica) if t.metadata.name == "STSBenchmark"]
-    with pytest.raises(UsageError, match=r"default\.test\.jsonl:1: not valid JSON"):
-        task.load_data()
+    whole = split.read_text()
+    lines = whole.splitlines()
+    split.write_text(whole[: len(lines[0]) + len(lines[1]) + 10])  # cut in line 3: named before any task loads
+    with pytest.raises(UsageError, match=r"default\.test\.jsonl:3: not valid JSON"):
+        replica_tasks(replica)
+    split.write_text(whole + "\n")
+    with pytest.raises(UsageError, match=rf"default\.test\.jsonl:{len(lines) + 1}: a blank line, not JSON"):
+        replica_tasks(replica)
+    split.write_text(whole[:-1])  # no newline after the last line: a whole line all the same
+    replica_tasks(replica)
+    corpus = replica / "ArguAna" / "default.test" / "corpus.jsonl"
+    kept = corpus.read_bytes()
+    corpus.write_bytes(kept[:-7])
+    with pytest.raises(UsageError, match=r"ArguAna/default\.test/corpus\.jsonl:\d+: not valid JSON"):
+        replica_tasks(replica)
+    corpus.write_bytes(kept)
     split.unlink()
     with pytest.raises(UsageError, match=r"STSBenchmark/default\.test\.jsonl: no such file \(a replica split of"):
         replica_tasks(replica)

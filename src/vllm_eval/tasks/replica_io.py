@@ -105,6 +105,47 @@ def read_lines(path: Path) -> Iterator[tuple[int, list[Any]]]:
         raise UsageError(f"{path}: an empty file, not JSON lines")
 
 
+#: The most bytes :func:`check_last_line` reads back from a file's end looking for its last line.
+_TAIL_LIMIT = 64 << 20
+
+
+def check_last_line(path: Path) -> None:
+    """The last line of a JSON-lines file read and parsed, the rest not read: a file cut short mid-line (a copy
+    interrupted, a disk that filled up) is found before any engine starts rather than when its task's turn comes,
+    which on the whole benchmark can be many minutes in. Damage elsewhere is found as the file loads
+    (:func:`read_lines`).
+
+    Raises:
+        DataUnavailableError: no such file.
+        UsageError: an empty file, or a last line that is not one JSON value (file and line named).
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise DataUnavailableError(f"{path}: no such file") from None
+    if size == 0:
+        raise UsageError(f"{path}: an empty file, not JSON lines")
+    with open(path, "rb") as f:
+        f.seek(size - 1)
+        ended = f.read(1) == b"\n"
+        end = size - 1 if ended else size  # the last line's bytes end here
+        start, tail = end, b""
+        while start > 0 and b"\n" not in tail:
+            if end - start >= _TAIL_LIMIT:
+                return  # a last line longer than the bound: left to the full read
+            start = max(0, start - (1 << 16))
+            f.seek(start)
+            tail = f.read(end - start)
+        line = tail[tail.rfind(b"\n") + 1 :] + b"\n"
+        try:
+            _parse_lines(path, 1, [line])
+        except UsageError:
+            f.seek(0)
+            newlines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
+            _parse_lines(path, newlines if ended else newlines + 1, [line])  # the same message, its line named
+            raise
+
+
 def _parse_lines(path: Path, first: int, raw: list[bytes]) -> list[Any]:
     data = b"".join(raw)
     try:

@@ -50,7 +50,7 @@ import numpy as np
 from ..utils.errors import UsageError
 from ..utils.files import field, json_object, list_of, read_json
 from .replica_data import Words, _columns, _labelled, _pairs, single_token_words, write_retrieval
-from .replica_io import SPLIT, read_retrieval, read_rows, write_json, write_rows
+from .replica_io import SPLIT, check_last_line, read_retrieval, read_rows, write_json, write_rows
 
 __all__ = ["Words", "build_replica", "is_replica", "read_manifest", "replica_tasks", "single_token_words", "stats_path"]
 
@@ -338,7 +338,8 @@ def replica_tasks(directory: str | Path) -> list[Any]:
 
     Raises:
         UsageError: ``directory`` is not a replica, its manifest is damaged or names a task the benchmark does not
-            have, or a task's split file is missing (file named; the files' contents are checked as they load).
+            have, a task's split file is missing, or a JSON-lines file's last line is not JSON (cut short; file and
+            line named). The rest of the files' contents are checked as they load.
     """
     directory = Path(directory)
     if not is_replica(directory):
@@ -357,5 +358,10 @@ def replica_tasks(directory: str | Path) -> list[Any]:
             for split, _ in _splits(task):
                 if not (file := _split_file(task, folder, f"{subset}.{split}")).is_file():
                     raise UsageError(f"{file}: no such file (a replica split of {path})")
+                lines = (
+                    [file] if file.suffix == ".jsonl" else [file.parent / n for n in ("corpus.jsonl", "queries.jsonl")]
+                )
+                for each in lines:  # a file cut short: named now, not when its task's turn comes
+                    check_last_line(each)
         _reading(task, folder)
     return tasks
