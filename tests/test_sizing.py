@@ -11,9 +11,16 @@ import pytest
 from vllm_eval.engine import sizing
 from vllm_eval.engine.sizing import Layout, default_layout, memory_share, model_shape, pooling_step
 from vllm_eval.testing.text_models import RANDOM_SHAPES
+from vllm_eval.utils.errors import UsageError
 
 GiB = 1024**3
 H100 = 80 * GiB
+
+
+@pytest.fixture(autouse=True)
+def first_reading(monkeypatch):
+    """A fresh first reading of the GPU's memory (:func:`sizing.first_gpu_memory`) for each test."""
+    monkeypatch.setattr(sizing, "_FIRST_READ", {})
 
 
 def _folder(tmp_path, name: str, **extra) -> str:
@@ -67,7 +74,7 @@ def test_a_generation_engine_leaves_room_for_a_steps_prompt_logprobs(tmp_path, m
     qwen8 = _folder(tmp_path, "qwen3-8b", vocab_size=151936)
     # 8,192 prompt tokens x 151,936 entries x 10 bytes: 12.4 GB that vLLM's profile does not see
     assert sizing.prompt_logprob_reserve(model_shape(qwen8), 8192) == 8192 * 151936 * 10
-    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (10 * GiB, H100))  # the card, not what is free
+    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (H100, H100))
     got = _gpu_generate_defaults({"runner": "generate"}, qwen8)
     assert got == {"max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.7551}  # 0.9 - 12.4 GB / 80 GiB
     smaller = _gpu_generate_defaults({"runner": "generate", "max_num_batched_tokens": 2048}, qwen8)
@@ -86,6 +93,39 @@ def test_a_generation_engine_leaves_room_for_a_steps_prompt_logprobs(tmp_path, m
     monkeypatch.setattr(pool, "_gpu_memory", lambda: (60 * GiB, H100))
     two = pool.plan_replicas(1, 2, engine_kwargs={"runner": "generate"}, cpu=False, devices=["0"], model=qwen8)
     assert {p.engine_kwargs["gpu_memory_utilization"] for p in two} == {0.1801}  # ((60 - 8) / 2 - 12.4 GB) / 80
+
+
+def test_a_single_engine_takes_its_share_of_what_was_free_first(tmp_path, monkeypatch, caplog):
+    """Another program holding 62 GiB of an H200 left a single engine's default at 0.8787 of the card, more than was
+    free: vLLM stopped at start. The share now comes from what was free before this process's engines, read once
+    (a later reading, after an engine took its part, would give other engine options and so a second engine)."""
+    import logging
+
+    from vllm_eval.engine import args
+
+    qwen8 = _folder(tmp_path, "qwen3-8b", vocab_size=151936)
+    readings = iter([(77 * GiB, 141 * GiB), (10 * GiB, 141 * GiB)])
+    monkeypatch.setattr(args, "on_cpu", lambda: False)
+    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: next(readings))
+    with caplog.at_level(logging.INFO, logger="vllm_eval.engine.sizing"):
+        first = args.engine_options_in_force({"runner": "pooling", "dtype": "bfloat16"}, qwen8)
+    assert first["gpu_memory_utilization"] == memory_share(141 * GiB, 77 * GiB) < 77 / 141
+    assert "64.0 GiB of the GPU's 141.0 GiB held by other programs" in caplog.text
+    again = args.engine_options_in_force({"runner": "pooling", "dtype": "bfloat16"}, qwen8)
+    assert again == first  # the first reading stands: the same options, so the same engine
+    generate = args.engine_options_in_force({"runner": "generate"}, qwen8)["gpu_memory_utilization"]
+    assert generate == memory_share(141 * GiB, 77 * GiB, scoring=False, reserve=8192 * 151936 * 10)
+    # Weights that do not fit what is free: one line before any engine loads
+    monkeypatch.setattr(sizing, "_FIRST_READ", {})
+    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (20 * GiB, H100))
+    with pytest.raises(
+        UsageError,
+        match=r"weights take 14\.1 GiB per GPU, more than the .* GiB an engine can have: "
+        r"20\.0 GiB of the GPU's 80\.0 GiB is free \(60\.0 GiB held by other programs\)",
+    ):
+        args.engine_options_in_force({"runner": "generate"}, qwen8)
+    two = args.engine_options_in_force({"runner": "generate", "tensor_parallel_size": 8}, qwen8)
+    assert two["gpu_memory_utilization"] >= 0.05  # an eighth of the weights per GPU fits
 
 
 def test_the_memory_share_leaves_room_for_the_commands_scoring():

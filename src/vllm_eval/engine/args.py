@@ -253,20 +253,26 @@ def default_engine_kwargs(user: dict[str, Any], model: str | None = None) -> dic
       repository's code must be asked for).
     - GPU, pooling runner: ``max_num_batched_tokens`` / ``max_num_seqs`` sized for ``model`` (a folder or a cached
       hub id) and the GPU (:func:`vllm_eval.engine.sizing.pooling_step`: BERT-base's 131,072 tokens a step, an 8B
-      model's 32,768), ``gpu_memory_utilization`` leaving room for the command's own scoring on that GPU
-      (:func:`vllm_eval.engine.sizing.memory_share`) unless ``gpu_memory_utilization`` or ``kv_cache_memory_bytes``
-      is given, ``enable_chunked_prefill=False`` where a step holds the longest prompt (vLLM 0.26 never finished a
-      chunked prompt of exactly ``max_model_len`` tokens: docs/vllm-issues.md), and ``enforce_eager=True`` (no
-      compile at start: faster to results end to end, measured on a whole benchmark).
+      model's 32,768), ``gpu_memory_utilization`` of what was free before this process's engines (other programs'
+      memory left out: :func:`vllm_eval.engine.sizing.first_gpu_memory`), leaving room for the command's own
+      scoring on that GPU (:func:`vllm_eval.engine.sizing.memory_share`) unless ``gpu_memory_utilization`` or
+      ``kv_cache_memory_bytes`` is given, ``enable_chunked_prefill=False`` where a step holds the longest prompt
+      (vLLM 0.26 never finished a chunked prompt of exactly ``max_model_len`` tokens: docs/vllm-issues.md), and
+      ``enforce_eager=True`` (no compile at start: faster to results end to end, measured on a whole benchmark).
     - GPU, generate runner (decoder-only models): ``max_num_batched_tokens``
       :data:`~vllm_eval.engine.sizing.GPU_GENERATE_MAX_NUM_BATCHED_TOKENS` and ``gpu_memory_utilization`` of vLLM's
-      share of the card, less the room a step's prompt log-probabilities take over the vocabulary, which vLLM's
-      profile leaves out (:func:`vllm_eval.engine.sizing.prompt_logprob_reserve`), unless ``gpu_memory_utilization``
-      or ``kv_cache_memory_bytes`` is given.
+      share of what was free before this process's engines, less the room a step's prompt log-probabilities take
+      over the vocabulary, which vLLM's profile leaves out (:func:`vllm_eval.engine.sizing.prompt_logprob_reserve`),
+      unless ``gpu_memory_utilization`` or ``kv_cache_memory_bytes`` is given.
+    - On a GPU, a model whose weights alone exceed that share is refused in one line before any engine loads
+      (:func:`vllm_eval.engine.sizing.check_fits`).
     - CPU build: ``dtype="float32"`` (vLLM's ``auto`` picks float16 there for fp32 checkpoints,
       whose matmuls fall back from oneDNN to a slow path: the demo ran ~8x slower), ``enforce_eager=True``
       (engine start ~21 s instead of ~40 s, same throughput) and a fixed KV-cache reserve
       (:data:`CPU_KV_CACHE_BYTES`) unless ``gpu_memory_utilization`` or ``kv_cache_memory_bytes`` is given.
+
+    Raises:
+        UsageError: on a GPU, a model whose weights do not fit the memory it can have.
     """
     out: dict[str, Any] = {"trust_remote_code": False}
     if user.get("runner") == "pooling" and not on_cpu():
@@ -293,12 +299,13 @@ def _gpu_pooling_defaults(user: dict[str, Any], model: str | None) -> dict[str, 
     out: dict[str, Any] = {}
     shape = sizing.model_shape(model, user) if model else None
     try:
-        total = sizing.gpu_memory()[1]
+        free, total = sizing.first_gpu_memory()
     except Exception:  # no GPU to ask (options read where no engine runs): vLLM's own default share
-        total = 0
+        free = total = 0
     share = user.get("gpu_memory_utilization")
     if share is None and "kv_cache_memory_bytes" not in user and total:
-        share = out["gpu_memory_utilization"] = sizing.memory_share(total)
+        share = out["gpu_memory_utilization"] = sizing.memory_share(total, free)
+        sizing.check_fits(shape, share, free, total, int(user.get("tensor_parallel_size") or 1))
     memory = int(float(share or sizing.GPU_MEMORY_SHARE) * total) or None
     max_len = sizing.longest_prompt(shape, user)
     out.update(sizing.pooling_step(shape, max_len, memory))
@@ -325,15 +332,14 @@ def _gpu_generate_defaults(user: dict[str, Any], model: str | None) -> dict[str,
     if "gpu_memory_utilization" in user or "kv_cache_memory_bytes" in user:
         return out
     try:
-        total = sizing.gpu_memory()[1]
+        free, total = sizing.first_gpu_memory()  # what was free before this process's engines: one share for all
     except Exception:  # no GPU to ask (options read where no engine runs): vLLM's own default share
         return out
-    # The card's size, not what is free now: the options are an engine's identity (an engine is shared by equal
-    # options), and replicas planned beside another program's memory pass their own share.
     shape = sizing.model_shape(model, user) if model else None
     tokens = int(user.get("max_num_batched_tokens") or out["max_num_batched_tokens"])
     reserve = sizing.prompt_logprob_reserve(shape, tokens)
-    out["gpu_memory_utilization"] = sizing.memory_share(total, scoring=False, reserve=reserve)
+    share = out["gpu_memory_utilization"] = sizing.memory_share(total, free, scoring=False, reserve=reserve)
+    sizing.check_fits(shape, share, free, total, int(user.get("tensor_parallel_size") or 1))
     return out
 
 

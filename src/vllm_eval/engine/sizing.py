@@ -246,6 +246,53 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
+#: ``(free, total)`` bytes of each GPU as this process first read them (:func:`first_gpu_memory`).
+_FIRST_READ: dict[str, tuple[int, int]] = {}
+#: Memory other programs hold on a GPU below which nothing is said about it.
+HELD_NOTE_BYTES = 1 << 30
+
+
+def first_gpu_memory(device: str | None = None) -> tuple[int, int]:
+    """:func:`gpu_memory` as this process first read it, before its own engines took any: a single engine's default
+    share is taken from what was free then (another program's memory left out, as replicas leave it out), and stays
+    the same for every later engine of the process, since engine options are an engine's identity (equal options
+    share one engine). What other programs held then is said once, in the log ("62.1 GiB of the GPU's 139.8 GiB
+    held by other programs").
+
+    Returns: ``(free, total)`` bytes."""
+    key = device or (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
+    if key not in _FIRST_READ:
+        free, total = gpu_memory(device)
+        _FIRST_READ[key] = (free, total)
+        if total - free > HELD_NOTE_BYTES:
+            logger.info(
+                "%.1f GiB of the GPU's %.1f GiB held by other programs: engines take their share of the %.1f GiB free",
+                (total - free) / 2**30,
+                total / 2**30,
+                free / 2**30,
+            )
+    return _FIRST_READ[key]
+
+
+def check_fits(shape: ModelShape | None, share: float, free: int, total: int, tensor_parallel: int = 1) -> None:
+    """Refuses, before any engine loads, a model whose weights alone take more than its memory share.
+
+    Raises:
+        UsageError: naming the weights, what is free and what other programs hold, and what would make it fit.
+    """
+    if shape is None or shape.weight_bytes / max(tensor_parallel, 1) <= share * total:
+        return
+    from ..utils.errors import UsageError
+
+    gib = 2**30
+    raise UsageError(
+        f"the model's weights take {shape.weight_bytes / max(tensor_parallel, 1) / gib:.1f} GiB per GPU, more than "
+        f"the {share * total / gib:.1f} GiB an engine can have: {free / gib:.1f} GiB of the GPU's {total / gib:.1f} "
+        f"GiB is free ({(total - free) / gib:.1f} GiB held by other programs); free the GPU, or give "
+        "--quantization fp8, --tensor-parallel-size N or --gpu-memory-utilization"
+    )
+
+
 def gpu_memory(device: str | None = None) -> tuple[int, int]:
     """``(free, total)`` bytes of GPU ``device`` (default: the first visible; the GPUs of one machine are taken to
     be alike) through NVML (``pynvml``, which vLLM requires): no CUDA context is made in this process, and vLLM is
