@@ -85,7 +85,13 @@ def runs(smollm2, include, tmp_path_factory):
                 _generate(smollm2, include, base / "stopped", ["hellaswag"], cache_dir=str(base / "c2"), **ENGINE)
             patch.setattr(lmeval.VllmLM, "_score", score)
             resumed = _generate(smollm2, include, base / "resumed", ["hellaswag"], cache_dir=str(base / "c2"), **ENGINE)
-    return first, again, resumed
+        chat = _generate(smollm2, include, base / "chat", CHAT_TASKS, no_cache=True, **CHAT, **ENGINE)
+    return first, again, resumed, chat
+
+
+#: Tasks and options of the chat-template run: a multiple-choice and a generation task, few-shot as turns.
+CHAT_TASKS = ["arc_easy", "gsm8k"]
+CHAT = {"apply_chat_template": True, "fewshot_as_multiturn": True, "system_instruction": "Answer briefly."}
 
 
 @pytest.fixture(scope="module")
@@ -163,9 +169,9 @@ def _agreement(a: list, b: list) -> tuple[float, int, int]:
     return delta, greedy, texts
 
 
-def _check_equal(ours: dict, theirs: dict, who: str) -> None:
+def _check_equal(ours: dict, theirs: dict, who: str, tasks: list[str] = TASKS) -> None:
     """Per request within :data:`TOLERANCE` (the same greedy flags and texts), per task equal metrics."""
-    for task in TASKS:
+    for task in tasks:
         delta, greedy, texts = _agreement(_responses(ours["samples"][task]), _responses(theirs["samples"][task]))
         print(f"{task} against {who}: max |delta| {delta:.2e} nats, is_greedy differs {greedy}, texts differ {texts}")
         assert delta < TOLERANCE and greedy == 0 and texts == 0, task
@@ -191,6 +197,19 @@ def test_every_request_type_equals_lm_eval_hflm(ours, reference):
     summary = json.loads((mine["folder"].parent / "summary.json").read_text())
     assert summary["task_framework"] == "lm-eval" and summary["timeline"]
     assert {row["task"] for row in summary["scores"]} >= set(TASKS)
+
+
+def test_chat_templates_render_and_score_as_lm_evals_hflm(runs, smollm2, include, tmp_path):
+    """``apply_chat_template`` with few-shot as turns and a system instruction: the contexts lm-eval renders with the
+    model's chat template (SmolLM2's ``<|im_start|>`` turns, BOS as lm-eval's vLLM backend leaves it) score as HFLM
+    scores the same requests."""
+    chat = _files(runs[3])
+    theirs = _files(_generate(smollm2, include, tmp_path / "hf", CHAT_TASKS, backend="hf", no_cache=True, **CHAT))
+    for task in CHAT_TASKS:
+        context = chat["samples"][task][0]["arguments"]["gen_args_0"]["arg_0"]
+        assert context.count("<|im_start|>user") == 4 and "<|im_start|>system\nAnswer briefly." in context, context
+        assert context == theirs["samples"][task][0]["arguments"]["gen_args_0"]["arg_0"]
+    _check_equal(chat, theirs, "HFLM with the chat template", CHAT_TASKS)
 
 
 def test_compare_runs_bootstraps_lm_evals_per_document_metrics(ours, reference, tmp_path):
@@ -247,7 +266,7 @@ def test_a_perturbed_model_fails_the_check(ours, smollm2, tmp_path):
 
 def test_a_second_run_reads_every_request_from_the_cache(runs):
     """The same call again with the cache: nothing computed, the same numbers in lm-eval's files."""
-    ours, again, _ = runs
+    ours, again, *_ = runs
     assert ours.cache.stats.hits == 0 and ours.cache.stats.misses > 0
     assert again.cache.stats.hits == ours.cache.stats.misses and again.cache.stats.misses == 0
     _check_equal(_files(again), _files(ours), "the first run")
@@ -257,7 +276,7 @@ def test_a_second_run_reads_every_request_from_the_cache(runs):
 def test_a_stopped_run_started_again_computes_only_what_no_chunk_stored(runs):
     """Stopped in its third chunk, the run stored two (half of HellaSwag's requests); started again it reads those
     and computes the other half, with the first run's numbers."""
-    ours, _, resumed = runs
+    ours, _, resumed, _ = runs
     assert resumed.cache.stats.hits == 2 * CHUNK and resumed.cache.stats.misses == 4 * LIMIT - 2 * CHUNK
     mine, again = _files(ours), _files(resumed)
     delta, greedy, _ = _agreement(_responses(again["samples"]["hellaswag"]), _responses(mine["samples"]["hellaswag"]))
