@@ -115,17 +115,18 @@ def test_a_single_engine_takes_its_share_of_what_was_free_first(tmp_path, monkey
     assert again == first  # the first reading stands: the same options, so the same engine
     generate = args.engine_options_in_force({"runner": "generate"}, qwen8)["gpu_memory_utilization"]
     assert generate == memory_share(141 * GiB, 77 * GiB, scoring=False, reserve=8192 * 151936 * 10)
-    # Weights that do not fit what is free: one line before any engine loads
+    # Weights that do not fit what is free: one line when this process starts the engine, before vLLM loads
     monkeypatch.setattr(sizing, "_FIRST_READ", {})
     monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (20 * GiB, H100))
+    options = args.engine_options_in_force({"runner": "generate"}, qwen8)  # read where no engine starts: no error
     with pytest.raises(
         UsageError,
-        match=r"weights take 14\.1 GiB per GPU, more than the .* GiB an engine can have: "
+        match=r"weights take 14\.1 GiB per GPU, more than the 4\.0 GiB an engine can have: "
         r"20\.0 GiB of the GPU's 80\.0 GiB is free \(60\.0 GiB held by other programs\)",
     ):
-        args.engine_options_in_force({"runner": "generate"}, qwen8)
-    two = args.engine_options_in_force({"runner": "generate", "tensor_parallel_size": 8}, qwen8)
-    assert two["gpu_memory_utilization"] >= 0.05  # an eighth of the weights per GPU fits
+        sizing.check_engine_fits(qwen8, options)
+    sizing.check_engine_fits(qwen8, {**options, "tensor_parallel_size": 8})  # an eighth of the weights a GPU fits
+    sizing.check_engine_fits(qwen8, {**options, "kv_cache_memory_bytes": 2**30})  # the user sized it: vLLM says
 
 
 def test_the_memory_share_leaves_room_for_the_commands_scoring():

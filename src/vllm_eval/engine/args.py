@@ -264,15 +264,14 @@ def default_engine_kwargs(user: dict[str, Any], model: str | None = None) -> dic
       share of what was free before this process's engines, less the room a step's prompt log-probabilities take
       over the vocabulary, which vLLM's profile leaves out (:func:`vllm_eval.engine.sizing.prompt_logprob_reserve`),
       unless ``gpu_memory_utilization`` or ``kv_cache_memory_bytes`` is given.
-    - On a GPU, a model whose weights alone exceed that share is refused in one line before any engine loads
-      (:func:`vllm_eval.engine.sizing.check_fits`).
     - CPU build: ``dtype="float32"`` (vLLM's ``auto`` picks float16 there for fp32 checkpoints,
       whose matmuls fall back from oneDNN to a slow path: the demo ran ~8x slower), ``enforce_eager=True``
       (engine start ~21 s instead of ~40 s, same throughput) and a fixed KV-cache reserve
       (:data:`CPU_KV_CACHE_BYTES`) unless ``gpu_memory_utilization`` or ``kv_cache_memory_bytes`` is given.
 
-    Raises:
-        UsageError: on a GPU, a model whose weights do not fit the memory it can have.
+    (Weights that exceed an engine's share are refused when this process starts that engine:
+    :func:`vllm_eval.engine.sizing.check_engine_fits`; options are also read where no engine starts, such as a
+    parent of replicas recording them, after its replicas took their memory.)
     """
     out: dict[str, Any] = {"trust_remote_code": False}
     if user.get("runner") == "pooling" and not on_cpu():
@@ -305,7 +304,6 @@ def _gpu_pooling_defaults(user: dict[str, Any], model: str | None) -> dict[str, 
     share = user.get("gpu_memory_utilization")
     if share is None and "kv_cache_memory_bytes" not in user and total:
         share = out["gpu_memory_utilization"] = sizing.memory_share(total, free)
-        sizing.check_fits(shape, share, free, total, int(user.get("tensor_parallel_size") or 1))
     memory = int(float(share or sizing.GPU_MEMORY_SHARE) * total) or None
     max_len = sizing.longest_prompt(shape, user)
     out.update(sizing.pooling_step(shape, max_len, memory))
@@ -338,8 +336,7 @@ def _gpu_generate_defaults(user: dict[str, Any], model: str | None) -> dict[str,
     shape = sizing.model_shape(model, user) if model else None
     tokens = int(user.get("max_num_batched_tokens") or out["max_num_batched_tokens"])
     reserve = sizing.prompt_logprob_reserve(shape, tokens)
-    share = out["gpu_memory_utilization"] = sizing.memory_share(total, free, scoring=False, reserve=reserve)
-    sizing.check_fits(shape, share, free, total, int(user.get("tensor_parallel_size") or 1))
+    out["gpu_memory_utilization"] = sizing.memory_share(total, free, scoring=False, reserve=reserve)
     return out
 
 

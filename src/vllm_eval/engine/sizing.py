@@ -293,6 +293,24 @@ def check_fits(shape: ModelShape | None, share: float, free: int, total: int, te
     )
 
 
+def check_engine_fits(model: str, kwargs: dict[str, Any]) -> None:
+    """:func:`check_fits` for an engine about to start on this process's GPU with options ``kwargs`` (its
+    ``gpu_memory_utilization``, ``tensor_parallel_size``); nothing where the share or the GPU's memory is not known.
+
+    Raises:
+        UsageError: see :func:`check_fits`.
+    """
+    share = kwargs.get("gpu_memory_utilization")
+    if share is None or kwargs.get("kv_cache_memory_bytes") is not None:
+        return
+    try:
+        free, total = first_gpu_memory()
+    except Exception:  # no memory reading: vLLM says what does not fit
+        return
+    shape = model_shape(model, kwargs)
+    check_fits(shape, float(share), free, total, int(kwargs.get("tensor_parallel_size") or 1))
+
+
 def gpu_memory(device: str | None = None) -> tuple[int, int]:
     """``(free, total)`` bytes of GPU ``device`` (default: the first visible; the GPUs of one machine are taken to
     be alike) through NVML (``pynvml``, which vLLM requires): no CUDA context is made in this process, and vLLM is
