@@ -297,6 +297,15 @@ def _raw_args(raw: tuple[int, int, str] | None) -> dict[str, Any]:
     return {} if raw is None else {"format": "RAW", "samplerate": raw[0], "channels": raw[1], "subtype": raw[2]}
 
 
+def _unreadable(audio: str | bytes, where: str, raw: tuple[int, int, str] | None, exc: Exception) -> UsageError:
+    """soundfile's refusal as our one line; headerless PCM without a ``sample_rate`` is told which fields to add."""
+    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+    hint = ""
+    if raw is None and ("samplerate" in reason or str(audio).lower().endswith((".raw", ".pcm"))):
+        hint = "; headerless PCM: give the row 'sample_rate' (and 'channels', 'subtype' where not 1 and PCM_16)"
+    return UsageError(f"{where}: not an audio file soundfile reads ({reason}){hint}")
+
+
 def check_audio(audio: str | bytes, where: str, raw: tuple[int, int, str] | None = None) -> None:
     """A recording's header read (a ``soundfile.SoundFile`` opened: no samples decoded), before any engine starts.
 
@@ -310,11 +319,7 @@ def check_audio(audio: str | bytes, where: str, raw: tuple[int, int, str] | None
         with soundfile.SoundFile(_sound_source(audio), **_raw_args(raw)) as opened:  # the header alone
             frames = opened.frames
     except Exception as exc:  # libsndfile's errors come as several types
-        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-        hint = ""
-        if raw is None and ("samplerate" in reason or str(audio).lower().endswith((".raw", ".pcm"))):
-            hint = "; headerless PCM: give the row 'sample_rate' (and 'channels', 'subtype' where not 1 and PCM_16)"
-        raise UsageError(f"{where}: not an audio file soundfile reads ({reason}){hint}") from None
+        raise _unreadable(audio, where, raw, exc) from None
     if frames == 0:
         raise UsageError(f"{where}: the audio has no samples")
 
@@ -334,8 +339,7 @@ def decode_audio(audio: str | bytes, where: str | None = None, raw: tuple[int, i
     try:
         data, rate = soundfile.read(_sound_source(audio), dtype="float32", **_raw_args(raw))
     except Exception as exc:  # libsndfile's errors come as several types
-        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise UsageError(f"{where}: not an audio file soundfile reads ({reason})") from None
+        raise _unreadable(audio, where, raw, exc) from None
     if data.ndim == 2:
         data = data.mean(axis=1, dtype=np.float32)
     if data.size == 0:
@@ -361,32 +365,6 @@ def start_decoding(task: SpeechTask, limit: int | None = None) -> None:
     pool.shutdown(wait=False)
 
 
-def scoring_languages(
-    task: SpeechTask, samples: list[SpeechSample], outputs: list[dict[str, Any]]
-) -> tuple[list[str | None], list[str | None]]:
-    """Each recording's language for its normaliser, and what decided it: ``"task"`` (the task's language; a
-    translation is scored in English), ``"row"`` (the data row's), ``"model"`` (the language the model transcribed
-    in: an English-only model's English), ``"detected"`` (detected by the model), or None (unknown: the basic
-    normaliser). An English-only Whisper given no language was once scored with the basic normaliser ("ten of clubs"
-    against "10 of clubs" counted as an error)."""
-    if task.task == "translate":
-        return ["en"] * len(samples), ["task"] * len(samples)
-    langs: list[str | None] = []
-    sources: list[str | None] = []
-    for sample, out in zip(samples, outputs, strict=True):
-        if task.language:
-            lang, source = task.language, "task"
-        elif sample.language:
-            lang, source = sample.language, "row"
-        elif out.get("language"):
-            lang, source = out["language"], "detected" if out.get("detected") else "model"
-        else:
-            lang, source = None, None
-        langs.append(lang)
-        sources.append(source)
-    return langs, sources
-
-
 def run_transcription(
     transcriber: Any,
     task: SpeechTask,
@@ -409,7 +387,7 @@ def run_transcription(
         UsageError: a task without recordings; an audio file that does not decode.
     """
     from ..evaluation.results import task_record, write_task_results
-    from .speech_scores import score
+    from .speech_scores import score, scoring_languages
 
     samples = task.samples[:limit]
     if not samples:
@@ -425,7 +403,7 @@ def run_transcription(
     start, before = time.perf_counter(), transcriber.counters.copy()
     out = transcriber.transcribe(audios, languages, task.task)
     seconds = time.perf_counter() - start
-    scored, sources = scoring_languages(task, samples, out)
+    scored, sources = scoring_languages(task, [s.language for s in samples], out)
     metrics, rows = score([s.text for s in samples], [o["text"] for o in out], task, scored)
     metrics.update(
         audio_seconds=round(sum(durations), 3),

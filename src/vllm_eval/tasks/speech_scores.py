@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Any
 
-__all__ = ["normalizer_for", "score"]
+__all__ = ["normalizer_for", "score", "scoring_languages"]
 
 
 def _version() -> str:
@@ -34,6 +34,33 @@ def normalizer_for(language: str | None) -> tuple[Any, str]:
     from whisper_normalizer.basic import BasicTextNormalizer
 
     return BasicTextNormalizer(), f"whisper-normalizer {_version()} BasicTextNormalizer"
+
+
+def scoring_languages(
+    task: Any, rows: list[str | None], outputs: list[dict[str, Any]]
+) -> tuple[list[str | None], list[str | None]]:
+    """Each recording's language for its normaliser, and what decided it: ``"task"`` (the task's language; a
+    translation is scored in English), ``"row"`` (the data row's), ``"model"`` (the language the model transcribed
+    in: an English-only model's English), ``"detected"`` (detected by the model), or None (unknown: the basic
+    normaliser). ``rows``: each recording's row language (or None); ``outputs``: the transcriber's (``language``,
+    ``detected``), or empty dicts. An English-only Whisper given no language was once scored with the basic
+    normaliser ("ten of clubs" against "10 of clubs" counted as an error)."""
+    if task.task == "translate":
+        return ["en"] * len(rows), ["task"] * len(rows)
+    langs: list[str | None] = []
+    sources: list[str | None] = []
+    for row, out in zip(rows, outputs, strict=True):
+        if task.language:
+            lang, source = task.language, "task"
+        elif row:
+            lang, source = row, "row"
+        elif out.get("language"):
+            lang, source = out["language"], "detected" if out.get("detected") else "model"
+        else:
+            lang, source = None, None
+        langs.append(lang)
+        sources.append(source)
+    return langs, sources
 
 
 def _errors(references: list[str], hypotheses: list[str], unit: str) -> dict[str, Any]:
@@ -62,7 +89,7 @@ def score(
     Args:
         references, hypotheses: one text per recording.
         task: the :class:`~vllm_eval.tasks.speech.SpeechTask` (its ``task`` and ``language``).
-        languages: each recording's language where the task has none (picks the normaliser per recording).
+        languages: each recording's language for its normaliser (:func:`scoring_languages`); default the task's.
 
     Returns:
         (metrics, one dict per recording: ``reference_normalized``, ``hypothesis_normalized``, ``errors`` (word
@@ -71,11 +98,11 @@ def score(
         ``deletions``, ``insertions``, ``reference_words``, ``n_samples``, ``n_scored``, ``normalizer``; for
         ``translate`` also ``bleu`` and ``chrf`` (sacrebleu, 0-100).
     """
-    languages = languages or [None] * len(references)
+    if languages is None:
+        languages = scoring_languages(task, [None] * len(references), [{}] * len(references))[0]
     normalisers: dict[str | None, tuple[Any, str]] = {}
     refs_n, hyps_n, names = [], [], set()
-    for ref, hyp, lang in zip(references, hypotheses, languages, strict=True):
-        key = "en" if task.task == "translate" else task.language or lang  # translations are scored in English
+    for ref, hyp, key in zip(references, hypotheses, languages, strict=True):
         if key not in normalisers:
             normalisers[key] = normalizer_for(key)
         normalise, name = normalisers[key]
