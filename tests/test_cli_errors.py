@@ -233,6 +233,8 @@ CASES = [
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["tasks", "--jsn"], "unrecognized arguments: --jsn"),
     (["models", "--kind", "vision"], "invalid choice: 'vision'"),
+    (["transcribe", "--model", MINILM, "--normalizer", "whisper"], "--normalizer whisper: that normaliser is now"),
+    (["transcribe", "--model", MINILM, "--normalizer", "nfkc"], "--normalizer must be one of leaderboard, openai"),
 ]
 
 

@@ -235,16 +235,21 @@ def test_scores_count_substitutions_deletions_insertions_on_normalised_text():
     from vllm_eval.tasks.speech_scores import score
 
     refs = ["Please enter your number, followed by the pound key.", "Mr. Smith's colour", "[beep]"]
-    hyps = ["enter you number followed by the pound key now", "mister smith is color", "anything"]
+    hyps = ["enter you number followed by the pound key now", "mister smith's color", "anything"]
     metrics, rows = score(refs, hyps, SpeechTask("t", "transcribe", "en"))
     # "please" dropped (D), "you" for "your" (S), "now" added (I); "[beep]" normalises to nothing: left out
     assert (metrics["substitutions"], metrics["deletions"], metrics["insertions"]) == (1, 1, 1)
     assert metrics["n_scored"] == 2 and metrics["reference_words"] == 13 and metrics["wer"] == pytest.approx(3 / 13)
-    assert metrics["normalizer"].startswith("whisper-normalizer ") and "EnglishTextNormalizer" in metrics["normalizer"]
+    assert metrics["normalizer"].startswith("huggingface/open_asr_leaderboard@") and "English" in metrics["normalizer"]
     assert [r["errors"] for r in rows] == [3, 0, None] and metrics["wer_raw"] > metrics["wer"]
     m, _ = score(["¿Qué tal? Bien."], ["que tal bien"], SpeechTask("t", "transcribe", "es"))
-    assert "BasicTextNormalizer" in m["normalizer"] and m["wer"] == pytest.approx(1 / 3)  # accents kept: qué ≠ que
+    assert "MultilingualNormalizer(lang=es)" in m["normalizer"] and m["wer"] == pytest.approx(1 / 3)  # qué ≠ que
     assert "bleu" not in m
+    m, _ = score(["¿Qué tal? Bien."], ["que tal bien"], SpeechTask("t", "transcribe", "es"), normalizer="basic")
+    assert m["normalizer"].endswith(" BasicTextNormalizer") and m["wer"] == pytest.approx(1 / 3)
+    # OpenAI's original reads "smith's" as "smith is"; the leaderboard's keeps it a possessive
+    m, _ = score(["Mr. Smith's colour"], ["mister smith is color"], SpeechTask("t", "transcribe", "en"), None, "openai")
+    assert m["wer"] == 0 and "OpenAI's english.json" in m["normalizer"]
     # a translation (Spanish speech, English references) is scored in English, with BLEU and chrF
     m, _ = score(["How are you? Fine."], ["how are you fine"], SpeechTask("t", "translate", "es"))
     assert "EnglishTextNormalizer" in m["normalizer"] and m["wer"] == 0 and 0 <= m["bleu"] < 100 < m["chrf"] + 60

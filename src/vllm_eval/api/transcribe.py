@@ -26,10 +26,11 @@ def transcribe(
     backend: str = "vllm",
     output_dir: str | os.PathLike | None = None,
     warmup: int = 0,
+    normalizer: str = "leaderboard",
     **common: Any,
 ) -> TaskResults:
-    """Transcribe (or translate into English) recordings and score them: WER and CER on Whisper's normalisers
-    (named with their version in each result), the raw WER, substitutions, deletions and insertions, RTFx; BLEU
+    """Transcribe (or translate into English) recordings and score them: WER and CER on normalised texts (named
+    with source and version in each result), the raw WER, substitutions, deletions and insertions, RTFx; BLEU
     and chrF for translation.
 
     Args:
@@ -46,6 +47,10 @@ def transcribe(
             ``results/transcribe/<task>``.
         warmup: before the first task's timed pass, transcribe its first N recordings once, untimed (the Open ASR
             Leaderboard's warm-up; RTFx then leaves out first-call costs).
+        normalizer: ``leaderboard`` (the Open ASR Leaderboard's normalisers: its English one for English, its
+            multilingual one otherwise), ``openai`` (OpenAI's originals: ``EnglishTextNormalizer``,
+            ``BasicTextNormalizer``) or ``basic`` (``BasicTextNormalizer`` for all); see
+            :mod:`vllm_eval.tasks.asr_normalizers`.
         **common: ``show_progress``, ``verbose``, ``started``, the backend options ``server_decoding`` (vllm:
             decode exactly as vLLM's server does), ``batch_size`` (hf) and ``max_tokens`` (tokens decoded per
             recording at most), and vLLM ``EngineArgs``, as :func:`vllm_eval.evaluate` takes them.
@@ -54,14 +59,16 @@ def transcribe(
         A :class:`~vllm_eval.api.classify.TaskResults`.
 
     Raises:
-        UsageError: both ``tasks`` and ``data``, an unknown ``task``, a bad option; a bad file (named with its line);
-            ``translate`` with a model that cannot translate (an English-only Whisper).
+        UsageError: both ``tasks`` and ``data``, an unknown ``task`` or ``normalizer``, a bad option; a bad file
+            (named with its line); ``translate`` with a model that cannot translate (an English-only Whisper).
         DataUnavailableError: the offline suite's recordings are not unpacked (``make speech-data``).
         EngineError: a failure while running.
     """
     check_model_argument(model)
+    from ..tasks.asr_normalizers import check_normalizer
     from ..tasks.speech import run_transcription, start_decoding
 
+    check_normalizer(normalizer)
     if task not in ("transcribe", "translate"):
         raise UsageError(f"--task must be transcribe or translate, got {task!r}")
     if not isinstance(warmup, int) or warmup < 0:
@@ -87,7 +94,8 @@ def transcribe(
         at = next(i for i, t in enumerate(loaded) if t is one)
         if at + 1 < len(loaded):  # the next task's audio while this one is transcribed
             start_decoding(loaded[at + 1], limit)
-        return run_transcription(transcriber, one, limit=limit, output_dir=out, warmup=warmup if at == 0 else 0)
+        first = warmup if at == 0 else 0
+        return run_transcription(transcriber, one, limit=limit, output_dir=out, warmup=first, normalizer=normalizer)
 
     def check(resolved: Any, selected: list[Any]) -> None:
         from ..models.transcriber.base import check_can_translate

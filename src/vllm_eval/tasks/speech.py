@@ -372,8 +372,10 @@ def run_transcription(
     limit: int | None = None,
     output_dir: str | Path | None = None,
     warmup: int = 0,
+    normalizer: str = "leaderboard",
 ) -> dict[str, Any]:
-    """Transcribe ``task``'s recordings with ``transcriber`` and score them (:func:`speech_scores.score`).
+    """Transcribe ``task``'s recordings with ``transcriber`` and score them (:func:`speech_scores.score`, on the
+    ``normalizer`` family's normalisers).
     ``warmup``: the first N recordings are transcribed once before the timed pass, their transcripts dropped (the
     Open ASR Leaderboard's warm-up: ``transcribe_seconds`` and ``rtfx`` then leave out first-call costs such as
     kernel selection).
@@ -404,7 +406,7 @@ def run_transcription(
     out = transcriber.transcribe(audios, languages, task.task)
     seconds = time.perf_counter() - start
     scored, sources = scoring_languages(task, [s.language for s in samples], out)
-    metrics, rows = score([s.text for s in samples], [o["text"] for o in out], task, scored)
+    metrics, rows = score([s.text for s in samples], [o["text"] for o in out], task, scored, normalizer)
     metrics.update(
         audio_seconds=round(sum(durations), 3),
         transcribe_seconds=round(seconds, 3),
@@ -434,7 +436,7 @@ def run_transcription(
         }
         for s, d, o, row, lang, source in zip(samples, durations, out, rows, scored, sources, strict=True)
     ]
-    args = {"limit": limit, "task": task.task, "warmup": warmup}
+    args = {"limit": limit, "task": task.task, "warmup": warmup, "normalizer": normalizer}
     results = task_record(transcriber, task, metrics, before, seconds, args)
     if output_dir:
         write_task_results(output_dir, results, records)

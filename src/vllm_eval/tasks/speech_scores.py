@@ -2,38 +2,20 @@
 
 * **WER and CER** (jiwer's ``process_words`` / ``process_characters``: substitutions, deletions, insertions by
   Levenshtein alignment), over the whole task (errors summed over recordings, divided by the references' words),
-  on normalised texts: Whisper's English normaliser for English, Whisper's basic multilingual one otherwise
-  (``whisper-normalizer``, the normalisers of OpenAI's Whisper paper that the Open ASR Leaderboard and lmms-eval
-  copy), named with the package's version in every result. Recordings whose reference normalises to nothing are
-  left out and counted, as the leaderboard does. The raw WER (texts as they are, whitespace split) is reported too.
+  on normalised texts: by default the Open ASR Leaderboard's normalisers, else OpenAI's originals or the basic one
+  (:mod:`vllm_eval.tasks.asr_normalizers`), named with source and version in every result. Recordings whose
+  reference normalises to nothing are left out and counted, as the leaderboard does. The raw WER (texts as they
+  are, whitespace split) is reported too.
 * **BLEU and chrF** (sacrebleu's corpus scores, its default tokeniser) for speech translation, on the raw texts.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import Any
 
+from .asr_normalizers import DEFAULT_NORMALIZER, normalizer_for
+
 __all__ = ["normalizer_for", "score", "scoring_languages"]
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("whisper-normalizer")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def normalizer_for(language: str | None) -> tuple[Any, str]:
-    """(normalise(text) -> text, its name with version): Whisper's ``EnglishTextNormalizer`` for English,
-    ``BasicTextNormalizer`` for any other language or an unknown one."""
-    if language == "en":
-        from whisper_normalizer.english import EnglishTextNormalizer
-
-        return EnglishTextNormalizer(), f"whisper-normalizer {_version()} EnglishTextNormalizer"
-    from whisper_normalizer.basic import BasicTextNormalizer
-
-    return BasicTextNormalizer(), f"whisper-normalizer {_version()} BasicTextNormalizer"
 
 
 def scoring_languages(
@@ -82,7 +64,11 @@ def _errors(references: list[str], hypotheses: list[str], unit: str) -> dict[str
 
 
 def score(
-    references: list[str], hypotheses: list[str], task: Any, languages: list[str | None] | None = None
+    references: list[str],
+    hypotheses: list[str],
+    task: Any,
+    languages: list[str | None] | None = None,
+    normalizer: str = DEFAULT_NORMALIZER,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Score a task's hypotheses against its references.
 
@@ -90,6 +76,10 @@ def score(
         references, hypotheses: one text per recording.
         task: the :class:`~vllm_eval.tasks.speech.SpeechTask` (its ``task`` and ``language``).
         languages: each recording's language for its normaliser (:func:`scoring_languages`); default the task's.
+        normalizer: the normalisers' family (``leaderboard``, ``openai``, ``basic``: :func:`normalizer_for`).
+
+    Raises:
+        UsageError: an unknown ``normalizer``.
 
     Returns:
         (metrics, one dict per recording: ``reference_normalized``, ``hypothesis_normalized``, ``errors`` (word
@@ -104,7 +94,7 @@ def score(
     refs_n, hyps_n, names = [], [], set()
     for ref, hyp, key in zip(references, hypotheses, languages, strict=True):
         if key not in normalisers:
-            normalisers[key] = normalizer_for(key)
+            normalisers[key] = normalizer_for(key, normalizer)
         normalise, name = normalisers[key]
         names.add(name)
         refs_n.append(" ".join(normalise(ref).split()))

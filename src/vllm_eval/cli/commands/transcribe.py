@@ -28,9 +28,9 @@ class TranscribeCommand(Command):
     description = (
         "Transcribe recordings (the offline suite AsteriskPrompts.<lang>, unpacked by `make speech-data`, or your own "
         "--data: a .jsonl/.csv/.parquet with audio and text fields, or a folder of audio files with a .txt "
-        "transcript each) and report WER and CER on Whisper's normalisers (named in the results), the raw WER, "
-        "substitutions/deletions/insertions and RTFx. Writes results.json and samples.jsonl (the Open ASR "
-        "Leaderboard's manifest fields audio_filepath, duration, text, pred_text)."
+        "transcript each) and report WER and CER on the Open ASR Leaderboard's normalisers (--normalizer; named in "
+        "the results), the raw WER, substitutions/deletions/insertions and RTFx. Writes results.json and "
+        "samples.jsonl (the Open ASR Leaderboard's manifest fields audio_filepath, duration, text, pred_text)."
     )
     kind = "transcriber"
     backend_options = ("server_decoding", "batch_size", "max_tokens")
@@ -71,6 +71,12 @@ class TranscribeCommand(Command):
             default=0,
             help="transcribe the first N recordings once, untimed, before the timed pass (the Open ASR "
             "Leaderboard's warm-up; RTFx then leaves out first-call costs)",
+        )
+        parser.add_argument(
+            "--normalizer",
+            default="leaderboard",
+            help="the texts' normalisers before WER/CER: leaderboard (default: the Open ASR Leaderboard's, English "
+            "and multilingual), openai (OpenAI's Whisper originals) or basic (OpenAI's basic one for all languages)",
         )
         add_common(parser, "default: results/transcribe/<task>")
         add_remote_flags(parser, "/v1/audio/transcriptions")
