@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..tasks.asr_normalizers import check_normalizer
 from ..utils.errors import UsageError
 from .checks import check_model_argument
 from .classify import TaskResults, _run_tasks
@@ -65,7 +66,6 @@ def transcribe(
         EngineError: a failure while running.
     """
     check_model_argument(model)
-    from ..tasks.asr_normalizers import check_normalizer
     from ..tasks.speech import run_transcription, start_decoding
 
     check_normalizer(normalizer)
