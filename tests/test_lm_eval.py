@@ -67,23 +67,31 @@ def runs(smollm2, include, tmp_path_factory):
     from vllm_eval.models.generator import lmeval
 
     base = tmp_path_factory.mktemp("ours")
-    with VllmGenerator(smollm2, raw_prompts=True, show_progress_bar=False, use_tqdm_on_load=False, **ENGINE):
+    with VllmGenerator(smollm2, raw_prompts=True, show_progress_bar=False, use_tqdm_on_load=False, **ENGINE) as held:
         first = _generate(smollm2, include, base / "out", cache_dir=str(base / "cache"), **ENGINE)
         again = _generate(smollm2, include, base / "again", cache_dir=str(base / "cache"), **ENGINE)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(lmeval, "chunk_for", lambda n: CHUNK)
-            score, calls = lmeval.VllmLM._score, []
+            submit, calls = lmeval.VllmLM._submit_score, []
 
             def stopped_in_the_third_chunk(self, inputs):
+                # later chunks are in the engine already (pipelined); the third is stopped as it is collected
+                pending = submit(self, inputs)
                 calls.append(len(inputs))
                 if len(calls) == 3:
-                    raise KeyboardInterrupt  # what a kill leaves: the chunks stored before it
-                return score(self, inputs)
 
-            patch.setattr(lmeval.VllmLM, "_score", stopped_in_the_third_chunk)
+                    def killed():
+                        raise KeyboardInterrupt  # what a kill leaves: the chunks stored before it
+
+                    pending.result = killed
+                return pending
+
+            patch.setattr(lmeval.VllmLM, "_submit_score", stopped_in_the_third_chunk)
             with pytest.raises(KeyboardInterrupt):
                 _generate(smollm2, include, base / "stopped", ["hellaswag"], cache_dir=str(base / "c2"), **ENGINE)
-            patch.setattr(lmeval.VllmLM, "_score", score)
+            assert len(calls) == 4, calls  # all four chunks were in flight when the third was stopped ...
+            assert not held.llm.llm_engine.has_unfinished_requests()  # ... and the fourth's requests were aborted
+            patch.setattr(lmeval.VllmLM, "_submit_score", submit)
             resumed = _generate(smollm2, include, base / "resumed", ["hellaswag"], cache_dir=str(base / "c2"), **ENGINE)
         chat = _generate(smollm2, include, base / "chat", CHAT_TASKS, no_cache=True, **CHAT, **ENGINE)
     return first, again, resumed, chat

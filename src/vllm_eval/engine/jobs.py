@@ -243,6 +243,28 @@ def call_job(llm: Any, payload: tuple[str, list[Any], Any, str, dict[str, Any]])
         return check_outputs(getattr(llm, method)(prompts, params, use_tqdm=False, **kwargs))
 
 
+def submit_generate(
+    llm: Any, payload: tuple[str, list[Any], Any, str, dict[str, Any]], named: Callable[[Callable[[], Any]], Any]
+) -> Future | None:
+    """:func:`call_job` of ``LLM.generate`` without waiting, on the in-process engine's
+    :mod:`~vllm_eval.engine.pipeline`: a future of the same outputs in order (checked through ``named``, which
+    names a failed request), or None where the pipeline does not apply (then ``call_job`` runs): another method,
+    call options, prompts with images, no prompts, an engine without the pipeline's APIs.
+
+    Raises:
+        VLLMValidationError: vLLM refused a request before it ran (none of the chunk is left in the engine).
+    """
+    method, prompts, params, _, kwargs = payload
+    if method != "generate" or kwargs or not prompts:
+        return None
+    if any(isinstance(p, dict) and p.get("multi_modal_data") for p in prompts):
+        return None
+    pipeline = engine_pipeline(llm, "generate")
+    if pipeline is None:
+        return None
+    return pipeline.submit(prompts, params, "generate", lambda outputs: named(lambda: check_outputs(outputs)))
+
+
 def reranker_info(llm: Any) -> dict[str, Any]:
     """What a reranker needs from an engine: :func:`pooling_info` plus the
     architecture and number of labels (picklable: a replica sends it to the parent)."""

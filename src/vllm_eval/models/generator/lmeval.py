@@ -15,6 +15,8 @@ and replaces only what runs requests:
   them (``prompt_logprobs=1``) and are read by lm-eval's own ``_parse_logprobs``;
 * requests are sorted by their tokens, so contexts that share a prefix (a few-shot prefix, one question's options)
   reach the same engine one after another;
+* on the in-process engine later chunks' requests are in the engine while a chunk finishes
+  (:mod:`vllm_eval.engine.pipeline`), so its batch stays full across chunks as lm-eval's one call keeps it;
 * every request's answer is stored in the output cache as its chunk finishes, keyed on the model's identity, the
   engine options, the request's tokens and its sampling parameters: a second model never reads the first's, and a
   run killed and started again computes only what no chunk stored.
@@ -217,63 +219,80 @@ class VllmLM(VLLM):
         keys, hits = self.generator._cached([["lm-eval loglikelihood", ids, n] for ids, n in inputs])
         order = sorted(range(len(inputs)), key=lambda i: inputs[i][0])  # shared prefixes side by side
         results: list[Any] = [None] * len(inputs)
+        step = self.chunk_size or chunk_for(len(order))
+        chunks = [order[lo : lo + step] for lo in range(0, len(order), step)]
+
+        def submit(chunk: list[int]) -> tuple[list[bytes], _Pending]:
+            chunk_keys = [keys[i] for i in chunk] if keys else []
+            miss = [j for j in range(len(chunk)) if not chunk_keys or chunk_keys[j] not in hits]
+            return chunk_keys, self._submit_score([inputs[chunk[j]] for j in miss])
+
         with input_bar("loglikelihood", len(inputs), "requests", enabled=self.show_progress_bar) as advance:
-            step = self.chunk_size or chunk_for(len(order))
-            for lo in range(0, len(order), step):
-                chunk = order[lo : lo + step]
+
+            def collect(chunk: list[int], handle: tuple[list[bytes], _Pending]) -> None:
+                fresh = handle[1].result()
                 scored = self.generator._merge_cached(
-                    [keys[i] for i in chunk] if keys else [],
-                    hits,
-                    len(chunk),
-                    lambda miss, chunk=chunk: self._score([inputs[chunk[j]] for j in miss]),
-                    store=list,
-                    load=tuple,
+                    handle[0], hits, len(chunk), lambda _: fresh, store=list, load=tuple
                 )
                 for i, value in zip(chunk, scored, strict=True):
                     results[i] = (float(value[0]), bool(value[1]))
                 advance(len(chunk))
+
+            _pipelined(chunks, submit, collect, window_for(step))
         for (cache_key, _, _), answer in zip(requests, results, strict=True):
             if cache_key is not None:
                 self.cache_hook.add_partial("loglikelihood", cache_key, answer)
         return results
 
-    def _score(self, inputs: list[tuple[list[int], int]]) -> list[tuple[float, bool]]:
-        """Score ``(token ids, context length)`` pairs: one-token continuations one request per context, the rest
-        as lm-eval sends them."""
+    def _submit_score(self, inputs: list[tuple[list[int], int]]) -> _Pending:
+        """Start scoring ``(token ids, context length)`` pairs: one-token continuations one request per context, the
+        rest as lm-eval sends them. ``result()`` of the handle: ``(log-likelihood, is_greedy)`` per pair."""
         from vllm import SamplingParams
 
         ids, starts = [i for i, _ in inputs], [n for _, n in inputs]
         groups, rest = one_token_groups(ids, starts, [tuple(i[:n]) for i, n in inputs])
-        out: list[Any] = [None] * len(inputs)
+        contexts = list(groups)
+        futures = []
         if groups:
-            contexts = list(groups)
             params = [one_token_params(ids, groups[c], detokenize=False) for c in contexts]
-            outputs = self._engine([list(c) for c in contexts], params)
-            for ctx, result in zip(contexts, outputs, strict=True):
-                first, greedy = result.outputs[0].logprobs[0], result.outputs[0].token_ids[0]
-                for j in groups[ctx]:
-                    token = inputs[j][0][-1]
-                    out[j] = (float(first[token].logprob), token == greedy)
+            futures.append(self._submit_engine([list(c) for c in contexts], params))
         if rest:
             params = SamplingParams(temperature=0, prompt_logprobs=1, max_tokens=1, detokenize=False)
-            outputs = self._engine([inputs[j][0] for j in rest], params)
-            for j, result in zip(rest, outputs, strict=True):
-                tokens, n = inputs[j]
-                out[j] = self._parse_logprobs(tokens=tokens, outputs=result, ctxlen=n)
-        return out
+            futures.append(self._submit_engine([inputs[j][0] for j in rest], params))
 
-    def _engine(self, prompts: list[list[int]], params: Any) -> list[Any]:
-        """vLLM's outputs of token-id prompts, in order, over the generator's engine or replicas."""
+        def assemble(outputs: list[list[Any]]) -> list[tuple[float, bool]]:
+            out: list[Any] = [None] * len(inputs)
+            parts = iter(outputs)
+            if groups:
+                for ctx, result in zip(contexts, next(parts), strict=True):
+                    first, greedy = result.outputs[0].logprobs[0], result.outputs[0].token_ids[0]
+                    for j in groups[ctx]:
+                        token = inputs[j][0][-1]
+                        out[j] = (float(first[token].logprob), token == greedy)
+            if rest:
+                for j, result in zip(rest, next(parts), strict=True):
+                    tokens, n = inputs[j]
+                    out[j] = self._parse_logprobs(tokens=tokens, outputs=result, ctxlen=n)
+            return out
+
+        return _Pending(futures, assemble)
+
+    def _submit_engine(self, prompts: list[list[int]], params: Any) -> Any:
+        """Start vLLM on token-id prompts over the generator's engine or replicas: a future of the outputs in
+        order."""
         from vllm.inputs import TokensPrompt
 
         self.generator.counters.compute_tokens += sum(len(p) for p in prompts)
-        return self.generator._call(
-            "generate",
+        return self.generator._submit_generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
             params,
             "a request",
             lambda k: f"request of {len(prompts[k])} tokens",
         )
+
+    def _engine(self, prompts: list[list[int]], params: Any) -> list[Any]:
+        """vLLM's outputs of token-id prompts, in order, over the generator's engine or replicas."""
+        return self._submit_engine(prompts, params).result()
 
     # --- generate_until -------------------------------------------------------------------------------------------
 
@@ -306,19 +325,80 @@ class VllmLM(VLLM):
         )
         keys = [k if f else b"" for k, f in zip(keys, fixed, strict=True)] if keys else []
         results: list[Any] = []
+        step = self.chunk_size or chunk_for(len(requests))
+        spans = [(lo, min(lo + step, len(requests))) for lo in range(0, len(requests), step)]
+
+        def submit(span: tuple[int, int]) -> tuple[list[int], _Pending]:
+            lo, hi = span
+            need = [j for j in range(hi - lo) if not keys or not keys[lo + j] or keys[lo + j] not in hits]
+            pending = [self._submit_engine([requests[lo + j] for j in need], [params[lo + j] for j in need])]
+            return need, _Pending(pending if need else [], lambda outs: outs[0] if outs else [])
+
         with input_bar("generate_until", len(requests), "requests", enabled=self.show_progress_bar) as advance:
-            step = self.chunk_size or chunk_for(len(requests))
-            for lo in range(0, len(requests), step):
-                hi = min(lo + step, len(requests))
 
-                def compute(miss: list[int], lo: int = lo) -> list[dict[str, Any]]:
-                    outputs = self._engine([requests[lo + j] for j in miss], [params[lo + j] for j in miss])
-                    return [{"text": o.outputs[0].text, "token_ids": list(o.outputs[0].token_ids)} for o in outputs]
+            def collect(span: tuple[int, int], handle: tuple[list[int], _Pending]) -> None:
+                lo, hi = span
+                fresh = dict(zip(handle[0], handle[1].result(), strict=True))
 
-                done = _merge_unkeyed(self.generator, keys[lo:hi], hits, hi - lo, compute)
+                def computed(miss: list[int]) -> list[dict[str, Any]]:
+                    outs = [fresh[j] for j in miss]
+                    return [{"text": o.outputs[0].text, "token_ids": list(o.outputs[0].token_ids)} for o in outs]
+
+                done = _merge_unkeyed(self.generator, keys[lo:hi], hits, hi - lo, computed)
                 results.extend(_Output([_Completion(d["text"], d["token_ids"])]) for d in done)
                 advance(hi - lo)
+
+            _pipelined(spans, submit, collect, window_for(step))
         return results
+
+
+#: requests kept in the engine at once (several chunks): more than it batches, so that no chunk's end thins its
+#: batch, and few enough that a kill loses little (each chunk is stored as it is collected)
+IN_FLIGHT = 4096
+
+
+def window_for(step: int) -> int:
+    """Chunks of ``step`` requests in flight at once: :data:`IN_FLIGHT` requests' worth, at least 2."""
+    return max(2, -(-IN_FLIGHT // max(step, 1)))
+
+
+class _Pending:
+    """Engine calls started for one chunk: ``result()`` waits for them and ``assemble``s their outputs;
+    ``cancel()`` aborts those still in the engine."""
+
+    def __init__(self, futures: list[Any], assemble: Any) -> None:
+        self.futures, self.assemble = futures, assemble
+
+    def result(self) -> Any:
+        return self.assemble([f.result() for f in self.futures])
+
+    def cancel(self) -> None:
+        for f in self.futures:
+            f.cancel()
+
+    def ran(self) -> bool:
+        """Whether every call already ran when it was started (a synchronous engine call: nothing to overlap)."""
+        return all(f.done() for f in self.futures)
+
+
+def _pipelined(chunks: list[Any], submit: Any, collect: Any, window: int) -> None:
+    """``collect(chunk, submit(chunk))`` for each chunk in order, with up to ``window`` chunks submitted ahead
+    (:mod:`vllm_eval.engine.pipeline`: their requests are in the engine while earlier ones finish). Where a chunk's
+    calls ran as they were started (no pipeline), none is started ahead: its outputs would wait uncached. Chunks
+    still in flight when ``collect`` raises are cancelled."""
+    handles: dict[int, Any] = {}
+    ahead = 0
+    try:
+        for i, chunk in enumerate(chunks):
+            while ahead < len(chunks) and ahead < i + window:
+                handles[ahead] = submit(chunks[ahead])
+                ahead += 1
+                if handles[ahead - 1][1].ran():
+                    break
+            collect(chunk, handles.pop(i))
+    finally:
+        for _, pending in handles.values():
+            pending.cancel()
 
 
 def chunk_for(n: int) -> int:

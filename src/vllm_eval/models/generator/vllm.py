@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ...engine.args import backend_engine_kwargs
-from ...engine.jobs import call_job, generator_info
+from ...engine.jobs import call_job, generator_info, submit_generate
 from ...utils.errors import UsageError
 from ...utils.modelinfo import ModelRef
 from ..presets import ModelPreset, resolve_preset
@@ -174,6 +174,25 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
                 kwargs,
             ),
             describe,
+        )
+
+    def _submit_generate(self, prompts: list[Any], params: Any, what: str, describe: Any) -> Any:
+        """``LLM.generate(prompts, params)`` started and not waited for: a future of the outputs in order. On the
+        in-process engine the requests go into its pipeline (:func:`~vllm_eval.engine.jobs.submit_generate`), so
+        those of a later call are in the engine's batch while this call's last ones finish; with replicas, each
+        replica's part is queued behind its earlier ones. Raises as :meth:`_call` (from the future)."""
+        return self.submit_split(
+            call_job,
+            len(prompts),
+            lambda lo, hi: (
+                "generate",
+                prompts[lo:hi],
+                params[lo:hi] if isinstance(params, list) else params,
+                what,
+                {},
+            ),
+            describe,
+            pipelined=submit_generate,
         )
 
     def _check_images(self, images: Sequence[Sequence[Any]]) -> None:
