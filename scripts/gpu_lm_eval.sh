@@ -18,7 +18,8 @@
 #          /root/models/$SHAPE, bfloat16; $OUT/setup-$SHAPE.txt.
 #   probe  prompt_logprob_cache.py --gpu on /root/models/$SHAPE with $ARGS; $OUT/prompt-logprob-cache-$SHAPE.json.
 #   bench  lm_eval_bench.py --gpu --model /root/models/$SHAPE --work /root/work $ARGS (e.g. --runs ours,vllm --set
-#          mmlu:0.05:5 --timeout 500); its report in $OUT/bench-$NAME/, logs and results files in its files.tar.gz.
+#          mmlu:0.05:5 --timeout 500); its report (seconds to exit, to results, of the evaluation; tokens generated
+#          and their rate) in $OUT/bench-$NAME/, logs (ours' vllm-eval.log too) and results files in its files.tar.gz.
 #   hold   as bench, while another process holds $HOLD_GIB GiB of the GPU (default: what a 79.6 GiB H100 lacks), with
 #          --engine gpu_memory_utilization= the bytes our default takes on an H100, as a share of this GPU.
 set -uo pipefail
@@ -76,6 +77,8 @@ print(math.floor(s.memory_share(h100, scoring=False, reserve=r) * h100 / total *
     mkdir -p /root/files
     for f in /root/work/*-*/*/results_*.json; do [ -f "$f" ] && cp "$f" "/root/files/$(basename "$(dirname "$(dirname "$f")")")-results.json"; done
     for f in /root/work/*-*/summary.json; do [ -f "$f" ] && cp "$f" "/root/files/$(basename "$(dirname "$f")")-summary.json"; done
+    # our run's own log: vLLM's timed INFO lines (engine start, compile, KV cache) go there, not to stdout
+    for f in /root/work/*-*/vllm-eval.log; do [ -f "$f" ] && cp "$f" "/root/files/$(basename "$(dirname "$f")")-vllm-eval.log"; done
     cp /root/work/*.log /root/files/ 2>/dev/null; tar czf "$out/bench-$name/files.tar.gz" -C /root/files .
     [ -n "$holder" ] && kill "$holder"
     nvidia-smi --query-gpu=memory.used --format=csv >> "$out/bench-$name/memory.txt" ;;

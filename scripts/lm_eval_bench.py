@@ -1,6 +1,7 @@
 """lm-eval's tasks end to end, side by side on this machine: ``vllm-eval generate`` against ``lm_eval run --model vllm``
 (lm-eval's own vLLM backend, the same vLLM build and engine settings) and ``--model hf`` (HFLM), each a fresh process
-timed from command to exit, with the metrics compared.
+timed from command to exit, with the metrics compared, each run's evaluation seconds (ours' ``evaluate_seconds``;
+lm-eval's from its log) and, for generation, the tokens generated and their rate over the evaluation.
 
 Runs the real SmolLM2-135M-Instruct (float32) on lm-eval's task configs pointed at the packaged real data
 (``make lm-data``). On the CPU build lm-eval's ``vllm`` model needs metadata for the name ``vllm``
@@ -70,7 +71,9 @@ def _spec(spec: str, args) -> tuple[str, dict]:
 def _ours(model: str, tasks: list[str], options: dict, engine: dict, include: str, out: Path) -> list[str]:
     cmd = [sys.executable, "-m", "vllm_eval", "generate", "--model", model, "--tasks", ",".join(tasks)]
     # --verbose: vLLM's INFO lines (engine start, compile, KV cache) with their times in the run's log
+    # --log-samples: as lm-eval's runs write theirs (lm_eval_command), and for the output tokens counted below
     cmd += ["--include-path", include, "--output-dir", str(out), "--no-cache", "--no-progress", "--verbose"]
+    cmd += ["--log-samples"]
     for key, value in {**options, **engine}.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
     return cmd
@@ -80,6 +83,41 @@ def _metrics(folder: Path) -> dict:
     (path,) = list(folder.glob("*/results_*.json"))
     results = json.loads(path.read_text())
     return {**results.get("results", {}), **results.get("groups", {})}
+
+
+def _evaluation(folder: Path, log: Path) -> float | None:
+    """Seconds of the evaluation alone: ours' ``evaluate_seconds``; lm-eval's from its log, its first "Running ...
+    requests" line to "Saving results aggregated" (lm-eval's log times have whole seconds)."""
+    import datetime
+    import re
+
+    summary = folder / "summary.json"
+    if summary.exists():
+        return json.loads(summary.read_text()).get("evaluate_seconds")
+    stamps = {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = re.match(r"(\d{4}-\d\d-\d\d:\d\d:\d\d:\d\d) INFO .*(Running \w+ requests|Saving results aggregated)", line)
+        if m:
+            stamps.setdefault(m.group(2).split()[0], datetime.datetime.strptime(m.group(1), "%Y-%m-%d:%H:%M:%S"))
+    if "Running" in stamps and "Saving" in stamps:
+        return (stamps["Saving"] - stamps["Running"]).total_seconds()
+    return None
+
+
+def _output_tokens(folder: Path, model: str) -> int | None:
+    """Tokens generated for the run's ``generate_until`` requests (their first response, with the model's
+    tokenizer), from its samples files; None without generations."""
+    from transformers import AutoTokenizer
+
+    texts = []
+    for path in folder.glob("*/samples_*.jsonl"):
+        for line in path.read_text().splitlines():
+            resps = json.loads(line).get("resps") or []
+            texts += [r[0] for r in resps if r and isinstance(r[0], str)]
+    if not texts:
+        return None
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    return sum(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
 
 
 def _equal(a: dict, b: dict) -> bool:
@@ -131,6 +169,11 @@ def _run(name: str, run: str, args, model: str, options: dict, engines: dict, in
         raise SystemExit(f"{name} {run} failed with exit code {proc.returncode}: see {log.name}")
     if math.isinf(times["results"]) and list(out.glob("*/results_*.json")):
         times["results"] = times["exit"]
+    if math.isfinite(times["results"]):
+        times["evaluation"] = _evaluation(out, Path(log.name))
+        tokens = _output_tokens(out, model)
+        if tokens is not None and times["evaluation"]:
+            times["output_tokens"], times["output_tok/s"] = tokens, round(tokens / times["evaluation"], 1)
     return times
 
 
@@ -198,7 +241,8 @@ def _engines(args) -> dict:
 def _row(name: str, options: dict, seconds: dict, metrics: dict, timeout: float) -> dict:
     """A set's report: each run's seconds to exit and to results, their ratios to ours, equal metrics."""
     shown = {
-        run: {k: v if math.isfinite(v) else f"over {timeout:.0f}" for k, v in t.items()} for run, t in seconds.items()
+        run: {k: v if v is None or math.isfinite(v) else f"over {timeout:.0f}" for k, v in t.items()}
+        for run, t in seconds.items()
     }
     ratios = {}
     for run, t in seconds.items():
