@@ -321,7 +321,7 @@ def test_cli_refuses_replicas_where_they_do_not_apply(argv, match, cli_in_proces
 
 
 @pytest.mark.slow
-def test_two_generator_replicas_match_one_engine(generator, test_models):
+def test_two_generator_replicas_match_one_engine(generator, test_models, lm_include):
     from vllm_eval.models.generator import VllmGenerator
     from vllm_eval.utils.errors import UsageError
 
@@ -351,6 +351,42 @@ def test_two_generator_replicas_match_one_engine(generator, test_models):
             dp.generate([("word " * 5000, ())])
         with pytest.raises(UsageError, match="vLLM refused a prompt"):
             generator.generate([("word " * 5000, ())])
+        _lm_eval_survives_a_lost_replica(dp, generator, lm_include)
+
+
+def _lm_eval_survives_a_lost_replica(dp, generator, include):
+    """lm-eval's requests (HellaSwag's multi-token log-likelihoods, in chunks of 8, each split over the replicas)
+    with replica 1 killed after its first jobs: the other runs the rest, and the metrics are one engine's."""
+    import threading
+    import time
+
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from vllm_eval import VllmLM
+
+    def hellaswag(g):
+        lm = VllmLM(generator=g, chunk_size=8, show_progress_bar=False)
+        manager = TaskManager(include_path=include)
+        out = lm_eval.simple_evaluate(model=lm, tasks=["hellaswag"], limit=16, task_manager=manager, verbosity="ERROR")
+        return {k: v for k, v in out["results"]["hellaswag"].items() if isinstance(v, float)}
+
+    pool, one = dp.pool, hellaswag(generator)
+    done_before = sum(pool.jobs_done.values())
+
+    def kill_after_first_jobs() -> None:
+        deadline = time.monotonic() + 120
+        while sum(pool.jobs_done.values()) < done_before + 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(pool._replicas[1].proc.pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_after_first_jobs, daemon=True)
+    killer.start()
+    with pytest.warns(RuntimeWarning, match=r"replica 1 \(cores .*\) exited with code -9"):
+        two = hellaswag(dp)
+    killer.join(10)
+    assert list(pool.state().lost) == [1] and pool.jobs_done[0] > 0
+    assert two.keys() == one.keys() and all(two[k] == pytest.approx(one[k], abs=1e-9) for k in one), (two, one)
 
 
 @pytest.mark.slow
