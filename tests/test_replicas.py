@@ -13,11 +13,18 @@ from vllm_eval.replicas.pool import ReplicaError, plan_replicas
 from vllm_eval.testing import row_cosines, score_deltas
 
 
+def _reading(monkeypatch, free: int, total: int) -> None:
+    """The GPU's memory as this process first reads it (:func:`vllm_eval.engine.sizing.first_gpu_memory`), faked."""
+    from vllm_eval.engine import sizing
+
+    monkeypatch.setattr(sizing, "_FIRST_READ", {})
+    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (free, total))
+
+
 def test_gpu_placement_groups_waves_and_memory_share(monkeypatch):
-    from vllm_eval.replicas import pool as replicas
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(replicas, "_gpu_memory", lambda: (80 * 1024**3, 80 * 1024**3))
+    _reading(monkeypatch, 80 * 1024**3, 80 * 1024**3)
     ps = plan_replicas(2, 2, tensor_parallel_size=2, cpu=False, devices=list("0123"))
     share = str(max(1, len(os.sched_getaffinity(0)) // 4))
     assert {p.env["OMP_NUM_THREADS"] for p in ps} == {share}  # image preprocessing: no pool over every core
@@ -63,10 +70,9 @@ def test_gpu_replicas_run_their_engine_core_in_process_unless_told(monkeypatch):
 
 
 def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypatch):
-    import vllm_eval.replicas.pool as replicas
     from vllm_eval.utils.modelinfo import packaged_model_path
 
-    monkeypatch.setattr(replicas, "_gpu_memory", lambda: (79 * 1024**3, 80 * 1024**3))
+    _reading(monkeypatch, 79 * 1024**3, 80 * 1024**3)
     model = packaged_model_path()  # MiniLM-L6: 6 layers, 12 heads of 32
     pooling = {"runner": "pooling", "dtype": "float16"}
     ps = plan_replicas(1, 4, engine_kwargs=pooling, cpu=False, devices=["0"], model=model)
@@ -75,10 +81,10 @@ def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypa
     assert {p.engine_kwargs["kv_cache_memory_bytes"] for p in ps} == {(131072 + 16 * 1024) * 2 * 6 * 12 * 32 * 2}
     # 0.9 of the GPU, less the room for the command's scoring (5 processes x 2 GiB, and half the rest), in 4 parts
     assert {p.engine_kwargs["gpu_memory_utilization"] for p in ps} == {0.2062}  # (80 - 4 - 10) / 80 / 4
-    monkeypatch.setattr(replicas, "_gpu_memory", lambda: (40 * 1024**3, 80 * 1024**3))  # another program holds half
+    _reading(monkeypatch, 40 * 1024**3, 80 * 1024**3)  # another program holds half
     busy = plan_replicas(1, 4, engine_kwargs=pooling, cpu=False, devices=["0"], model=model)
     assert {p.engine_kwargs["gpu_memory_utilization"] for p in busy} == {0.1} and busy[0].wave == 0  # (40 - 8) / 80 / 4
-    monkeypatch.setattr(replicas, "_gpu_memory", lambda: (80 * 1024**3, 80 * 1024**3))
+    _reading(monkeypatch, 80 * 1024**3, 80 * 1024**3)
     fp8 = plan_replicas(
         1,
         2,
@@ -89,7 +95,7 @@ def test_pooling_replicas_sharing_a_gpu_start_together_with_a_kv_budget(monkeypa
     )
     assert {p.engine_kwargs["kv_cache_memory_bytes"] for p in fp8} == {(4096 + 16 * 8) * 2 * 6 * 12 * 32}
     # the cap: half the replica's share of the GPU
-    monkeypatch.setattr(replicas, "_gpu_memory", lambda: (1024**3, 1024**3))
+    _reading(monkeypatch, 1024**3, 1024**3)
     capped = plan_replicas(1, 2, engine_kwargs=pooling, cpu=False, devices=["0"], model=model)
     # a GPU of 1 GiB: the least share (0.05), and a step shrunk until its activations fit (1,024 tokens, 64 sequences)
     assert {p.engine_kwargs["gpu_memory_utilization"] for p in capped} == {0.05}

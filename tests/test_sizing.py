@@ -90,9 +90,44 @@ def test_a_generation_engine_leaves_room_for_a_steps_prompt_logprobs(tmp_path, m
     # Two replicas on one GPU of which another program holds 20 GiB: what is free, halved, less each one's room
     from vllm_eval.replicas import pool
 
-    monkeypatch.setattr(pool, "_gpu_memory", lambda: (60 * GiB, H100))
+    monkeypatch.setattr(sizing, "_FIRST_READ", {})
+    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (60 * GiB, H100))
     two = pool.plan_replicas(1, 2, engine_kwargs={"runner": "generate"}, cpu=False, devices=["0"], model=qwen8)
     assert {p.engine_kwargs["gpu_memory_utilization"] for p in two} == {0.1801}  # ((60 - 8) / 2 - 12.4 GB) / 80
+
+
+def test_one_rule_sizes_single_engines_and_replicas_of_every_kind(tmp_path, monkeypatch, caplog):
+    """A single engine and replicas sharing a GPU take their share from one function (engine_memory_share) of one
+    reading (what was free first, other programs' memory said in the log): pooling and generation, one engine or two
+    on a GPU; a speech model keeps vLLM's share (split between replicas)."""
+    import logging
+
+    from vllm_eval.engine.args import _gpu_generate_defaults, _gpu_pooling_defaults
+    from vllm_eval.replicas import pool
+
+    qwen8 = _folder(tmp_path, "qwen3-8b", vocab_size=151936)
+    whisper = tmp_path / "whisper"
+    whisper.mkdir()
+    (whisper / "config.json").write_text(json.dumps({"model_type": "whisper", "is_encoder_decoder": True}))
+    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (60 * GiB, H100))
+    with caplog.at_level(logging.INFO, logger="vllm_eval.engine.sizing"):
+        two = {
+            runner: pool.plan_replicas(1, 2, engine_kwargs={"runner": runner}, cpu=False, devices=["0"], model=qwen8)
+            for runner in ("pooling", "generate")
+        }
+    assert "20.0 GiB of the GPU's 80.0 GiB held by other programs" in caplog.text
+    for runner, replicas in two.items():
+        want = sizing.engine_memory_share({"runner": runner}, qwen8, 2)
+        assert {p.engine_kwargs["gpu_memory_utilization"] for p in replicas} == {want}, runner
+    assert two["pooling"][0].engine_kwargs["gpu_memory_utilization"] == memory_share(H100, 60 * GiB, 2)
+    single = _gpu_pooling_defaults({"runner": "pooling"}, qwen8)["gpu_memory_utilization"]
+    assert single == sizing.engine_memory_share({"runner": "pooling"}, qwen8) == memory_share(H100, 60 * GiB)
+    generate = _gpu_generate_defaults({"runner": "generate"}, qwen8)["gpu_memory_utilization"]
+    assert generate == sizing.engine_memory_share({"runner": "generate"}, qwen8)
+    gen = {"runner": "generate"}
+    speech = pool.plan_replicas(1, 2, engine_kwargs=gen, cpu=False, devices=["0"], model=str(whisper))
+    assert {p.engine_kwargs["gpu_memory_utilization"] for p in speech} == {0.45}
+    assert sizing.engine_memory_share({"runner": "generate", "kv_cache_memory_bytes": 1 << 30}, qwen8) is None
 
 
 def test_a_single_engine_takes_its_share_of_what_was_free_first(tmp_path, monkeypatch, caplog):

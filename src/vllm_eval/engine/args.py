@@ -298,12 +298,12 @@ def _gpu_pooling_defaults(user: dict[str, Any], model: str | None) -> dict[str, 
     out: dict[str, Any] = {}
     shape = sizing.model_shape(model, user) if model else None
     try:
-        free, total = sizing.first_gpu_memory()
+        total = sizing.first_gpu_memory()[1]
     except Exception:  # no GPU to ask (options read where no engine runs): vLLM's own default share
-        free = total = 0
+        total = 0
     share = user.get("gpu_memory_utilization")
-    if share is None and "kv_cache_memory_bytes" not in user and total:
-        share = out["gpu_memory_utilization"] = sizing.memory_share(total, free)
+    if share is None and (share := sizing.engine_memory_share(user, model)) is not None:
+        out["gpu_memory_utilization"] = share
     memory = int(float(share or sizing.GPU_MEMORY_SHARE) * total) or None
     max_len = sizing.longest_prompt(shape, user)
     out.update(sizing.pooling_step(shape, max_len, memory))
@@ -327,16 +327,9 @@ def _gpu_generate_defaults(user: dict[str, Any], model: str | None) -> dict[str,
         )
     if "max_num_batched_tokens" not in user:
         out["max_num_batched_tokens"] = sizing.GPU_GENERATE_MAX_NUM_BATCHED_TOKENS
-    if "gpu_memory_utilization" in user or "kv_cache_memory_bytes" in user:
-        return out
-    try:
-        free, total = sizing.first_gpu_memory()  # what was free before this process's engines: one share for all
-    except Exception:  # no GPU to ask (options read where no engine runs): vLLM's own default share
-        return out
-    shape = sizing.model_shape(model, user) if model else None
-    tokens = int(user.get("max_num_batched_tokens") or out["max_num_batched_tokens"])
-    reserve = sizing.prompt_logprob_reserve(shape, tokens)
-    out["gpu_memory_utilization"] = sizing.memory_share(total, free, scoring=False, reserve=reserve)
+    share = sizing.engine_memory_share(user, model)  # None: the user's memory, or no GPU to ask (vLLM's share)
+    if share is not None:
+        out["gpu_memory_utilization"] = share
     return out
 
 

@@ -274,6 +274,36 @@ def first_gpu_memory(device: str | None = None) -> tuple[int, int]:
     return _FIRST_READ[key]
 
 
+def engine_memory_share(user: dict[str, Any], model: str | None, replicas: int = 1) -> float | None:
+    """The one rule for an engine's default ``gpu_memory_utilization`` on a GPU, whatever starts it: a single engine
+    of this process, each of ``replicas`` engines sharing a GPU, a Ray actor (which reads it in its own process), of
+    every kind. It is :func:`memory_share` of what was free before this process's engines
+    (:func:`first_gpu_memory`, which says what other programs held): a pooling engine leaves room for the command's
+    scoring, a generation engine room for a step's prompt log-probabilities over ``model``'s vocabulary
+    (:func:`prompt_logprob_reserve` at ``user``'s ``max_num_batched_tokens``, else
+    :data:`GPU_GENERATE_MAX_NUM_BATCHED_TOKENS`).
+
+    Returns:
+        The share (a fraction of the GPU's total), or None: the user chose the memory (``gpu_memory_utilization``
+        or ``kv_cache_memory_bytes`` in ``user``), a speech-to-text model (encoder-decoder: vLLM's own share, as its
+        RTFx was measured), or no GPU to read.
+    """
+    if "gpu_memory_utilization" in user or "kv_cache_memory_bytes" in user:
+        return None
+    pooling = user.get("runner") == "pooling"
+    if not pooling and model and is_encoder_decoder(model, user.get("revision")):
+        return None
+    try:
+        free, total = first_gpu_memory()
+    except Exception:  # no GPU to ask (options read where no engine runs)
+        return None
+    if pooling:
+        return memory_share(total, free, replicas)
+    shape = model_shape(model, user) if model else None
+    tokens = int(user.get("max_num_batched_tokens") or GPU_GENERATE_MAX_NUM_BATCHED_TOKENS)
+    return memory_share(total, free, replicas, scoring=False, reserve=prompt_logprob_reserve(shape, tokens))
+
+
 def check_fits(shape: ModelShape | None, share: float, free: int, total: int, tensor_parallel: int = 1) -> None:
     """Refuses, before any engine loads, a model whose weights alone take more than its memory share.
 

@@ -32,14 +32,12 @@ from typing import Any
 
 from ..engine.procenv import cpu_cores, set_by_user
 from ..engine.sizing import (
-    GPU_GENERATE_MAX_NUM_BATCHED_TOKENS,
     GPU_MEMORY_SHARE,
-    gpu_memory,
+    engine_memory_share,
+    first_gpu_memory,
     longest_prompt,
-    memory_share,
     model_shape,
     pooling_step,
-    prompt_logprob_reserve,
     visible_gpus,
 )
 from ..utils.errors import ReplicaError, UsageError
@@ -125,29 +123,22 @@ def pooling_kv_cache_bytes(model: str, engine_kwargs: dict[str, Any], replica_by
     return min(tokens * _kv_bytes_per_token(model, engine_kwargs), replica_bytes // 2)
 
 
-def _gpu_memory() -> tuple[int, int]:
-    """``(free, total)`` bytes of the first visible GPU now (:func:`vllm_eval.engine.sizing.gpu_memory`)."""
-    return gpu_memory()
-
-
 def _gpu_memory_options(replicas_per_gpu: int, engine_kwargs: dict[str, Any], model: str | None) -> dict:
-    """Each replica's share of its GPU and, for pooling models, its KV-cache size (see :func:`plan_replicas`)."""
+    """Each replica's share of its GPU (:func:`vllm_eval.engine.sizing.engine_memory_share`, the rule a single
+    engine follows) and, for pooling models sharing a GPU, its KV-cache size (see :func:`plan_replicas`)."""
     pooling = engine_kwargs.get("runner") == "pooling"
     if "gpu_memory_utilization" in engine_kwargs or (replicas_per_gpu == 1 and not pooling):
-        return {}
+        return {}  # one engine per GPU: each replica's process takes the single engine's default itself
     if "kv_cache_memory_bytes" in engine_kwargs and replicas_per_gpu == 1:
         return {}
-    if not pooling:  # generation: what is free, split, less each engine's room for prompt log-probabilities
-        try:
-            free, total = _gpu_memory()
-        except Exception:  # no GPU to ask (replicas planned where none runs): vLLM's share, split
-            return {"gpu_memory_utilization": round(GPU_MEMORY_SHARE / replicas_per_gpu, 4)}
-        shape = model_shape(model, engine_kwargs) if model else None
-        tokens = int(engine_kwargs.get("max_num_batched_tokens") or GPU_GENERATE_MAX_NUM_BATCHED_TOKENS)
-        reserve = prompt_logprob_reserve(shape, tokens)
-        return {"gpu_memory_utilization": memory_share(total, free, replicas_per_gpu, scoring=False, reserve=reserve)}
-    free, total = _gpu_memory()
-    share = memory_share(total, free, replicas_per_gpu)
+    # engines sharing a GPU each take their part of it, even where the user sized their KV cache
+    asked = {k: v for k, v in engine_kwargs.items() if k != "kv_cache_memory_bytes"}
+    share = engine_memory_share(asked, model, replicas_per_gpu)
+    if share is None:  # no GPU to ask (replicas planned where none runs), or a speech model: vLLM's share, split
+        return {"gpu_memory_utilization": round(GPU_MEMORY_SHARE / replicas_per_gpu, 4)} if replicas_per_gpu > 1 else {}
+    if not pooling:
+        return {"gpu_memory_utilization": share}
+    total = first_gpu_memory()[1]
     extra: dict[str, Any] = {"gpu_memory_utilization": share}
     if "kv_cache_memory_bytes" in engine_kwargs or model is None or replicas_per_gpu == 1:
         return extra
