@@ -15,6 +15,7 @@ _LAZY = {
     "RemoteReranker": "models.reranker.remote",
     "VllmGenerator": "models.generator.vllm",
     "VllmLM": "models.generator.lmeval",
+    "VllmVLM": "models.generator.lmeval_vlm",
     "RemoteGenerator": "models.generator.remote",
     "HttpOptions": "models.http",
     "load_backend": "models.backends",
@@ -90,14 +91,16 @@ keep_moved_paths(__name__, _MOVED)
 
 def _register_with_lm_eval() -> None:
     """lm-eval's model registry learns ``vllm-eval`` (``lm_eval --model vllm-eval``, ``simple_evaluate(model=
-    "vllm-eval")``) as a lazy ``module:Class`` entry: nothing of vLLM or torch is imported until it is used."""
+    "vllm-eval")``) and ``vllm-eval-vlm`` (tasks with images) as lazy ``module:Class`` entries: nothing of vLLM or
+    torch is imported until one is used."""
     try:
         import lm_eval.models  # noqa: F401  (its built-in names first: lm-eval fills an empty registry only)
         from lm_eval.api.registry import model_registry
     except ImportError:  # lm-eval not installed: nothing to register with
         return
-    if "vllm-eval" not in model_registry:
-        model_registry.register("vllm-eval", target="vllm_eval.models.generator.lmeval:VllmLM")
+    for name, target in (("vllm-eval", "lmeval:VllmLM"), ("vllm-eval-vlm", "lmeval_vlm:VllmVLM")):
+        if name not in model_registry:
+            model_registry.register(name, target=f"vllm_eval.models.generator.{target}")
 
 
 _register_with_lm_eval()

@@ -216,9 +216,9 @@ def _lm_eval(
         require_model(model, session.spec.remote)
         resolved = resolve_model(model, session.spec.remote)
         if not session.spec.remote:  # a served model's tokenizer is loaded (and checked) with the model
-            lm_eval_tasks.chat_template_needed(
-                str(getattr(resolved, "path", resolved)), evaluate.get("apply_chat_template")
-            )
+            path = str(getattr(resolved, "path", resolved))
+            lm_eval_tasks.chat_template_needed(path, evaluate.get("apply_chat_template"))
+            lm_eval_tasks.images_supported(path, prepared)
     cache = open_cache(*cache_at)
     try:
         ran = lm_eval_tasks.run(

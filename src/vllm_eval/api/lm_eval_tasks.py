@@ -75,6 +75,24 @@ def chat_template_needed(model_path: str, apply_chat_template: Any) -> None:
         )
 
 
+def images_supported(model_path: str, prepared: Any) -> None:
+    """Raises UsageError, before loading, when a task shows images (``doc_to_image``) and the model's
+    ``config.json`` has no vision part (``vision_config``): lm-eval would refuse it only after the engine started."""
+    if not getattr(prepared, "multimodal", False):
+        return
+    from ..utils.modelinfo import local_snapshot, model_json
+
+    folder = local_snapshot(model_path, None)
+    if folder is None or not (folder / "config.json").is_file():
+        return  # not readable here: the engine says
+    if "vision_config" not in model_json(folder / "config.json"):
+        shown = sorted(t for t, task in prepared.tasks.items() if getattr(task.config, "doc_to_image", None))
+        raise UsageError(
+            f"task {shown[0]!r} shows images, and model {model_path!r} takes none (its config.json has no "
+            "vision_config): give a vision-language model, or a text-only task"
+        )
+
+
 def build_model(
     session: Any,
     model: Any,
@@ -109,6 +127,10 @@ def build_model(
     from ..models.generator.lmeval import VllmLM
 
     generator = session.spec.load(model, raw_prompts=True, show_progress_bar=show_progress)
+    if getattr(generator, "_multimodal", False):  # a model that takes images: lm-eval's tasks with images too
+        from ..models.generator.lmeval_vlm import VllmVLM
+
+        return VllmVLM(generator=generator, show_progress_bar=show_progress, **options)
     return VllmLM(generator=generator, show_progress_bar=show_progress, **options)
 
 
