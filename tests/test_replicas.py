@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -265,26 +266,34 @@ def test_two_replicas_give_the_same_task_scores(dp_encoder, vllm_encoder):
     assert max(deltas.values()) <= 1e-4
 
 
-def test_a_dead_replica_costs_time_not_results(dp_encoder, vllm_encoder):
-    # Next to last test using the fixture: it kills one of its replicas, mid-run (the next one ends the other).
+@contextmanager
+def _replica_1_killed_after_two_jobs(pool, timeout: float = 120.0):
+    """Runs the block while replica 1 of ``pool`` is SIGKILLed once two more jobs are done (its exit warned of);
+    yields the jobs done before."""
     import threading
     import time
 
-    pool = dp_encoder.pool
     done_before = sum(pool.jobs_done.values())
 
     def kill_after_first_jobs() -> None:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout
         while sum(pool.jobs_done.values()) < done_before + 2 and time.monotonic() < deadline:
             time.sleep(0.005)
         os.kill(pool._replicas[1].proc.pid, signal.SIGKILL)
 
     killer = threading.Thread(target=kill_after_first_jobs, daemon=True)
-    texts = [f"text number {i}" for i in range(400)]
     killer.start()
     with pytest.warns(RuntimeWarning, match=r"replica 1 \(cores .*\) exited with code -9"):
-        got = dp_encoder.encode_texts(texts)
+        yield done_before
     killer.join(10)
+
+
+def test_a_dead_replica_costs_time_not_results(dp_encoder, vllm_encoder):
+    # Next to last test using the fixture: it kills one of its replicas, mid-run (the next one ends the other).
+    pool = dp_encoder.pool
+    texts = [f"text number {i}" for i in range(400)]
+    with _replica_1_killed_after_two_jobs(pool) as done_before:
+        got = dp_encoder.encode_texts(texts)
     assert list(pool.state().lost) == [1] and sum(pool.jobs_done.values()) > done_before + 2
     np.testing.assert_allclose(got, vllm_encoder.encode_texts(texts), atol=1e-5)
 
@@ -363,8 +372,6 @@ def test_two_generator_replicas_match_one_engine(generator, test_models, lm_incl
 def _lm_eval_survives_a_lost_replica(dp, generator, include):
     """lm-eval's requests (HellaSwag's multi-token log-likelihoods, in chunks of 8, each split over the replicas)
     with replica 1 killed after its first jobs: the other runs the rest, and the metrics are one engine's."""
-    import threading
-    import time
 
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -378,19 +385,8 @@ def _lm_eval_survives_a_lost_replica(dp, generator, include):
         return {k: v for k, v in out["results"]["hellaswag"].items() if isinstance(v, float)}
 
     pool, one = dp.pool, hellaswag(generator)
-    done_before = sum(pool.jobs_done.values())
-
-    def kill_after_first_jobs() -> None:
-        deadline = time.monotonic() + 120
-        while sum(pool.jobs_done.values()) < done_before + 2 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        os.kill(pool._replicas[1].proc.pid, signal.SIGKILL)
-
-    killer = threading.Thread(target=kill_after_first_jobs, daemon=True)
-    killer.start()
-    with pytest.warns(RuntimeWarning, match=r"replica 1 \(cores .*\) exited with code -9"):
+    with _replica_1_killed_after_two_jobs(pool):
         two = hellaswag(dp)
-    killer.join(10)
     assert list(pool.state().lost) == [1] and pool.jobs_done[0] > 0
     assert two.keys() == one.keys() and all(two[k] == pytest.approx(one[k], abs=1e-9) for k in one), (two, one)
 

@@ -331,8 +331,10 @@ class VllmLM(VLLM):
         def submit(span: tuple[int, int]) -> tuple[list[int], _Pending]:
             lo, hi = span
             need = [j for j in range(hi - lo) if not keys or not keys[lo + j] or keys[lo + j] not in hits]
-            pending = [self._submit_engine([requests[lo + j] for j in need], [params[lo + j] for j in need])]
-            return need, _Pending(pending if need else [], lambda outs: outs[0] if outs else [])
+            pending = (
+                [self._submit_engine([requests[lo + j] for j in need], [params[lo + j] for j in need])] if need else []
+            )
+            return need, _Pending(pending, lambda outs: outs[0] if outs else [])
 
         with input_bar("generate_until", len(requests), "requests", enabled=self.show_progress_bar) as advance:
 
