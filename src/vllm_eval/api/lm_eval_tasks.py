@@ -75,9 +75,24 @@ def chat_template_needed(model_path: str, apply_chat_template: Any) -> None:
         )
 
 
+#: what in a ``config.json`` marks a model that may take images (a vision tower's config, or its image tokens);
+#: a model with none of them is refused an image task; any one lets vLLM decide
+_VISION_KEYS = (
+    "vision_config",
+    "visual",
+    "vision_tower",
+    "mm_vision_tower",
+    "img_processor",
+    "image_token_index",
+    "image_token_id",
+    "image_processor",
+)
+
+
 def images_supported(model_path: str, prepared: Any) -> None:
     """Raises UsageError, before loading, when a task shows images (``doc_to_image``) and the model's
-    ``config.json`` has no vision part (``vision_config``): lm-eval would refuse it only after the engine started."""
+    ``config.json`` has nothing of a vision part (:data:`_VISION_KEYS`, or an architecture named for vision):
+    lm-eval would refuse it only after the engine started."""
     if not getattr(prepared, "multimodal", False):
         return
     from ..utils.modelinfo import local_snapshot, model_json
@@ -85,7 +100,9 @@ def images_supported(model_path: str, prepared: Any) -> None:
     folder = local_snapshot(model_path, None)
     if folder is None or not (folder / "config.json").is_file():
         return  # not readable here: the engine says
-    if "vision_config" not in model_json(folder / "config.json"):
+    config = model_json(folder / "config.json")
+    named = " ".join(config.get("architectures") or [])
+    if not any(k in config for k in _VISION_KEYS) and not any(w in named for w in ("Vision", "VL", "Llava", "Image")):
         shown = sorted(t for t, task in prepared.tasks.items() if getattr(task.config, "doc_to_image", None))
         raise UsageError(
             f"task {shown[0]!r} shows images, and model {model_path!r} takes none (its config.json has no "

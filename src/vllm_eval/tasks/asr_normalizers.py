@@ -28,7 +28,6 @@ The tables are :mod:`vllm_eval.tasks.asr_leaderboard_tables`.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import re
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from functools import cache
 from importlib.resources import files
 
 from ..utils.errors import UsageError
+from ..utils.telemetry import package_versions
 from . import asr_leaderboard_tables as tables
 
 __all__ = [
@@ -78,10 +78,7 @@ def check_normalizer(name: str) -> str:
 
 
 def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    return package_versions((package,)).get(package, "unknown")
 
 
 @cache

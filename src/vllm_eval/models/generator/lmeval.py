@@ -308,10 +308,8 @@ class VllmLM(VLLM):
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
     def _model_generate(self, requests: list[list[int]], generate: bool = False, sampling_params: Any = None):
-        """lm-eval's generation call, with cached answers read back and new ones stored chunk by chunk.
-
-        Requests whose sampling is not reproducible (a temperature above 0 without a seed) are neither read from
-        nor written to the cache, as lm-eval's own cache skips ``do_sample``."""
+        """lm-eval's generation call: :meth:`_generate_cached` on the token ids (``generate``), else their prompt
+        log-probabilities."""
         from vllm import SamplingParams
 
         if not generate or sampling_params is None:
@@ -319,31 +317,56 @@ class VllmLM(VLLM):
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(requests)
         if not generate:
             return self._engine(requests, params)
-        fixed = [p.temperature == 0 or p.seed is not None for p in params]
-        keys, hits = self.generator._cached(
-            [["lm-eval generate", ids, repr(p)] for ids, p in zip(requests, params, strict=True)]
+        from vllm.inputs import TokensPrompt
+
+        return self._generate_cached(
+            [TokensPrompt(prompt_token_ids=list(ids)) for ids in requests],
+            params,
+            [["lm-eval generate", ids] for ids in requests],
+            lambda i: f"request of {len(requests[i])} tokens",
+            sizes=[len(ids) for ids in requests],
         )
+
+    def _generate_cached(
+        self,
+        prompts: list[Any],
+        params: list[Any],
+        keyed: list[list[Any]],
+        describe: Any,
+        sizes: list[int] | None = None,
+    ) -> list[_Output]:
+        """Generate for vLLM ``prompts`` (``TokensPrompt``, or prompts with their images), one ``SamplingParams``
+        each, in chunks: answers stored by an earlier run under ``keyed[i]`` + the sampling read back, new ones
+        stored as each chunk is collected, later chunks in the engine while one finishes (:func:`_pipelined`).
+        Requests whose sampling is not reproducible (a temperature above 0 without a seed) are neither read from
+        nor written to the cache, as lm-eval's own cache skips ``do_sample``. ``describe(i)`` names request ``i``
+        in an error; ``sizes``: prompt tokens, counted as computed for the requests that run."""
+        fixed = [p.temperature == 0 or p.seed is not None for p in params]
+        keys, hits = self.generator._cached([[*k, repr(p)] for k, p in zip(keyed, params, strict=True)])
         keys = [k if f else b"" for k, f in zip(keys, fixed, strict=True)] if keys else []
         results: list[Any] = []
-        step = self.chunk_size or chunk_for(len(requests))
-        spans = [(lo, min(lo + step, len(requests))) for lo in range(0, len(requests), step)]
+        step = self.chunk_size or chunk_for(len(prompts))
+        spans = [(lo, min(lo + step, len(prompts))) for lo in range(0, len(prompts), step)]
 
         def submit(span: tuple[int, int]) -> tuple[list[int], _Pending]:
             lo, hi = span
-            need = [j for j in range(hi - lo) if not keys or not keys[lo + j] or keys[lo + j] not in hits]
-            pending = (
-                [self._submit_engine([requests[lo + j] for j in need], [params[lo + j] for j in need])] if need else []
+            need = [lo + j for j in range(hi - lo) if not keys or not keys[lo + j] or keys[lo + j] not in hits]
+            if not need:
+                return need, _Pending([], lambda outs: [])
+            self.generator.counters.compute_tokens += sum(sizes[i] for i in need) if sizes else 0
+            future = self.generator._submit_generate(
+                [prompts[i] for i in need], [params[i] for i in need], "a request", lambda k: describe(need[k])
             )
-            return need, _Pending(pending, lambda outs: outs[0] if outs else [])
+            return need, _Pending([future], lambda outs: outs[0])
 
-        with input_bar("generate_until", len(requests), "requests", enabled=self.show_progress_bar) as advance:
+        with input_bar("generate_until", len(prompts), "requests", enabled=self.show_progress_bar) as advance:
 
             def collect(span: tuple[int, int], handle: tuple[list[int], _Pending]) -> None:
                 lo, hi = span
                 fresh = dict(zip(handle[0], handle[1].result(), strict=True))
 
                 def computed(miss: list[int]) -> list[dict[str, Any]]:
-                    outs = [fresh[j] for j in miss]
+                    outs = [fresh[lo + j] for j in miss]
                     return [{"text": o.outputs[0].text, "token_ids": list(o.outputs[0].token_ids)} for o in outs]
 
                 done = _merge_unkeyed(self.generator, keys[lo:hi], hits, hi - lo, computed)

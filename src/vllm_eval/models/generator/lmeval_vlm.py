@@ -21,9 +21,6 @@ from .lmeval import VllmLM, _vllm_metadata
 with _vllm_metadata():
     from lm_eval.models.vllm_vlms import VLLM_VLM
 
-#: lm-eval's name of this model class (``lm_eval --model vllm-eval-vlm``).
-VLM_MODEL_NAME = "vllm-eval-vlm"
-
 
 class VllmVLM(VllmLM, VLLM_VLM):
     """:class:`VllmLM` for tasks with images: ``lm_eval.simple_evaluate(model=VllmVLM(...))``, or
@@ -84,30 +81,18 @@ class VllmVLM(VllmLM, VLLM_VLM):
         **kwargs: Any,
     ) -> list[Any]:
         """``VLLM_VLM``'s engine call (prompts with ``multi_modal_data``, its ``SamplingParams``) on the generator's
-        engine or replicas; answers with reproducible sampling read from and stored in the output cache."""
+        engine or replicas, through :meth:`VllmLM._generate_cached` (chunks, the output cache) keyed on each prompt
+        and its images' pixels."""
         from vllm import SamplingParams
-
-        from .lmeval import _Completion, _merge_unkeyed, _Output
 
         if not requests:
             return []
-        if generate:
-            params = SamplingParams(max_tokens=max_tokens, stop=stop, **kwargs)
-        else:
+        if not generate:  # VLLM_VLM asks only for generations; its prompt log-probabilities, uncached
             params = SamplingParams(temperature=0, prompt_logprobs=1, max_tokens=1, detokenize=False)
-        fixed = params.temperature == 0 or params.seed is not None
+            return self.generator._call("generate", requests, params, "a prompt", lambda k: f"prompt {k} with images")
+        params = SamplingParams(max_tokens=max_tokens, stop=stop, **kwargs)
         keyed = [
             ["lm-eval generate images", r["prompt"], [image_digest(im) for im in r["multi_modal_data"]["image"]]]
             for r in requests
         ]
-        keys, hits = self.generator._cached([[*k, repr(params)] for k in keyed])
-        keys = (keys if fixed else [b""] * len(requests)) if keys else []
-
-        def compute(miss: list[int]) -> list[dict[str, Any]]:
-            outs = self.generator._call(
-                "generate", [requests[i] for i in miss], params, "a prompt", lambda k: f"prompt {miss[k]} with images"
-            )
-            return [{"text": o.outputs[0].text, "token_ids": list(o.outputs[0].token_ids)} for o in outs]
-
-        done = _merge_unkeyed(self.generator, keys, hits, len(requests), compute)
-        return [_Output([_Completion(d["text"], d["token_ids"])]) for d in done]
+        return self._generate_cached(requests, [params] * len(requests), keyed, lambda i: f"prompt {i} with images")
