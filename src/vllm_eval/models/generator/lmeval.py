@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...engine.forced import forced_params, forced_score
 from ...utils.errors import UsageError
 from ...utils.progress import input_bar
 from .vllm import one_token_groups, one_token_params
@@ -245,17 +246,25 @@ class VllmLM(VLLM):
         return results
 
     def _submit_score(self, inputs: list[tuple[list[int], int]]) -> _Pending:
-        """Start scoring ``(token ids, context length)`` pairs: one-token continuations one request per context, the
-        rest as lm-eval sends them. ``result()`` of the handle: ``(log-likelihood, is_greedy)`` per pair."""
+        """Start scoring ``(token ids, context length)`` pairs: one-token continuations one request per context;
+        longer ones decoded after their context, their tokens forced (:mod:`vllm_eval.engine.forced`), where the
+        engine can; the rest as lm-eval sends them. ``result()`` of the handle: ``(log-likelihood, is_greedy)``
+        per pair."""
         from vllm import SamplingParams
 
         ids, starts = [i for i, _ in inputs], [n for _, n in inputs]
         groups, rest = one_token_groups(ids, starts, [tuple(i[:n]) for i, n in inputs])
+        mode = getattr(self.generator, "forced", None)
+        forced = [j for j in rest if mode and 1 <= starts[j] < len(ids[j])]
+        rest = [j for j in rest if not (mode and 1 <= starts[j] < len(ids[j]))]
         contexts = list(groups)
         futures = []
         if groups:
             params = [one_token_params(ids, groups[c], detokenize=False) for c in contexts]
             futures.append(self._submit_engine([list(c) for c in contexts], params))
+        if forced:
+            params = [forced_params(mode, ids[j][starts[j] :]) for j in forced]
+            futures.append(self._submit_engine([ids[j][: starts[j]] for j in forced], params))
         if rest:
             params = SamplingParams(temperature=0, prompt_logprobs=1, max_tokens=1, detokenize=False)
             futures.append(self._submit_engine([inputs[j][0] for j in rest], params))
@@ -269,6 +278,9 @@ class VllmLM(VLLM):
                     for j in groups[ctx]:
                         token = inputs[j][0][-1]
                         out[j] = (float(first[token].logprob), token == greedy)
+            if forced:
+                for j, result in zip(forced, next(parts), strict=True):
+                    out[j] = forced_score(result, ids[j][starts[j] :], mode)
             if rest:
                 for j, result in zip(rest, next(parts), strict=True):
                     tokens, n = inputs[j]

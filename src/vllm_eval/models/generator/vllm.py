@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ...engine.args import backend_engine_kwargs
+from ...engine.forced import forced_engine_kwargs, forced_params, forced_score
 from ...engine.jobs import call_job, generator_info, submit_generate
 from ...utils.errors import UsageError
 from ...utils.modelinfo import ModelRef
@@ -57,6 +58,8 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
         replicas_per_gpu: engines sharing each GPU (group), for models too small to keep one busy. Either left
             out (None): on a GPU machine every GPU is used (:mod:`vllm_eval.replicas.layout`), else 1.
         ray_address: the replicas as actors on this Ray cluster (see :mod:`vllm_eval.replicas.ray`).
+        forced_decoding: start the engine able to decode given tokens (:mod:`vllm_eval.engine.forced`), so that
+            continuations of several tokens are scored after a context the prefix cache serves (default True).
         sampling: ``SamplingParams`` overrides of :data:`~vllm_eval.models.generator.base.DEFAULT_SAMPLING`.
         chunk_size: conversations handed to the engine per call.
         show_progress_bar: progress bar over the samples.
@@ -95,9 +98,12 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
         data_parallel_size: int | None = None,
         replicas_per_gpu: int | None = None,
         ray_address: str | None = None,
+        forced_decoding: bool = True,
         **engine_kwargs: Any,
     ) -> None:
         ref = ModelRef.resolve(model, revision)
+        #: how the engine forces a continuation's tokens (:mod:`vllm_eval.engine.forced`), None where it cannot
+        self.forced, forcing = forced_engine_kwargs() if forced_decoding else (None, {})
         self.preset = p = resolve_preset(ref.path, "generator", preset)
         self.chat_template = chat_template or (p.chat_template if p else None)
         super().__init__(
@@ -115,6 +121,7 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
         self.engine_kwargs = backend_engine_kwargs(
             "generate",
             p.engine_kwargs if p else None,
+            forcing,
             engine_kwargs,
             {"limit_mm_per_prompt": {"image": int(max_images_per_prompt)}} if max_images_per_prompt else None,
             trust_remote_code=trust_remote_code,
@@ -298,6 +305,20 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
                 first = out.outputs[0].logprobs[0]
                 for j in groups[ctx]:
                     scores[j] = first[token_ids[j][-1]].logprob
+        # several tokens after a context, no images: decoded after the context (the prefix cache serves it)
+        can_force = bool(self.shared_context_scoring and self.forced)
+        forced = [j for j in rest if can_force and not shown[j] and 1 <= starts[j] < len(token_ids[j])]
+        if forced:
+            outputs = self._call(
+                "generate",
+                [prompt(token_ids[j][: starts[j]], j) for j in forced],
+                [forced_params(self.forced, token_ids[j][starts[j] :]) for j in forced],
+                "a context",
+                lambda k: names[forced[k]],
+            )
+            for j, out in zip(forced, outputs, strict=True):
+                scores[j] = forced_score(out, token_ids[j][starts[j] :], self.forced)[0]
+            rest = [j for j in rest if j not in set(forced)]
         if rest:
             params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, seed=seed)
             outputs = self._call(
