@@ -196,6 +196,73 @@ def test_loglikelihood_matches_transformers(generator, test_models):
             hf.generate([("Which digit?", [np.zeros((8, 8), dtype=np.uint8)])])
 
 
+def test_continuations_of_several_tokens_are_decoded_after_a_context_the_prefix_cache_serves(generator):
+    """Options of several tokens: their tokens forced after the context (:mod:`vllm_eval.engine.forced`) give the
+    log-likelihoods ``prompt_logprobs`` gives, the tokens decoded are the forced ones, and the options after the
+    first find their context in vLLM's prefix cache (no ``prompt_logprobs`` request ever does)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from vllm_eval.engine.forced import forced_params, forced_scores
+
+    assert generator.forced == "processor"  # the CPU build runs the V1 runner, which takes the V1 processor
+    context = "Question: what colour is the sky on a clear day, seen from a quiet beach at noon? " * 24 + "Answer:"
+    options = [" a bright and even blue", " green, with purple spots", " the white of fresh snow"]
+    got = generator.loglikelihoods([context] * 3, options)
+    generator.shared_context_scoring = False  # every option through prompt_logprobs
+    try:
+        np.testing.assert_allclose(generator.loglikelihoods([context] * 3, options), got, atol=1e-4)
+    finally:
+        generator.shared_context_scoring = True
+    assert len(set(np.round(got, 3))) == 3  # three different options scored, not one thrice
+    tok = generator.tokenizer
+    ctx = tok.encode(context, add_special_tokens=False)
+    conts = [tok.encode(o, add_special_tokens=False) for o in options]
+    assert min(len(c) for c in conts) > 1
+    llm = generator.llm
+    outs = llm.generate([TokensPrompt(prompt_token_ids=ctx)] * 3, [forced_params("processor", c) for c in conts])
+    whole = SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=1)
+    refs = llm.generate([TokensPrompt(prompt_token_ids=ctx + c) for c in conts], whole, use_tqdm=False)
+    for out, ref, cont in zip(outs, refs, conts, strict=True):
+        score, greedy = forced_scores(out, cont)
+        expected = sum(ref.prompt_logprobs[len(ctx) + i][t].logprob for i, t in enumerate(cont))
+        assert abs(score - expected) < 1e-4 and isinstance(greedy, bool)
+        assert ref.num_cached_tokens == 0  # prompt log-probabilities: never from the cache
+    block = llm.llm_engine.vllm_config.cache_config.block_size
+    assert len(ctx) > 2 * block, (len(ctx), block)
+    cached = [o.num_cached_tokens for o in outs]
+    assert all(n >= len(ctx) - block for n in cached[1:]), (cached, len(ctx), block)  # all but a partial block
+    assert forced_scores(outs[0], conts[1]) is None  # other tokens than were forced: refused, not misread
+
+
+def test_forced_decoding_is_chosen_from_the_installed_vllms_files(monkeypatch, tmp_path):
+    """Trace replay where vLLM has it (0.33 on a GPU), the V1 processor where the V1 runner takes it, nothing
+    where Model Runner V2's processor interface came without trace replay."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from vllm_eval.engine import args, forced
+
+    sample = tmp_path / "vllm" / "v1" / "worker" / "gpu" / "sample"
+    (sample / "logits_processor").mkdir(parents=True)
+    monkeypatch.setattr(args, "on_cpu", lambda: False)
+    found = SimpleNamespace(submodule_search_locations=[str(tmp_path / "vllm")])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: found)
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    assert forced.forced_engine_kwargs() == ("processor", {"logits_processors": [forced.FORCED_PROCESSOR]})
+    (sample / "logits_processor" / "interface.py").write_text("")
+    assert forced.forced_engine_kwargs() == (None, {})
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")  # the V1 runner asked for: it takes the processor
+    assert forced.forced_engine_kwargs()[0] == "processor"
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")
+    (sample / "trace_replay.py").write_text("")
+    assert forced.forced_engine_kwargs() == ("trace_replay", {"enable_trace_replay": True})
+    params = forced.forced_params("trace_replay", [5, 7])
+    assert params.trace_decode_token_ids == [5, 7] and params.max_tokens == 2 and params.ignore_eos
+    monkeypatch.setattr(args, "on_cpu", lambda: True)
+    assert forced.forced_engine_kwargs()[0] == "processor"
+
+
 def test_loglikelihood_scoring_runs_without_parsing(generator, tmp_path):
     res = run_multiple_choice(
         generator, get_generative_task("PangLeePolarity"), scoring="loglikelihood", limit=4, output_dir=tmp_path

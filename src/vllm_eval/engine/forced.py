@@ -7,12 +7,12 @@ instead, its tokens forced one step at a time, gives the same log-probabilities 
 position, vLLM's default ``logprobs_mode="raw_logprobs"``, read before any logits processor), and the context is a
 plain prompt the prefix cache serves: the options of one question share one prefill.
 
-vLLM has this natively from 0.33 on Model Runner V2 (``EngineArgs.enable_trace_replay`` and
+vLLM has this natively from 0.32 on Model Runner V2 (``EngineArgs.enable_trace_replay`` and
 ``SamplingParams.trace_decode_token_ids``: the sampled token is overwritten by the trace's while the logprobs and ranks
 are computed from the unmodified logits; ``vllm/v1/worker/gpu/sample/trace_replay.py``). Elsewhere (the CPU build and
 the V1 runner of earlier GPU releases) :class:`ForcedTokens`, a V1-runner logits processor, leaves only the forced
 token's logit finite, so greedy sampling picks it. A GPU release with Model Runner V2's processor interface and no
-trace replay (0.31, 0.32) gets neither: its requests go as lm-eval sends them.
+trace replay (none of the releases this project runs on) gets neither: its requests go as lm-eval sends them.
 
 Every answer is checked: the tokens the engine returns must be the forced ones (:func:`forced_scores`).
 """
@@ -21,12 +21,32 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FORCE_KEY", "FORCED_PROCESSOR", "ForcedTokens", "forced_engine_kwargs", "forced_params", "forced_score", "forced_scores"]
+__all__ = [
+    "FORCE_KEY",
+    "FORCED_MAX_TOKENS",
+    "FORCED_PROCESSOR",
+    "ForcedTokens",
+    "forced_fits",
+    "forced_engine_kwargs",
+    "forced_params",
+    "forced_score",
+    "forced_scores",
+]
 
 #: ``SamplingParams.extra_args`` key of :class:`ForcedTokens`: the continuation's token ids, in order.
 FORCE_KEY = "vllm_eval_forced"
 #: :class:`ForcedTokens` as vLLM's ``logits_processors`` engine option names it.
 FORCED_PROCESSOR = "vllm_eval.engine.forced:ForcedTokens"
+#: Longest continuation decoded (tokens): each token is one engine step, so a long one (a rolling window over a
+#: whole document, with nothing shared to gain) stays one prefill with ``prompt_logprobs``.
+FORCED_MAX_TOKENS = 128
+
+
+def forced_fits(context: int, continuation: int) -> bool:
+    """Whether a continuation of ``continuation`` tokens after ``context`` tokens is decoded rather than prefilled:
+    after a context of at least one token, more than one token (one is scored at the first generated position) and
+    at most :data:`FORCED_MAX_TOKENS`."""
+    return context >= 1 and 1 < continuation <= FORCED_MAX_TOKENS
 
 
 def _v1_base() -> type:
@@ -84,9 +104,9 @@ class ForcedTokens(_v1_base()):  # type: ignore[misc]
 
 def forced_engine_kwargs() -> tuple[str | None, dict[str, Any]]:
     """How the installed vLLM forces tokens, and the engine options that turn it on: ``("trace_replay",
-    {"enable_trace_replay": True})`` on a GPU release with trace replay (0.33; not with
+    {"enable_trace_replay": True})`` on a GPU release with trace replay (0.32, 0.33; not with
     ``VLLM_USE_V2_MODEL_RUNNER=0``, since it needs Model Runner V2), ``("processor", {"logits_processors":
-    [FORCED_PROCESSOR]})`` on the CPU build and GPU releases whose V1 runner takes V1 processors (0.26-0.30),
+    [FORCED_PROCESSOR]})`` on the CPU build and GPU releases whose V1 runner takes V1 processors (0.26),
     ``(None, {})`` where neither works. Read from vLLM's files, without importing it (a parent of replicas never
     needs vLLM)."""
     import importlib.util
@@ -114,10 +134,12 @@ def forced_params(mode: str, tokens: list[int]) -> Any:
     token's raw log-probability and rank at each (``logprobs=0``)."""
     from vllm import SamplingParams
 
-    force = {"trace_decode_token_ids": list(tokens)} if mode == "trace_replay" else {"extra_args": {FORCE_KEY: list(tokens)}}
-    return SamplingParams(
-        temperature=0, max_tokens=len(tokens), logprobs=0, ignore_eos=True, detokenize=False, **force
+    force = (
+        {"trace_decode_token_ids": list(tokens)}
+        if mode == "trace_replay"
+        else {"extra_args": {FORCE_KEY: list(tokens)}}
     )
+    return SamplingParams(temperature=0, max_tokens=len(tokens), logprobs=0, ignore_eos=True, detokenize=False, **force)
 
 
 def forced_scores(output: Any, tokens: list[int]) -> tuple[float, bool] | None:

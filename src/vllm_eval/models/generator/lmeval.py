@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...engine.forced import forced_params, forced_score
+from ...engine.forced import forced_fits, forced_params, forced_score
 from ...utils.errors import UsageError
 from ...utils.progress import input_bar
 from .vllm import one_token_groups, one_token_params
@@ -248,15 +248,15 @@ class VllmLM(VLLM):
     def _submit_score(self, inputs: list[tuple[list[int], int]]) -> _Pending:
         """Start scoring ``(token ids, context length)`` pairs: one-token continuations one request per context;
         longer ones decoded after their context, their tokens forced (:mod:`vllm_eval.engine.forced`), where the
-        engine can; the rest as lm-eval sends them. ``result()`` of the handle: ``(log-likelihood, is_greedy)``
-        per pair."""
+        engine can and they fit (:func:`~vllm_eval.engine.forced.forced_fits`); the rest as lm-eval sends them.
+        ``result()`` of the handle: ``(log-likelihood, is_greedy)`` per pair."""
         from vllm import SamplingParams
 
         ids, starts = [i for i, _ in inputs], [n for _, n in inputs]
         groups, rest = one_token_groups(ids, starts, [tuple(i[:n]) for i, n in inputs])
         mode = getattr(self.generator, "forced", None)
-        forced = [j for j in rest if mode and 1 <= starts[j] < len(ids[j])]
-        rest = [j for j in rest if not (mode and 1 <= starts[j] < len(ids[j]))]
+        decoded = {j for j in rest if mode and forced_fits(starts[j], len(ids[j]) - starts[j])}
+        forced, rest = [j for j in rest if j in decoded], [j for j in rest if j not in decoded]
         contexts = list(groups)
         futures = []
         if groups:
