@@ -7,7 +7,9 @@
 #     click rapidfuzz whisper-normalizer indic-numtowords more-itertools text2num sacrebleu colorama lxml portalocker \
 #     tabulate lm-eval==0.4.13 evaluate pytablewriter DataProperty mbstrdecoder pathvalidate tabledata tcolorpy \
 #     typepy chardet rouge-score nltk
-# its parts re-split under 48 MB (the working tree travels with each carry, 64 MiB in all), and
+# its parts re-split under 52 MB (the working tree travels with each carry, 64 MiB in all; join them in numeric order,
+# `cat .devstage/p{0..26}/part*`, not the shell's p0 p1 p10 ..., and split the whole into q00, q01 ...; on the device
+# each goes to /root/parts/partNN), and
 # `bash scripts/gpu_lm_eval.sh - stage` (needs `make lm-data`): .devlm holds lm-data, SmolLM2's tokenizer and wheels
 # of sqlitedict and word2number (no wheel on the index); carry it once: mv .devlm /root/lm.
 # On the device, each later call carries .devstage/bin:

@@ -104,6 +104,8 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
         ref = ModelRef.resolve(model, revision)
         #: how the engine forces a continuation's tokens (:mod:`vllm_eval.engine.forced`), None where it cannot
         self.forced, forcing = forced_engine_kwargs() if forced_decoding else (None, {})
+        if forcing.get("logits_processors") and engine_kwargs.get("logits_processors"):  # the user's run as well
+            forcing = {"logits_processors": [*engine_kwargs.pop("logits_processors"), *forcing["logits_processors"]]}
         self.preset = p = resolve_preset(ref.path, "generator", preset)
         self.chat_template = chat_template or (p.chat_template if p else None)
         super().__init__(
@@ -320,7 +322,8 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
             )
             for j, out in zip(forced, outputs, strict=True):
                 scores[j] = forced_score(out, token_ids[j][starts[j] :], self.forced)[0]
-            rest = [j for j in rest if j not in set(forced)]
+            decoded = set(forced)
+            rest = [j for j in rest if j not in decoded]
         if rest:
             params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, seed=seed)
             outputs = self._call(
