@@ -31,6 +31,7 @@ __all__ = [
     "forced_params",
     "forced_score",
     "forced_scores",
+    "split_forced",
 ]
 
 #: ``SamplingParams.extra_args`` key of :class:`ForcedTokens`: the continuation's token ids, in order.
@@ -47,6 +48,15 @@ def forced_fits(context: int, continuation: int) -> bool:
     after a context of at least one token, more than one token (one is scored at the first generated position) and
     at most :data:`FORCED_MAX_TOKENS`."""
     return context >= 1 and 1 < continuation <= FORCED_MAX_TOKENS
+
+
+def split_forced(
+    candidates: list[int], token_ids: list[list[int]], starts: list[int], mode: str | None
+) -> tuple[list[int], list[int]]:
+    """``candidates`` (indices of ``token_ids`` whose continuation starts at ``starts[j]``) split into those decoded
+    after their context (:func:`forced_fits`, where ``mode`` is not None) and the rest, each in the given order."""
+    decoded = {j for j in candidates if mode and forced_fits(starts[j], len(token_ids[j]) - starts[j])}
+    return [j for j in candidates if j in decoded], [j for j in candidates if j not in decoded]
 
 
 def _v1_base() -> type:

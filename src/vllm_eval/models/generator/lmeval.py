@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...engine.forced import forced_fits, forced_params, forced_score
+from ...engine.forced import forced_params, forced_score, split_forced
 from ...utils.errors import UsageError
 from ...utils.progress import input_bar
 from .vllm import one_token_groups, one_token_params
@@ -255,8 +255,7 @@ class VllmLM(VLLM):
         ids, starts = [i for i, _ in inputs], [n for _, n in inputs]
         groups, rest = one_token_groups(ids, starts, [tuple(i[:n]) for i, n in inputs])
         mode = getattr(self.generator, "forced", None)
-        decoded = {j for j in rest if mode and forced_fits(starts[j], len(ids[j]) - starts[j])}
-        forced, rest = [j for j in rest if j in decoded], [j for j in rest if j not in decoded]
+        forced, rest = split_forced(rest, ids, starts, mode)
         contexts = list(groups)
         futures = []
         if groups:

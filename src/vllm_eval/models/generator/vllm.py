@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ...engine.args import backend_engine_kwargs
-from ...engine.forced import forced_engine_kwargs, forced_fits, forced_params, forced_score
+from ...engine.forced import forced_engine_kwargs, forced_params, forced_score, split_forced
 from ...engine.jobs import call_job, generator_info, submit_generate
 from ...utils.errors import UsageError
 from ...utils.modelinfo import ModelRef
@@ -308,10 +308,8 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
                 for j in groups[ctx]:
                     scores[j] = first[token_ids[j][-1]].logprob
         # several tokens after a context, no images: decoded after the context (the prefix cache serves it)
-        can_force = bool(self.shared_context_scoring and self.forced)
-        forced = [
-            j for j in rest if can_force and not shown[j] and forced_fits(starts[j], len(token_ids[j]) - starts[j])
-        ]
+        mode = self.forced if self.shared_context_scoring else None
+        forced, _ = split_forced([j for j in rest if not shown[j]], token_ids, starts, mode)
         if forced:
             outputs = self._call(
                 "generate",
