@@ -19,7 +19,8 @@
 #   setup  installs the two wheels, links lm-data, builds $SHAPE (default qwen3-8b; also qwen3-0.6b) in
 #          /root/models/$SHAPE, bfloat16; $OUT/setup-$SHAPE.txt.
 #   probe  prompt_logprob_cache.py --gpu on /root/models/$SHAPE with $ARGS; $OUT/prompt-logprob-cache-$SHAPE.json.
-#   bench  lm_eval_bench.py --gpu --model /root/models/$SHAPE --work /root/work $ARGS (e.g. --runs ours,vllm --set
+#   bench  (LIMIT: a minute over --timeout, so the driver can stop a run and write its report)
+#          lm_eval_bench.py --gpu --model /root/models/$SHAPE --work /root/work $ARGS (e.g. --runs ours,vllm --set
 #          mmlu:0.05:5 --timeout 500); its report (seconds to exit, to results, of the evaluation; tokens generated
 #          and their rate) in $OUT/bench-$NAME/, logs (ours' vllm-eval.log too) and results files in its files.tar.gz.
 #   hold   as bench, while another process holds $HOLD_GIB GiB of the GPU (default: what a 79.6 GiB H100 lacks), with

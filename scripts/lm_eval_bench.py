@@ -13,7 +13,8 @@ Run from the project root:
 
 ``mmlu``: the 57 subjects, 5-shot, ``--limit 0.05``; ``hellaswag``: ``--limit 500``; ``gsm8k``: 5-shot, ``--limit
 100`` (``--limit`` and ``--num-fewshot`` for others, or per set: ``--set gsm8k:all:5,hellaswag:500:10``).
-``--model`` and ``--engine KEY=VALUE`` (repeatable) point it at another model and engine. Each run's seconds,
+``--model`` and ``--engine KEY=VALUE`` (repeatable) point it at another model and engine; ``--ours KEY=VALUE`` gives
+ours alone an option (``--ours replicas_per_gpu=4``: four engines on each GPU). Each run's seconds,
 metrics and the ratios go to ``<work>/lm_eval_bench.json`` and stdout; its files to ``<work>/<set>-<run>/``.
 
 On a GPU (``--gpu``: bfloat16, no CPU engine options, lm-eval's ``--batch_size auto``), after staging vLLM (the
@@ -235,7 +236,8 @@ def _engines(args) -> dict:
         peer = {**engine, "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
         hf = {"dtype": "float32", "max_length": engine["max_model_len"]}
     extra = dict(kv.split("=", 1) for kv in args.engine)
-    return {"ours": {**engine, **extra}, "vllm": {**peer, **extra}, "hf": hf}
+    ours = dict(kv.split("=", 1) for kv in args.ours)
+    return {"ours": {**engine, **extra, **ours}, "vllm": {**peer, **extra}, "hf": hf}
 
 
 def _row(name: str, options: dict, seconds: dict, metrics: dict, timeout: float) -> dict:
@@ -266,6 +268,7 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--limit", default=None, help="another --limit than the set's (a fraction < 1, or all)")
     parser.add_argument("--num-fewshot", type=int, default=None, help="another --num-fewshot than the set's")
     parser.add_argument("--engine", action="append", default=[], help="KEY=VALUE engine option for both vLLM runs")
+    parser.add_argument("--ours", action="append", default=[], help="KEY=VALUE of ours alone (replicas_per_gpu=4)")
     parser.add_argument("--gpu", action="store_true", help="GPU engine options (bfloat16, lm-eval's defaults)")
     parser.add_argument("--warm", action="store_true", help="each runner once at --limit 1 first, untimed")
     parser.add_argument("--timeout", type=float, default=7200.0, help="seconds a run may take")
