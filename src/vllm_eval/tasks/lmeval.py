@@ -53,8 +53,10 @@ def task_manager(include_path: str | os.PathLike | list | None = None) -> Any:
 
     logging.getLogger("lm_eval.tasks._index").addFilter(_quiet_overrides)
     key = tuple((os.path.abspath(p), _mtimes(p)) for p in paths)
-    if key not in _INDEXED:  # lm-eval reads its ~14,000 YAMLs (~10 s on one core): once per process
-        _INDEXED[key] = _Loaded(include_path=[os.fspath(p) for p in paths] or None)
+    if key not in _INDEXED:  # the wheel's ~14,000 YAMLs from the cache folder (lmeval_index), the include path's parsed
+        from .lmeval_index import build_manager
+
+        _INDEXED[key] = build_manager(_Loaded, [os.fspath(p) for p in paths])
     from lm_eval.tasks._factory import TaskFactory
 
     manager = copy.copy(_INDEXED[key])  # the index is read-only; what loads tasks is the manager's own
