@@ -4,12 +4,21 @@ servers start side by side once for the module: most of a start is one interpret
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from vllm_eval.utils.errors import UsageError
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+        reason="four `vllm serve` starts, 63-76 s of setup: the CI's 30 minutes; the HTTP path is tested on served "
+        "embedders, rerankers and generators (test_remote). VLLMEVAL_FULL_TESTS=1 runs it",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
