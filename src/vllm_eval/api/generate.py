@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from ..tasks import split_names
+from ..tasks.eva import find_eva_task
 from ..tasks.generative import LM_EVAL_ALIASES, is_own_task
 from ..utils.errors import UsageError
 from ..utils.timeline import phase
 from .checks import chat_template, check_model_argument, open_cache, require_model, resolve_model, task_output_dirs
 from .command_sweep import sweepable
+from .eva_tasks import EVA_OPTIONS, run_eva
 from .lm_eval_tasks import EVALUATE_OPTIONS, MODEL_OPTIONS
 from .session import Session, prepare, split_options
 
@@ -83,7 +85,11 @@ class GenerationResult:
             from ..tasks.lmeval import main_scores
 
             return {name: value for name, _, value, _ in main_scores(self.lm_eval["results"])}
-        return {t: r["metrics"]["accuracy"] for t, r in self.results.items() if t not in self.errors}
+        return {
+            t: r["main_score"]["value"] if "main_score" in r else r["metrics"]["accuracy"]
+            for t, r in self.results.items()
+            if t not in self.errors
+        }
 
 
 @sweepable("generate")
@@ -164,8 +170,12 @@ def generate(
     check_model_argument(model)
     lm_options = {k: v for k in LM_EVAL_KEYWORDS if (v := options.pop(k, None)) is not None}
     names = None if tasks is None or data is not None else split_names(tasks)
+    given = (temperature, top_p, top_k, max_tokens, sampling_seed)
+    sampling = {name: v for name, v in zip(SAMPLING, given, strict=True) if v is not None}
+    call = dict(backend=backend, limit=limit, output_dir=output_dir, verbose=verbose, started=started)
+    if eva_tasks := _eva_tasks(names, options):
+        return _eva(model, eva_tasks, call, (sampling, (cache_dir, no_cache), show_progress), lm_options, options)
     if names and not all(is_own_task(n) for n in names):
-        call = dict(backend=backend, limit=limit, output_dir=output_dir, verbose=verbose, started=started)
         return _lm_eval(model, names, call, lm_options, options, (cache_dir, no_cache), show_progress)  # lm-eval's
     if lm_options:
         raise UsageError(f"{', '.join(sorted(lm_options))}: lm-eval's options, for lm-eval's tasks only")
@@ -180,11 +190,34 @@ def generate(
         resolved = resolve_model(model, session.spec.remote)
     _check_capabilities(backend, scoring, session.spec.cls, selected)
     outputs = task_output_dirs(session.output_dir, "generate", selected)
-    given = (temperature, top_p, top_k, max_tokens, sampling_seed)
-    sampling = {name: v for name, v in zip(SAMPLING, given, strict=True) if v is not None}
     how = dict(answer_format=answer_format, scoring=scoring, letters=letters, reasoning=reasoning)
     how.update(limit=limit, max_missing=max_missing)
     return _run(session, resolved, selected, outputs, sampling, (cache_dir, no_cache), show_progress, how)
+
+
+def _eva_tasks(names: list[str] | None, options: dict[str, Any]) -> list[Any]:
+    """The eva tasks among ``names`` (with a None for each other name), or [] when there are none; eva's options
+    (:data:`~vllm_eval.api.eva_tasks.EVA_OPTIONS`) are refused without them."""
+    found = [find_eva_task(n) for n in names or ()]
+    if not any(found):
+        given = sorted(k for k in EVA_OPTIONS if options.get(k) is not None)
+        if given:
+            raise UsageError(f"{', '.join(given)}: options of eva's tasks (eva.PatchCamelyon ...) only")
+        for k in EVA_OPTIONS:
+            options.pop(k, None)
+        return []
+    return found
+
+
+def _eva(model: Any, tasks: list[Any], call: dict, run: tuple, lm_options: dict, options: dict) -> Any:
+    """eva's tasks (:func:`~vllm_eval.api.eva_tasks.run_eva`), in a call of their own."""
+    if not all(tasks):
+        raise UsageError("eva's tasks (eva.PatchCamelyon ...) run in a call of their own, without other tasks")
+    if lm_options:
+        raise UsageError(f"{', '.join(sorted(lm_options))}: lm-eval's options, for lm-eval's tasks only")
+    call.update(prepare_session=_prepare, result_cls=GenerationResult, options=options)
+    call.update(sampling=run[0], cache_at=run[1], show_progress=run[2])
+    return run_eva(model, tasks, **call)
 
 
 def _lm_eval(

@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from ...api.eva_tasks import EVA_OPTIONS
 from ...api.generate import ANSWER_FORMATS, BACKEND_OPTIONS, LM_EVAL_KEYWORDS, SCORINGS
 from ..base import Command, Context
 from ..options import (
@@ -53,6 +54,7 @@ _CALL_FLAGS = (
     "no_cache",
     "verbose",
     *LM_EVAL_KEYWORDS,
+    *EVA_OPTIONS,
 )
 
 
@@ -134,6 +136,7 @@ class GenerateCommand(Command):
         samp.add_argument("--max-tokens", type=positive_int, default=None, help="default 256")
         samp.add_argument("--sampling-seed", dest="sampling_seed", type=integer, default=None)
         _add_lm_eval_flags(parser)
+        _add_eva_flags(parser)
         add_remote_flags(parser, "/v1/chat/completions")
         add_scale_flags(parser)
         add_engine_flags(parser)
@@ -160,6 +163,13 @@ class GenerateCommand(Command):
 
 
 def _print_result(args: argparse.Namespace, task: str, results: dict[str, Any], out: Any) -> None:
+    if "main_score" in results:  # eva's task: eva's metrics, mean over its runs
+        for split, stats in results["metrics"].items():
+            for row in stats:
+                line = "  ".join(f"{k.split('/')[-1]} {v['mean']:.4f}" for k, v in row.items())
+                print(f"{task} {split} (n={results['n_samples'][split]}, {results['config']['n_runs']} run(s)): {line}")
+        print(f"results: {out}/results.json (eva's metrics), {out}/samples.jsonl")
+        return
     m = results["metrics"]
     fmt = f", {args.answer_format}" if args.scoring == "generate" else ""
     cut = f" (reasoning unfinished {int(m['reasoning_unfinished'])})" if m.get("reasoning_unfinished") else ""
@@ -207,6 +217,21 @@ def _add_lm_eval_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--add-bos-token", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--prefix-token-id", type=integer, default=None, help="the token an empty context is scored after")
     g.add_argument("--truncation-side", choices=["left", "right", "middle"], default=None)
+
+
+def _add_eva_flags(parser: argparse.ArgumentParser) -> None:
+    """eva's settings (its environment variables' names in its configs), for eva's tasks."""
+    g = parser.add_argument_group("kaiko-eva's tasks (eva.PatchCamelyon, eva.PathMMUAtlas, eva.PubMedQA, eva.QuiltVQA)")
+    g.add_argument(
+        "--data-root",
+        default=None,
+        help="eva's DATA_ROOT: a folder holding each task's folder (patch_camelyon, path_mmu_atlas, pubmedqa, "
+        "quilt_vqa) or one task's files (default .data)",
+    )
+    g.add_argument("--judge-model", default=None, help="Quilt-VQA's judge, run here after the model")
+    g.add_argument("--judge-endpoint", default=None, help="Quilt-VQA's judge, a served /v1/chat/completions")
+    g.add_argument("--missing-limit", type=nonneg_int, default=None, help="eva's MISSING_LIMIT (default 5)")
+    g.add_argument("--n-runs", type=positive_int, default=None, help="eva's N_RUNS (default: the task config's)")
 
 
 def _print_lm_eval(ran: dict[str, Any]) -> None:

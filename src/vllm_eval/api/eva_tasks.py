@@ -1,0 +1,169 @@
+"""kaiko-eva's tasks (``eva.PatchCamelyon``, ``eva.PathMMUAtlas``, ``eva.PubMedQA``, ``eva.QuiltVQA``) in
+``generate``: every task's files read and sampled before the model starts, all its requests in flight at once, then
+eva's extraction, metrics and ``results.json`` (:mod:`vllm_eval.tasks.eva`). Quilt-VQA's judge is a second model,
+started after the first is shut down (this project's engine, ``judge_model=``) or served (``judge_endpoint=``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..utils.errors import MissingAnswersError, UsageError
+
+#: ``generate`` keywords for eva's tasks only.
+EVA_OPTIONS = ("data_root", "judge_model", "judge_endpoint", "missing_limit", "n_runs")
+
+
+def eva_sampling(given: dict[str, Any]) -> dict[str, Any]:
+    """eva's ``VllmModel`` sampling (temperature 0, top_p 1, top_k -1, ``max_tokens`` eva's ``MAX_NEW_TOKENS``),
+    under the user's values."""
+    from ..tasks.eva_data import eva_templates
+
+    eva_templates()  # litellm's local cost map before eva.language imports
+    from eva.language.models.constants import MAX_NEW_TOKENS
+
+    return {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_tokens": MAX_NEW_TOKENS, **given}
+
+
+class EvaJudge:
+    """eva's judge-model protocol over a generator backend: called with eva's ``TextBatch`` (``text``: one message
+    series per prompt), returns ``{"generated_text": [str, ...]}``, as eva's model wrappers do."""
+
+    def __init__(self, generator: Any) -> None:
+        self.generator = generator
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, batch: Any) -> dict[str, list[str]]:
+        texts = ["\n".join(str(m.content) for m in series) for series in batch.text]
+        outs = self.generator.generate(((t, ()) for t in texts), total=len(texts))
+        self.calls.extend({"prompt": g.prompt, "output": g.output} for g in outs)
+        return {"generated_text": [g.output for g in outs]}
+
+
+def run_eva(
+    model: Any,
+    tasks: list[Any],
+    *,
+    prepare_session: Callable[..., Any],
+    result_cls: type,
+    backend: str,
+    limit: int | None,
+    sampling: dict[str, Any],
+    output_dir: Any,
+    cache_at: tuple[Any, bool],
+    show_progress: bool,
+    verbose: bool,
+    started: float | None,
+    options: dict[str, Any],
+) -> Any:
+    """Run eva's ``tasks`` (:class:`~vllm_eval.tasks.eva.EvaTask`) on ``model``; see :func:`vllm_eval.generate`.
+
+    Raises:
+        DataUnavailableError: a task's file is missing (before any model starts).
+        UsageError: a free-form task without a judge, both judges, a bad option.
+    """
+    from ..tasks import eva
+    from ..utils.timeline import phase
+    from .checks import open_cache, require_model, resolve_model, task_output_dirs
+
+    data_root = options.pop("data_root", None)
+    judge_model, judge_endpoint = options.pop("judge_model", None), options.pop("judge_endpoint", None)
+    missing_limit, n_runs = options.pop("missing_limit", None), options.pop("n_runs", None)
+    if judge_model and judge_endpoint:
+        raise UsageError("give --judge-model or --judge-endpoint, not both")
+    free = [t.name for t in tasks if t.free_form]
+    if free and not (judge_model or judge_endpoint):
+        raise UsageError(
+            f"{', '.join(free)}: scored by an LLM judge (eva's GEvalCorrectness): give --judge-model "
+            "MODEL (run here after the model) or --judge-endpoint URL (a served one)"
+        )
+    options.setdefault("image_position", "after")  # eva's VllmModel: images after the text unless its model says
+    with phase("tasks"):
+        prepared = [
+            eva.prepare(
+                t,
+                data_root,
+                num_samples=limit,
+                missing_limit=5 if missing_limit is None else missing_limit,
+                n_runs=n_runs,
+            )
+            for t in tasks
+        ]
+    with phase("imports"):
+        session = prepare_session(backend, options, output_dir, verbose, started)
+    with phase("model"):
+        model = None if model is None else os.fspath(model)
+        require_model(model, session.spec.remote)
+        resolved = resolve_model(model, session.spec.remote)
+    outputs = task_output_dirs(session.output_dir, "generate", tasks)
+    cache = open_cache(*cache_at)
+    internal = {"sampling": eva_sampling(sampling), "show_progress_bar": show_progress}
+    if any(t.modality == "image" for t in tasks):
+        internal["max_images_per_prompt"] = 1
+    generated: dict[str, tuple[list[str], list[str]]] = {}
+    try:
+        with session.spec.load(resolved, **internal) as generator:
+            generator.use_cache(cache)
+            name, engine_kwargs = generator.model, getattr(generator, "engine_kwargs", None)
+            for p in prepared:
+                generator.system_prompt = p.task.system_prompt  # the config's, part of the cache's identity
+                gens = generator.generate(p.requests(), total=p.size)
+                generated[p.task.name] = ([g.output for g in gens], [g.prompt for g in gens])
+            position = generator.image_position
+        judge = _judge(prepare_session, judge_model, judge_endpoint, backend, show_progress, verbose, started, free)
+        results, errors = _score_all(prepared, generated, judge, outputs, name, engine_kwargs, position)
+    finally:
+        if cache is not None:
+            cache.close()
+    return result_cls(
+        results=results,
+        model_name=name,
+        backend=session.spec.name,
+        output_dirs={t.name: Path(out) for t, out in zip(tasks, outputs, strict=True)},
+        errors=errors,
+        cache=cache,
+    )
+
+
+def _judge(prepare_session, judge_model, judge_endpoint, backend, show_progress, verbose, started, free) -> Any:
+    """The judge's generator, started now (the model under test is shut down), as a context manager; None when
+    no task needs one."""
+    if not free:
+        return None
+    judge_backend = "remote" if judge_endpoint else backend
+    opts = {"endpoint": judge_endpoint} if judge_endpoint else {}
+    session = prepare_session(judge_backend, opts, None, verbose, started)
+    from .checks import resolve_model
+
+    resolved = resolve_model(judge_model, session.spec.remote)
+    return session.spec.load(resolved, sampling=eva_sampling({}), show_progress_bar=show_progress)
+
+
+def _score_all(prepared, generated, judge_cm, outputs, name, engine_kwargs, position) -> tuple[dict, dict]:
+    from ..tasks import eva
+
+    results: dict[str, dict[str, Any]] = {}
+    errors: dict[str, str] = {}
+
+    def one(p: Any, out: str, judge: Any) -> None:
+        texts, prompts = generated[p.task.name]
+        extra = {"model": name, "engine_kwargs": engine_kwargs, "image_position": position}
+        try:
+            results[p.task.name] = eva.score(p, texts, judge=judge, output_dir=out, extra=extra, prompts=prompts)
+        except MissingAnswersError as exc:  # the files are written; the other tasks still run
+            errors[p.task.name] = str(exc)
+            results[p.task.name] = json.loads((Path(out) / "results.json").read_text())
+
+    for p, out in zip(prepared, outputs, strict=True):
+        if not p.task.free_form:
+            one(p, out, None)
+    if judge_cm is not None:
+        with judge_cm as judge_generator:
+            for p, out in zip(prepared, outputs, strict=True):
+                if p.task.free_form:
+                    one(p, out, EvaJudge(judge_generator))
+    return results, errors

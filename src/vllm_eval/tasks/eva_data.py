@@ -1,0 +1,232 @@
+"""kaiko-eva's pathology datasets read from eva's own on-disk layouts, with eva's prompts and targets.
+
+One reader per layout, each an eva split: ``len()``, ``load_target(i)`` (what eva's samplers read), ``prompt(i)``
+(the user message eva renders) and ``images(i)`` (PIL images, as eva hands them to vLLM):
+
+* PatchCamelyon: ``<root>/camelyonpatch_level_2_split_{valid,test}_{x,y}.h5`` (uncompressed; ``x`` (N, 96, 96, 3)
+  uint8, ``y`` (N, 1, 1, 1) 0/1), from https://zenodo.org/records/2546921 (CC0).
+* PathMMU Atlas: ``<root>/path_mmu_hf/data.json`` (``["Atlas"][split]``: question, options, answer "B) ...",
+  source_img) and the ARCH book set's images under ``<root>/arch/`` (CC-BY-ND-4.0 and CC-BY-NC-SA-4.0).
+* PubMedQA: ``<root>/<split>``, a ``datasets.save_to_disk`` folder of PQA-L fold 0 (bigbio/pubmed_qa; MIT),
+  read by eva's own :class:`eva.language.data.datasets.PubMedQA`.
+* Quilt-VQA: ``<root>/test`` (or ``<root>``), a ``save_to_disk`` folder of wisdomik/Quilt_VQA (CC-BY-NC-ND-3.0).
+
+The prompt of each sample is rendered by eva's code: its prompt templates with each dataset class's own render
+kwargs, and PathMMU's and Quilt-VQA's ``load_text``/``load_target`` run as eva wrote them
+(:mod:`vllm_eval.utils.eva_source` where the class cannot be imported). A missing file is named in one line with
+where it comes from, before any engine starts. eva's loguru messages are off unless ``VLLMEVAL_EVA_LOGS`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from ..utils.errors import DataUnavailableError, UsageError
+from ..utils.eva_source import class_attribute, class_function
+
+PCAM = "multimodal/data/datasets/multiple_choice/patch_camelyon.py"
+PCAM_VISION = "vision/data/datasets/classification/patch_camelyon.py"
+PATH_MMU = "multimodal/data/datasets/multiple_choice/path_mmu_atlas.py"
+QUILT = "multimodal/data/datasets/free_form/quilt_vqa.py"
+
+
+def eva_templates() -> Any:
+    """``eva.language.prompts.templates`` (imports without torchvision); litellm's cost map is read locally, so
+    the import makes no network call."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from eva.language.prompts import templates
+    from loguru import logger
+
+    if not os.environ.get("VLLMEVAL_EVA_LOGS"):  # eva's per-answer warnings; samples.jsonl keeps every answer
+        logger.disable("eva")
+
+    return templates
+
+
+def _missing(path: Path, task: str, source: str) -> DataUnavailableError:
+    return DataUnavailableError(f"{task}: no {path} (eva's layout: {source})")
+
+
+class PatchCamelyonSplit:
+    """One split of PatchCamelyon in eva's HDF5 layout, prompted as eva's multimodal ``PatchCamelyon``.
+
+    Args:
+        root: the folder of the ``.h5`` files. split: ``val`` or ``test`` (``val`` reads the ``valid`` files).
+        answer_format: eva's ``ANSWER_FORMAT`` (``json``, ``xml``, ``boxed``, ``raw``).
+
+    Raises:
+        DataUnavailableError: a file of the split is missing (named). UsageError: a file that is not eva's layout.
+    """
+
+    def __init__(self, root: str | Path, split: str, answer_format: str = "json") -> None:
+        import h5py
+
+        h5_file = class_function(PCAM_VISION, "PatchCamelyon", "_h5_file")
+        this = SimpleNamespace(_root=str(root), _split=split)
+        self.split = split
+        self.x_path, y_path = Path(h5_file(this, "x")), Path(h5_file(this, "y"))
+        for path in (self.x_path, y_path):
+            if not path.is_file():
+                raise _missing(
+                    path, "PatchCamelyon", "the uncompressed HDF5 files of https://zenodo.org/records/2546921"
+                )
+        try:
+            with h5py.File(y_path, "r") as fh:
+                self.targets = [int(v) for v in fh["y"][:].reshape(-1)]
+            self._x = h5py.File(self.x_path, "r")["x"]
+        except (OSError, KeyError) as exc:
+            raise UsageError(f"PatchCamelyon: {y_path} or {self.x_path} is not eva's HDF5 layout ({exc})") from None
+        if self._x.shape[0] != len(self.targets) or tuple(self._x.shape[1:]) != (96, 96, 3):
+            raise UsageError(
+                f"PatchCamelyon: {self.x_path} holds {tuple(self._x.shape)}, not ({len(self.targets)}, 96, 96, 3)"
+            )
+        template = eva_templates().MultipleChoicePromptTemplate(answer_format=answer_format)
+        self.text = template.render(**class_attribute(PCAM, "PatchCamelyon", "_default_render_kwargs"))
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def load_target(self, index: int) -> int:
+        return self.targets[index]
+
+    def prompt(self, index: int) -> str:
+        return self.text
+
+    def images(self, index: int) -> list[Any]:
+        from PIL import Image
+
+        return [Image.fromarray(self._x[index])]
+
+
+class PathMMUAtlasSplit:
+    """One split of PathMMU's Atlas subset (``val``, ``test``, ``test_tiny``), prompted by eva's ``PathMMUAtlas``
+    code (its option-letter stripping, its template and render kwargs).
+
+    Raises:
+        DataUnavailableError: ``data.json`` or an image is missing (named). UsageError: no such split in it.
+    """
+
+    def __init__(self, root: str | Path, split: str, answer_format: str = "json") -> None:
+        root = Path(root)
+        data_json = root / "path_mmu_hf" / "data.json"
+        if not data_json.is_file():
+            raise _missing(data_json, "PathMMUAtlas", "data.json of the hub dataset jamessyx/PathMMU")
+        try:
+            atlas = json.loads(data_json.read_text(encoding="utf-8"))["Atlas"]
+            samples = atlas[split]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"PathMMUAtlas: {data_json} has no Atlas split {split!r} ({exc!r})") from None
+        self.split, self.arch = split, root / "arch"
+        for i, s in enumerate(samples):
+            image = self.arch / str(s.get("source_img", "")) if isinstance(s, dict) else None
+            if image is None or not image.is_file():
+                raise _missing(
+                    image or data_json, "PathMMUAtlas", f"image of Atlas {split} sample {i}: the ARCH book set"
+                )
+        templates = eva_templates()
+        self._eva = SimpleNamespace(
+            _samples=samples,
+            _prompt_template=templates.MultipleChoicePromptTemplate(answer_format=answer_format),
+            _prompt_render_kwargs=dict(class_attribute(PATH_MMU, "PathMMUAtlas", "_default_render_kwargs")),
+            class_to_idx={c: i for i, c in enumerate("ABCDE")},
+            _strip_letter_prefix=class_function(PATH_MMU, "PathMMUAtlas", "_strip_letter_prefix"),
+        )
+        self._load_text = class_function(PATH_MMU, "PathMMUAtlas", "load_text")
+        self._load_target = class_function(PATH_MMU, "PathMMUAtlas", "load_target")
+
+    def __len__(self) -> int:
+        return len(self._eva._samples)
+
+    def load_target(self, index: int) -> int:
+        try:
+            return int(self._load_target(self._eva, index))
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise UsageError(f"PathMMUAtlas: Atlas {self.split} sample {index}: {exc}") from None
+
+    def prompt(self, index: int) -> str:
+        return str(self._load_text(self._eva, index)[0].content)
+
+    def images(self, index: int) -> list[Any]:
+        from PIL import Image
+
+        with Image.open(self.arch / self._eva._samples[index]["source_img"]) as im:
+            return [im.convert("RGB")]
+
+
+class PubMedQASplit:
+    """One split of PubMedQA (PQA-L fold 0) through eva's own ``PubMedQA`` dataset class.
+
+    Raises:
+        DataUnavailableError: ``<root>/<split>`` is missing.
+    """
+
+    def __init__(self, root: str | Path, split: str, answer_format: str = "json") -> None:
+        folder = Path(root) / split
+        if not (folder / "dataset_info.json").is_file():
+            raise _missing(folder, "PubMedQA", "a datasets.save_to_disk folder of bigbio/pubmed_qa, PQA-L fold 0")
+        templates = eva_templates()
+        from eva.language.data.datasets import PubMedQA
+
+        self.split = split
+        self._eva = PubMedQA(
+            root=str(root), split=split, prompt_template=templates.MultipleChoicePromptTemplate(answer_format)
+        )
+        try:
+            self._eva.prepare_data()
+        except RuntimeError as exc:
+            raise UsageError(f"PubMedQA: {folder}: {' '.join(str(exc).split())}") from None
+
+    def __len__(self) -> int:
+        return len(self._eva)
+
+    def load_target(self, index: int) -> int:
+        return int(self._eva.load_target(index))
+
+    def prompt(self, index: int) -> str:
+        return str(self._eva.load_text(index)[0].content)
+
+    def images(self, index: int) -> list[Any]:
+        return []
+
+
+class QuiltVQASplit:
+    """Quilt-VQA's test split (free form), prompted by eva's ``QuiltVQA.load_text`` with its template.
+
+    Raises:
+        DataUnavailableError: no ``save_to_disk`` folder at ``<root>/test`` or ``<root>``.
+    """
+
+    def __init__(self, root: str | Path, split: str = "test", answer_format: str = "raw") -> None:
+        from datasets import load_from_disk
+
+        root = Path(root)
+        folder = root / "test" if (root / "test").exists() else root
+        if not (folder / "dataset_info.json").is_file():
+            raise _missing(folder, "QuiltVQA", "a datasets.save_to_disk folder of the hub dataset wisdomik/Quilt_VQA")
+        templates = eva_templates()
+        self.split = split
+        self._eva = SimpleNamespace(
+            dataset=load_from_disk(str(folder)),
+            prompt_template=class_attribute(QUILT, "QuiltVQA", "_default_prompt_template", {"templates": templates}),
+            prompt_render_kwargs=class_attribute(QUILT, "QuiltVQA", "_default_render_kwargs"),
+        )
+        missing = {"question", "answer", "image"} - set(self._eva.dataset.column_names)
+        if missing:
+            raise UsageError(f"QuiltVQA: {folder} has no column(s) {', '.join(sorted(missing))}")
+        self._load_text = class_function(QUILT, "QuiltVQA", "load_text")
+
+    def __len__(self) -> int:
+        return len(self._eva.dataset)
+
+    def load_target(self, index: int) -> str:
+        return str(self._eva.dataset[index]["answer"])
+
+    def prompt(self, index: int) -> str:
+        return str(self._load_text(self._eva, index)[0].content)
+
+    def images(self, index: int) -> list[Any]:
+        return [self._eva.dataset[index]["image"]]

@@ -1,0 +1,210 @@
+"""kaiko-eva's tasks: files in eva's layouts, eva's prompts rendered by eva's own code, one engine run of the three
+multiple-choice tasks through ``vllm_eval.generate`` with eva's extraction, missing-answer rule, metrics and result
+format, and the one-line errors of missing files."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("eva", reason="kaiko-eva is not installed: pip install 'vllm-eval[eva]'")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from vllm_eval.testing.eva_data import (  # noqa: E402
+    build_patch_camelyon,
+    build_path_mmu_atlas,
+    build_pubmedqa,
+)
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eva-data")
+    build_patch_camelyon(root / "patch_camelyon", per_class=4)
+    build_path_mmu_atlas(root / "path_mmu_atlas", n=4)
+    build_pubmedqa(root / "pubmedqa", n=6)
+    return root
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    from vllm_eval.testing import build_tiny_idefics3
+
+    return build_tiny_idefics3(tmp_path_factory.mktemp("models") / "tiny-idefics3")
+
+
+@pytest.fixture(scope="module")
+def ran(model, data_root, tmp_path_factory):
+    """One engine: the three multiple-choice tasks, 2 samples a split (PatchCamelyon: 2 a class), 8 tokens."""
+    import vllm_eval
+
+    out = tmp_path_factory.mktemp("eva-out")
+    result = vllm_eval.generate(
+        str(model),
+        "eva.PatchCamelyon,PathMMUAtlas,eva.PubMedQA",
+        data_root=str(data_root),
+        limit=2,
+        max_tokens=8,
+        output_dir=str(out),
+        no_cache=True,
+        max_model_len=2048,
+        show_progress=False,
+    )
+    return result, out
+
+
+def _render_class():
+    from vllm_eval.models.generator.base import GeneratorBase
+
+    class Render(GeneratorBase):  # our message building, without an engine
+        def image_part(self, image):
+            return {"type": "image"}
+
+        def render(self, text, images=(), **template_kwargs):
+            raise AssertionError("no engine here")
+
+        def _generate_chunk(self, chunk, offset):
+            raise AssertionError("no engine here")
+
+    return Render
+
+
+def _Render(**kwargs):  # noqa: N802
+    return _render_class()(**kwargs)
+
+
+def test_balanced_sampler_is_evas(data_root):
+    from vllm_eval.tasks.eva import get_eva_task, prepare
+
+    prepared = prepare(get_eva_task("PatchCamelyon"), data_root, num_samples=3)
+    for split in ("val", "test"):
+        targets = [prepared.splits[split].load_target(i) for i in prepared.order[split]]
+        assert sorted(targets) == [0, 0, 0, 1, 1, 1]
+    with pytest.raises(Exception, match="Class .* has only 4 samples"):
+        prepare(get_eva_task("eva.PatchCamelyon"), data_root)  # eva's 250 a class
+
+
+def test_prompts_are_rendered_by_evas_code(model, data_root):
+    """Our user turn and chat rendering against eva's: its language VllmModel.format_inputs for PubMedQA, and its
+    multimodal format_huggingface_message (images after the text) for the image tasks, with the model's template."""
+    from eva.language import utils as language_utils
+    from eva.language.data.datasets import PubMedQA
+    from eva.language.data.messages import MessageSeries, Role, SystemMessage, UserMessage
+    from eva.language.models.typings import TextBatch
+    from eva.language.models.wrappers.vllm import VllmModel
+    from eva.language.prompts.templates import MultipleChoicePromptTemplate
+    from transformers import AutoTokenizer
+
+    from vllm_eval.tasks.eva import get_eva_task, prepare
+    from vllm_eval.utils.eva_source import module_function
+
+    eva_model = VllmModel(str(model))
+    eva_model.tokenizer = eva_model.load_tokenizer()
+    pub = PubMedQA(root=str(data_root / "pubmedqa"), split="test", prompt_template=MultipleChoicePromptTemplate("json"))
+    pub.prepare_data()
+    ours = prepare(get_eva_task("eva.PubMedQA"), data_root)
+    assert [ours.splits["test"].prompt(i) for i in range(6)] == [pub.load_text(i)[0].content for i in range(6)]
+    rendered = eva_model.format_inputs(TextBatch(text=[pub.load_text(i) for i in range(6)], target=None, metadata=None))
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    plain = _Render(model=str(model))
+    assert [r["prompt"] for r in rendered] == [
+        tokenizer.apply_chat_template(
+            plain.messages(ours.splits["test"].prompt(i)), tokenize=False, add_generation_prompt=True
+        )
+        for i in range(6)
+    ]
+    fmt = module_function(
+        "multimodal/utils/text/messages.py",
+        "format_huggingface_message",
+        {"language_utils": language_utils, "Role": Role, "MessageSeries": MessageSeries},
+    )
+    for name, system in (("PathMMUAtlas", True), ("PatchCamelyon", False)):
+        task = get_eva_task(name)
+        prepared = prepare(task, data_root, num_samples=2)
+        text = prepared.splits["test"].prompt(prepared.order["test"][0])
+        assert "IMPORTANT: Provide your final answer within a valid JSON object" in text
+        messages = ([SystemMessage(content=task.system_prompt)] if system else []) + [UserMessage(content=text)]
+        eva_prompt = tokenizer.apply_chat_template(
+            fmt(messages, images=[object()], image_position="after_text"), tokenize=False, add_generation_prompt=True
+        )
+        ours = _Render(model=str(model), system_prompt=task.system_prompt, image_position="after")
+        assert (
+            tokenizer.apply_chat_template(
+                ours.messages(text, [object()], placeholders=True), tokenize=False, add_generation_prompt=True
+            )
+            == eva_prompt
+        )
+
+
+def test_path_mmu_options_lose_their_letters_as_eva_strips_them(data_root):
+    from vllm_eval.tasks.eva import get_eva_task, prepare
+
+    prepared = prepare(get_eva_task("eva.PathMMUAtlas"), data_root)
+    text = prepared.splits["val"].prompt(0)
+    assert "A. tissue type 0" in text and "A) tissue" not in text
+    data = json.loads((data_root / "path_mmu_atlas" / "path_mmu_hf" / "data.json").read_text())
+    assert prepared.splits["val"].load_target(0) == "ABCDE".index(data["Atlas"]["val"][0]["answer"][0])
+
+
+@pytest.mark.parametrize(
+    ("task", "remove", "named"),
+    [
+        ("eva.PatchCamelyon", "patch_camelyon/camelyonpatch_level_2_split_test_y.h5", "zenodo.org/records/2546921"),
+        ("eva.PathMMUAtlas", "path_mmu_atlas/path_mmu_hf/data.json", "jamessyx/PathMMU"),
+        ("eva.PubMedQA", "pubmedqa/val/dataset_info.json", "bigbio/pubmed_qa"),
+    ],
+)
+def test_a_missing_file_is_named_with_its_source(tmp_path, task, remove, named):
+    import vllm_eval
+    from vllm_eval.utils.errors import DataUnavailableError
+
+    build_patch_camelyon(tmp_path / "patch_camelyon", per_class=1)
+    build_path_mmu_atlas(tmp_path / "path_mmu_atlas", n=1)
+    build_pubmedqa(tmp_path / "pubmedqa", n=1)
+    (tmp_path / remove).unlink()
+    with pytest.raises(DataUnavailableError) as info:
+        vllm_eval.generate("no-such-model-is-loaded", task, data_root=str(tmp_path))  # before any model starts
+    msg = str(info.value)
+    assert "\n" not in msg and str(tmp_path / remove).rsplit("/", 1)[0] in msg and named in msg
+
+
+def test_three_tasks_in_one_engine_with_evas_rules(ran):
+    result, out = ran
+    pcam = json.loads((out / "eva.PatchCamelyon" / "results.json").read_text())
+    # A random tiny model answers no JSON: PatchCamelyon's 8 answers pass eva's limit of 5 and the task stops.
+    assert "eva.PatchCamelyon" in result.errors and "eva stopped the task" in pcam["error"]
+    assert pcam["n_samples"] == {"val": 4, "test": 4}
+    for name in ("eva.PathMMUAtlas", "eva.PubMedQA"):
+        r = result.results[name]
+        assert name not in result.errors
+        assert set(r["metrics"]) == {"val", "test"} and r["n_samples"] == {"val": 2, "test": 2}
+        stats = r["metrics"]["test"][0]
+        assert set(stats) == {f"test/Multiclass{m}" for m in ("Accuracy", "F1Score", "Precision", "Recall")}
+        assert stats["test/MulticlassAccuracy"]["values"] == [stats["test/MulticlassAccuracy"]["mean"]]
+        assert result.scores[name] == r["main_score"]["value"]
+        rows = [json.loads(line) for line in (out / name / "samples.jsonl").read_text().splitlines()]
+        assert len(rows) == 4 and all(row["output"] is not None for row in rows)
+    pub = result.results["eva.PubMedQA"]
+    assert all(s["parsed"] == 2 for s in pub["samples"])  # no JSON answer: eva's missing answer, "maybe"'s class
+    mmu = result.results["eva.PathMMUAtlas"]
+    assert all(s["parsed"] == -1 for s in mmu["samples"]) and mmu["config"]["system_prompt"].startswith("In the")
+    assert "pathology expert" in mmu["samples"][0]["prompt"]
+
+
+def test_evas_metrics_of_our_outputs(data_root):
+    """Given answers, the scores are eva's: its extractor and torchmetrics' macro accuracy, recorded as eva does."""
+    from vllm_eval.tasks.eva import get_eva_task, prepare, score
+
+    prepared = prepare(get_eva_task("eva.PubMedQA"), data_root, n_runs=2)
+    answers = {0: "no", 1: "yes", 2: "maybe"}
+    outputs = []
+    for s in prepared.order:
+        for k, i in enumerate(prepared.order[s]):
+            right = answers[prepared.splits[s].load_target(i)]
+            outputs.append(f'```json\n{{"answer": "{right if k % 2 == 0 else "no"}"}}\n```')
+    r = score(prepared, outputs)
+    test = r["metrics"]["test"][0]["test/MulticlassAccuracy"]
+    # targets no, yes, maybe, no, yes, maybe; predictions right on even rows, "no" on odd: recall 1, 1/2, 1/2.
+    assert test["values"] == [pytest.approx(2 / 3), pytest.approx(2 / 3)] and test["stdev"] == 0
