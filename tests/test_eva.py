@@ -208,3 +208,46 @@ def test_evas_metrics_of_our_outputs(data_root):
     test = r["metrics"]["test"][0]["test/MulticlassAccuracy"]
     # targets no, yes, maybe, no, yes, maybe; predictions right on even rows, "no" on odd: recall 1, 1/2, 1/2.
     assert test["values"] == [pytest.approx(2 / 3), pytest.approx(2 / 3)] and test["stdev"] == 0
+
+
+def test_quilt_vqa_is_judged_by_evas_g_eval(tmp_path):
+    """Quilt-VQA: eva's free-form prompt, and eva's GEvalCorrectness over the judge's answers (here a judge
+    backend that answers each of eva's G-Eval prompts with a fixed JSON score); a judge that scores nothing stops
+    the task instead of eva's 0/0."""
+    from eva.language.prompts.templates import RawFreeFormQuestionPromptTemplate
+
+    from vllm_eval.api.eva_tasks import EvaJudge
+    from vllm_eval.models.generator.base import Generation
+    from vllm_eval.testing.eva_data import build_quilt_vqa
+    from vllm_eval.tasks.eva import get_eva_task, prepare, score
+    from vllm_eval.utils.errors import MissingAnswersError
+
+    build_quilt_vqa(tmp_path / "quilt_vqa", n=4)
+    prepared = prepare(get_eva_task("QuiltVQA"), tmp_path, n_runs=2)
+    question = prepared.splits["test"]._eva.dataset[0]["question"]
+    preamble = "Read the provided question and provide a concise, factual answer based only on what is visible"
+    assert prepared.splits["test"].prompt(0) == RawFreeFormQuestionPromptTemplate().render(
+        question=question, preamble=preamble + " in the image."
+    )
+    assert len(prepared.requests()) == 4 and prepared.requests()[0][1][0].size == (64, 64)
+
+    class Judge:
+        def __init__(self, reply):
+            self.reply, self.prompts = reply, []
+
+        def generate(self, samples, total=None):
+            out = []
+            for text, _ in samples:
+                self.prompts.append(text)
+                out.append(
+                    Generation(prompt=text, output=self.reply(len(self.prompts)), prompt_tokens=1, output_tokens=1)
+                )
+            return out
+
+    judge = Judge(lambda k: f'{{"reason": "r", "score": {1 + k % 4}}}')
+    r = score(prepared, [f"answer {i}" for i in range(4)], judge=EvaJudge(judge))
+    values = r["metrics"]["test"][0]["test/GEvalCorrectness"]["values"]
+    assert values == [pytest.approx((2 + 3 + 4 + 1) / 4)] * 2 and r["main_score"]["value"] == values[0]
+    assert len(judge.prompts) == 8 and "Ground Truth:" in judge.prompts[0] and "answer 0" in judge.prompts[0]
+    with pytest.raises(MissingAnswersError, match="no parsable score"):
+        score(prepared, ["a"] * 4, judge=EvaJudge(Judge(lambda k: "no json here")))
