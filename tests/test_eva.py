@@ -37,7 +37,8 @@ def model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ran(model, data_root, tmp_path_factory):
-    """One engine: the three multiple-choice tasks, 2 samples a split (PatchCamelyon: 2 a class), 8 tokens."""
+    """One engine: the three multiple-choice tasks, 2 samples a split (PatchCamelyon: 2 a class), 8 tokens, under
+    eva's registered Qwen2.5-VL-7B vLLM settings (a preset read from eva's source)."""
     import vllm_eval
 
     out = tmp_path_factory.mktemp("eva-out")
@@ -51,6 +52,7 @@ def ran(model, data_root, tmp_path_factory):
         no_cache=True,
         max_model_len=2048,
         show_progress=False,
+        preset="alibaba/qwen2-5-vl-7b-instruct-vllm",
     )
     return result, out
 
@@ -191,6 +193,11 @@ def test_three_tasks_in_one_engine_with_evas_rules(ran):
     mmu = result.results["eva.PathMMUAtlas"]
     assert all(s["parsed"] == -1 for s in mmu["samples"]) and mmu["config"]["system_prompt"].startswith("In the")
     assert "pathology expert" in mmu["samples"][0]["prompt"]
+    # eva's registered model: max_num_seqs 8, no prefix caching, images before the text
+    assert mmu["engine_kwargs"]["max_num_seqs"] == 8 and mmu["engine_kwargs"]["enable_prefix_caching"] is False
+    assert mmu["image_position"] == "before"
+    user = mmu["samples"][0]["prompt"].split("<|im_start|>user\n", 1)[1]
+    assert user.startswith("<image>") and "Read the provided question" in user
 
 
 def test_evas_metrics_of_our_outputs(data_root):
@@ -218,8 +225,8 @@ def test_quilt_vqa_is_judged_by_evas_g_eval(tmp_path):
 
     from vllm_eval.api.eva_tasks import EvaJudge
     from vllm_eval.models.generator.base import Generation
-    from vllm_eval.testing.eva_data import build_quilt_vqa
     from vllm_eval.tasks.eva import get_eva_task, prepare, score
+    from vllm_eval.testing.eva_data import build_quilt_vqa
     from vllm_eval.utils.errors import MissingAnswersError
 
     build_quilt_vqa(tmp_path / "quilt_vqa", n=4)

@@ -81,7 +81,8 @@ def run_eva(
             f"{', '.join(free)}: scored by an LLM judge (eva's GEvalCorrectness): give --judge-model "
             "MODEL (run here after the model) or --judge-endpoint URL (a served one)"
         )
-    options.setdefault("image_position", "after")  # eva's VllmModel: images after the text unless its model says
+    if not options.get("preset"):  # eva's VllmModel: images after the text; its registered models say their own
+        options.setdefault("image_position", "after")
     with phase("tasks"):
         prepared = [
             eva.prepare(

@@ -216,6 +216,8 @@ def get_preset(name: str) -> ModelPreset:
     Raises:
         UnknownNameError: unknown name (the message lists the registered ones, closest first).
     """
+    if name not in _REGISTRY and "/" in str(name):
+        _load_eva_presets()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -224,6 +226,14 @@ def get_preset(name: str) -> ModelPreset:
         raise UnknownNameError(
             f"unknown model preset {name!r}{hint}; registered: {', '.join(sorted(_REGISTRY))}"
         ) from None
+
+
+def _load_eva_presets() -> None:
+    """kaiko-eva's registered vLLM models, once, when kaiko-eva is installed (:mod:`.eva_presets`)."""
+    from .eva_presets import eva_presets
+
+    for kwargs in eva_presets():
+        _REGISTRY.setdefault(kwargs["name"], ModelPreset(**kwargs))
 
 
 def find_preset(model: str, kind: PresetKind | None = None) -> ModelPreset | None:
