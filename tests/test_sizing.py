@@ -246,3 +246,116 @@ def test_pooling_engines_on_a_gpu_schedule_each_prompt_whole(tmp_path, monkeypat
     mine = args.engine_options_in_force({**pooling, "enable_chunked_prefill": True, "max_model_len": 40960}, folder)
     assert mine["enable_chunked_prefill"] is True and mine["max_num_batched_tokens"] == 40960
     assert "enable_chunked_prefill" not in args.engine_options_in_force({"runner": "generate"}, folder)
+
+
+#: Qwen2.5-VL-72B-Instruct's config.json sizes (its hub card's file): 80 layers of 8192, 8 KV heads, a 32-block tower.
+QWEN25_VL_72B = {
+    "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+    "model_type": "qwen2_5_vl",
+    "hidden_size": 8192,
+    "intermediate_size": 29568,
+    "max_position_embeddings": 128000,
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": 8,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 152064,
+    "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3456},
+}
+H200 = int(139.8 * GiB)
+
+
+def _vlm_72b(tmp_path) -> str:
+    folder = tmp_path / "qwen2.5-vl-72b"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(QWEN25_VL_72B))
+    return str(folder)
+
+
+def test_a_vision_tower_and_the_kv_cache_are_counted(tmp_path):
+    shape = model_shape(_vlm_72b(tmp_path))
+    assert shape.vision_params == 32 * (4 * 1280**2 + 3 * 1280 * 3456)  # gated (silu) feed-forward blocks
+    assert shape.params == shape.layer_params + 152064 * 8192 + shape.vision_params
+    assert shape.weight_bytes == 2 * shape.params and 134 * GiB < shape.weight_bytes < 135 * GiB
+    assert shape.kv_bytes_per_token == 2 * 80 * 8 * 128 * 2  # keys and values, bf16: 320 KiB a token
+    fp8 = model_shape(_vlm_72b(tmp_path), {"quantization": "fp8"})
+    assert fp8.weight_bytes == shape.layer_params + 2 * (shape.params - shape.layer_params)  # the tower stays bf16
+
+
+@pytest.mark.parametrize(
+    "gpu, gpus, quantization, layout",
+    [
+        ("H200", 2, None, (1, 2)),  # bf16: two H200s hold it
+        ("H200", 4, None, (2, 2)),  # and on more, replicas of that group
+        ("H200", 8, None, (4, 2)),
+        ("H100", 4, None, (1, 4)),  # or four 80 GB cards
+        ("H100", 8, None, (2, 4)),
+        ("H200", 1, "fp8", (1, 1)),  # fp8 fits one H200
+        ("H100", 2, "fp8", (1, 2)),
+    ],
+)
+def test_a_72b_vlm_gets_tensor_parallelism_over_the_fewest_gpus_it_fits(
+    tmp_path, monkeypatch, gpu, gpus, quantization, layout
+):
+    from vllm_eval.replicas import layout as layouts
+
+    total = {"H200": H200, "H100": int(79.6 * GiB)}[gpu]
+    monkeypatch.setattr(layouts, "on_cpu", lambda: False)
+    monkeypatch.setattr(layouts, "visible_gpus", lambda: [str(i) for i in range(gpus)])
+    monkeypatch.setattr(layouts, "gpu_memory", lambda device=None: (total, total))
+    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (total, total))
+    options = {"runner": "generate", "max_model_len": 32768} | ({"quantization": quantization} if quantization else {})
+    got = layouts.resolve_layout(_vlm_72b(tmp_path), options)
+    assert (got.data_parallel_size, got.tensor_parallel_size, got.replicas_per_gpu) == (*layout, 1)
+    assert got.chosen and got.as_json()["gpus"] == gpus
+    assert f"tensor parallel {layout[1]}" in got.describe() or layout[1] == 1
+
+
+@pytest.mark.parametrize(
+    "gpu, gpus, quantization, held, message",
+    [
+        (
+            "H200",
+            1,
+            None,
+            0,
+            r"weights \(134\.\d GiB\).*fit with --quantization fp8 \(weights 68\.\d GiB\) on 1 GPU or "
+            r"on 2 GPUs of this size",
+        ),
+        ("H100", 2, None, 0, r"does not fit 2 GPUs of 79\.6 GiB.*fp8 .* on 2 GPUs or on 4 GPUs of this size"),
+        # another program holds 62 GiB of the H200: what is free decides, and fp8 no longer fits one
+        ("H200", 1, "fp8", 62, r"an engine has 52\.2 GiB of each; it would fit on 2 GPUs of this size"),
+    ],
+)
+def test_a_model_no_layout_holds_is_refused_before_any_engine_with_what_would_fit(
+    tmp_path, monkeypatch, gpu, gpus, quantization, held, message
+):
+    from vllm_eval.replicas import layout as layouts
+
+    total = {"H200": H200, "H100": int(79.6 * GiB)}[gpu]
+    monkeypatch.setattr(layouts, "on_cpu", lambda: False)
+    monkeypatch.setattr(layouts, "visible_gpus", lambda: [str(i) for i in range(gpus)])
+    monkeypatch.setattr(layouts, "gpu_memory", lambda device=None: (total - held * GiB, total))
+    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (total - held * GiB, total))
+    options = {"runner": "generate", "max_model_len": 32768} | ({"quantization": quantization} if quantization else {})
+    with pytest.raises(UsageError, match=message) as caught:
+        layouts.resolve_layout(_vlm_72b(tmp_path), options)
+    assert "\n" not in str(caught.value)
+    # the user's tensor-parallel size is theirs (vLLM, or check_engine_fits at the engine's start, says the rest)
+    if held == 0 and gpu == "H200":
+        given = layouts.resolve_layout(_vlm_72b(tmp_path), {**options, "tensor_parallel_size": 1})
+        assert given.tensor_parallel_size == 1
+
+
+def test_a_shorter_sequence_is_offered_where_only_the_kv_cache_is_short(tmp_path, monkeypatch):
+    from vllm_eval.replicas import layout as layouts
+
+    monkeypatch.setattr(layouts, "on_cpu", lambda: False)
+    monkeypatch.setattr(layouts, "visible_gpus", lambda: ["0"])
+    monkeypatch.setattr(layouts, "gpu_memory", lambda device=None: (H200 - 30 * GiB, H200))
+    monkeypatch.setattr(sizing, "gpu_memory", lambda device=None: (H200 - 30 * GiB, H200))
+    options = {"runner": "generate", "quantization": "fp8"}  # the model's own 128,000 tokens
+    with pytest.raises(UsageError, match=r"128,000-token .* or with --max-model-len (\d+)$") as caught:
+        layouts.resolve_layout(_vlm_72b(tmp_path), options)
+    longest = int(str(caught.value).rsplit(" ", 1)[1])
+    assert layouts.resolve_layout(_vlm_72b(tmp_path), {**options, "max_model_len": longest}).tensor_parallel_size == 1

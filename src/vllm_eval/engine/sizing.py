@@ -79,6 +79,10 @@ class ModelShape:
             ``max_seq_length`` where the folder has one and it is shorter (vLLM reads it too), else
             ``max_positions``.
         vocab: ``vocab_size`` (0 when the config has none).
+        kv_bytes_per_token: bytes of one token's keys and values over every layer (vLLM's KV cache holds at least
+            one sequence of the longest prompt, or the engine does not start).
+        vision_params: parameters of a multimodal model's vision tower (``vision_config``), in ``params`` and
+            ``weight_bytes`` (16-bit under fp8 too), not in ``layer_params``.
     """
 
     layer_params: int
@@ -91,6 +95,8 @@ class ModelShape:
     max_positions: int | None
     max_len: int | None = None
     vocab: int = 0
+    kv_bytes_per_token: int = 0
+    vision_params: int = 0
 
     @property
     def activation_bytes_per_token(self) -> int:
@@ -144,13 +150,14 @@ def model_shape(model: str | os.PathLike, engine_kwargs: dict[str, Any] | None =
     dtype = str(engine_kwargs.get("dtype") or text.get("torch_dtype") or text.get("dtype") or "bfloat16")
     width = _DTYPE_BYTES.get(dtype.removeprefix("torch."), 2)
     fp8 = str(engine_kwargs.get("quantization") or "").startswith("fp8")
-    weight_bytes = layer_params * (1 if fp8 else width) + vocab * hidden * width
+    vision = _vision_params(config.get("vision_config"))
+    weight_bytes = layer_params * (1 if fp8 else width) + (vocab * hidden + vision) * width
     st_len = (_json_file(model, "sentence_bert_config.json", engine_kwargs.get("revision")) or {}).get("max_seq_length")
     lengths = [n for n in (max_positions, st_len) if isinstance(n, int) and not isinstance(n, bool) and n > 0]
     return ModelShape(
         max_len=min(lengths) if lengths else None,
         layer_params=layer_params,
-        params=layer_params + vocab * hidden,
+        params=layer_params + vocab * hidden + vision,
         weight_bytes=weight_bytes,
         hidden=hidden,
         intermediate=intermediate,
@@ -158,7 +165,25 @@ def model_shape(model: str | os.PathLike, engine_kwargs: dict[str, Any] | None =
         dtype_bytes=width,
         max_positions=max_positions,
         vocab=vocab,
+        kv_bytes_per_token=2 * layers * kv_heads * head_dim * width,
+        vision_params=vision,
     )
+
+
+def _vision_params(vision: Any) -> int:
+    """Parameters of a vision tower from its config (Qwen2.5-VL's ``depth``, SigLIP's and CLIP's
+    ``num_hidden_layers``): attention (4 x hidden^2) and a feed-forward block (3 matrices when gated, as Qwen2.5-VL's
+    ``silu`` one, else 2) per block; 0 without one, or where the sizes are missing."""
+    if not isinstance(vision, dict):
+        return 0
+    try:
+        hidden = int(vision.get("hidden_size") or vision.get("embed_dim"))
+        blocks = int(vision.get("depth") or vision.get("num_hidden_layers"))
+        intermediate = int(vision.get("intermediate_size") or 4 * hidden)
+    except (TypeError, ValueError):
+        return 0
+    gated = vision.get("hidden_act") == "silu" and "depth" in vision
+    return blocks * (4 * hidden * hidden + (3 if gated else 2) * hidden * intermediate)
 
 
 def is_encoder_decoder(model: str | os.PathLike, revision: str | None = None) -> bool:
@@ -410,6 +435,63 @@ class Layout:
         )
 
 
+def engine_bytes(shape: ModelShape, tensor_parallel: int, max_len: int | None, step_tokens: int) -> int:
+    """Bytes each of ``tensor_parallel`` GPUs needs before an engine of ``shape`` can run: its part of the weights,
+    of the KV cache of one ``max_len``-token sequence (vLLM refuses to start without room for one) and of one step's
+    activations at ``step_tokens`` tokens (vLLM's memory profile)."""
+    need = shape.weight_bytes + shape.kv_bytes_per_token * (max_len or 0)
+    return math.ceil((need + shape.activation_bytes_per_token * step_tokens) / max(tensor_parallel, 1))
+
+
+@dataclass(frozen=True)
+class FitCheck:
+    """What the layout checks a model against: ``budget`` bytes an engine may have of one GPU (its memory share),
+    a sequence of ``max_len`` tokens, steps of ``step_tokens``; ``quantized``: the weights' size already counts
+    the user's quantisation (so fp8 is not offered)."""
+
+    budget: int
+    max_len: int | None
+    step_tokens: int
+    quantized: bool = False
+
+
+def _fp8(shape: ModelShape) -> ModelShape:
+    """``shape`` with fp8 layer weights (the embeddings and the vision tower stay 16-bit, as vLLM's fp8 keeps them)."""
+    from dataclasses import replace
+
+    return replace(shape, weight_bytes=shape.weight_bytes - shape.layer_params * (shape.dtype_bytes - 1))
+
+
+def _cannot_fit(shape: ModelShape, gpus: int, gpu_total: int, fit: FitCheck, tp: int) -> Exception:
+    """The one-line refusal of a model no layout of these GPUs holds, with what would make it fit."""
+    from ..utils.errors import UsageError
+
+    gib = 2**30
+    kv = shape.kv_bytes_per_token * (fit.max_len or 0)
+
+    def fewest(of: ModelShape, sizes: tuple[int, ...]) -> int:
+        return next((t for t in sizes if engine_bytes(of, t, fit.max_len, fit.step_tokens) <= fit.budget), 0)
+
+    ways = []
+    if not fit.quantized and shape.dtype_bytes > 1 and (n := fewest(_fp8(shape), (1, 2, 4, 8))):
+        fp8 = _fp8(shape).weight_bytes / gib
+        ways.append(f"with --quantization fp8 (weights {fp8:.1f} GiB) on {n} GPU{'s' * (n > 1)}")
+    if (n := fewest(shape, (2, 4, 8, 16, 32, 64))) > gpus:
+        ways.append(f"on {n} GPUs of this size (tensor parallelism over them, chosen when they are visible)")
+    if shape.kv_bytes_per_token and fit.max_len:
+        room = fit.budget * tp - engine_bytes(shape, 1, 0, fit.step_tokens)
+        longest = (room // shape.kv_bytes_per_token) // 1024 * 1024
+        if 1024 <= longest < fit.max_len:
+            ways.append(f"with --max-model-len {longest}")
+    return UsageError(
+        f"the model does not fit {gpus} GPU{'s' * (gpus > 1)} of {gpu_total / gib:.1f} GiB: its weights "
+        f"({shape.weight_bytes / gib:.1f} GiB) and one {fit.max_len or 0:,}-token sequence's KV cache "
+        f"({kv / gib:.1f} GiB) need {engine_bytes(shape, tp, fit.max_len, fit.step_tokens) / gib:.1f} GiB per GPU over "
+        f"{tp} GPU{'s' * (tp > 1)}, and an engine has {fit.budget / gib:.1f} GiB of each; it would fit "
+        + (" or ".join(ways) if ways else "on GPUs with more memory")
+    )
+
+
 def default_layout(
     shape: ModelShape | None,
     gpus: int,
@@ -419,25 +501,39 @@ def default_layout(
     data_parallel_size: int | None = None,
     replicas_per_gpu: int | None = None,
     tensor_parallel_size: int | None = None,
+    fit: FitCheck | None = None,
 ) -> Layout:
     """The layout of a run on a machine of ``gpus`` alike GPUs of ``gpu_total`` bytes: what the user gave, the
     rest chosen so that every GPU is used.
 
-    - Tensor parallel size: the user's, else 1 unless the weights exceed :data:`WEIGHTS_SHARE_MAX` of one GPU
-      (then the smallest power of two that holds them).
-    - Data parallel size: the user's, else every GPU (``gpus // tensor_parallel_size``, at least 1).
+    - Tensor parallel size: the user's, else 1 unless the weights exceed :data:`WEIGHTS_SHARE_MAX` of one GPU or
+      (with ``fit``) the model does not fit one (:func:`engine_bytes` over ``fit.budget``); then the smallest power
+      of two of the GPUs here that holds it. A Qwen2.5-VL-72B in bf16: 2 H200s, 4 H100s; in fp8: 1 H200.
+    - Data parallel size: the user's, else every GPU (``gpus // tensor_parallel_size``, at least 1): a
+      tensor-parallel group's replicas over the rest.
     - Replicas per GPU: the user's, else for a pooling model of at most :data:`FOUR_REPLICAS_MAX_PARAMS` 4, of at
       most :data:`TWO_REPLICAS_MAX_PARAMS` 2, else 1 (generation keeps 1: its engine batches enough by itself;
       four engines of a 0.6B on one H200 evaluated HellaSwag no faster than one, docs/bench/h200-vllm033-0.6b);
       1 under tensor parallelism.
+
+    Raises:
+        UsageError: (with ``fit``, the tensor-parallel size not given) no power of two of these GPUs holds the
+            model; the message says what would: fp8, more GPUs, a shorter ``--max-model-len``.
     """
     chosen = data_parallel_size is None and replicas_per_gpu is None
     tp = tensor_parallel_size
     if tp is None:
         tp = 1
         if shape is not None and gpu_total > 0:
-            while tp < max(gpus, 1) and shape.weight_bytes / tp > WEIGHTS_SHARE_MAX * gpu_total:
+
+            def short(t: int) -> bool:
+                over = shape.weight_bytes / t > WEIGHTS_SHARE_MAX * gpu_total
+                return over or (fit is not None and engine_bytes(shape, t, fit.max_len, fit.step_tokens) > fit.budget)
+
+            while tp * 2 <= max(gpus, 1) and short(tp):
                 tp *= 2
+            if fit is not None and engine_bytes(shape, tp, fit.max_len, fit.step_tokens) > fit.budget:
+                raise _cannot_fit(shape, max(gpus, 1), gpu_total, fit, tp)
     dp = data_parallel_size if data_parallel_size is not None else max(1, max(gpus, 1) // tp)
     rpg = replicas_per_gpu
     if rpg is None:

@@ -11,7 +11,20 @@ import os
 from typing import Any
 
 from ..engine.args import on_cpu
-from ..engine.sizing import Layout, default_layout, gpu_memory, model_shape, visible_gpus
+from ..engine.sizing import (
+    GPU_GENERATE_MAX_NUM_BATCHED_TOKENS,
+    GPU_MEMORY_SHARE,
+    FitCheck,
+    Layout,
+    ModelShape,
+    default_layout,
+    engine_memory_share,
+    gpu_memory,
+    longest_prompt,
+    model_shape,
+    pooling_step,
+    visible_gpus,
+)
 
 __all__ = ["Layout", "resolve_layout"]
 
@@ -30,7 +43,12 @@ def resolve_layout(
 
     ``data_parallel_size`` / ``replicas_per_gpu`` None: not given. On the CPU build, with ``ray_address`` (Ray
     places the actors), or where no GPU can be counted, what is not given is 1, as it always was; on a GPU machine
-    it is chosen (see the module doc). Never raises: a model whose size cannot be read gets one replica per GPU.
+    it is chosen (see the module doc); a model whose size cannot be read gets one replica per GPU.
+
+    Raises:
+        UsageError: the tensor-parallel size not given, and the model (weights, one longest sequence's KV cache, a
+            step's activations) fits no power of two of the GPUs here at the memory share its engine gets; the
+            message says what would make it fit (:func:`vllm_eval.engine.sizing.default_layout`).
     """
     tp = engine_kwargs.get("tensor_parallel_size")
     default = data_parallel_size is None and replicas_per_gpu is None
@@ -56,4 +74,22 @@ def resolve_layout(
         data_parallel_size=data_parallel_size,
         replicas_per_gpu=replicas_per_gpu,
         tensor_parallel_size=tp,
+        fit=_fit_check(shape, model, engine_kwargs, total),
     )
+
+
+def _fit_check(shape: ModelShape | None, model: Any, engine_kwargs: dict[str, Any], total: int) -> FitCheck | None:
+    """What the layout checks the model against: the memory share its engine will get (the one sizing rule,
+    :func:`~vllm_eval.engine.sizing.engine_memory_share`, else the user's), its longest prompt and step; None where
+    the user sized the KV cache in bytes or nothing is known."""
+    if shape is None or engine_kwargs.get("kv_cache_memory_bytes") is not None:
+        return None
+    share = engine_kwargs.get("gpu_memory_utilization")
+    if share is None:
+        share = engine_memory_share(engine_kwargs, str(model)) or GPU_MEMORY_SHARE
+    max_len = longest_prompt(shape, engine_kwargs)
+    step = engine_kwargs.get("max_num_batched_tokens")
+    if step is None and engine_kwargs.get("runner") == "pooling":
+        step = pooling_step(shape, max_len, int(float(share) * total))["max_num_batched_tokens"]
+    quantized = bool(engine_kwargs.get("quantization"))
+    return FitCheck(int(float(share) * total), max_len, int(step or GPU_GENERATE_MAX_NUM_BATCHED_TOKENS), quantized)
