@@ -69,6 +69,7 @@ from .text_models import (
 )
 from .vision_models import (
     QWEN2_VL_TEMPLATE,
+    build_random_qwen2_5_vl,
     build_tiny_clip,
     build_tiny_colmodernvbert,
     build_tiny_idefics3,
@@ -98,6 +99,7 @@ __all__ = [
     "build_tiny_splade",
     "build_tiny_idefics3",
     "build_tiny_llava",
+    "build_random_qwen2_5_vl",
     "build_tiny_qwen2_vl",
     "build_tiny_qwen3",
     "build_tiny_reward_model",

@@ -1,4 +1,5 @@
-"""Tiny vision-language models for tests: LLaVA, Idefics3, Qwen2-VL, CLIP, SigLIP, ColModernVBERT (random weights)."""
+"""Tiny vision-language models for tests (LLaVA, Idefics3, Qwen2-VL, CLIP, SigLIP, ColModernVBERT) and a
+Qwen2.5-VL-7B-shaped one for throughput runs, all of random weights."""
 
 from __future__ import annotations
 
@@ -241,6 +242,115 @@ def build_tiny_qwen2_vl(out_dir: str | Path, seed: int = 0, shape: str = "tiny")
     # from them (building it here would need torchvision for its video processor).
     Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=side * side).save_pretrained(out)
     tokenizer.save_pretrained(out)
+    return out
+
+
+#: Qwen2.5-VL-7B-Instruct's towers (its config.json): text 28 layers of 3584, 28 heads, 4 KV heads, MLP 18944; vision
+#: 32 blocks of 1280 (MLP 3420, SiLU), windowed attention with full attention at blocks 7, 15, 23 and 31.
+QWEN25_VL_7B = {
+    "text": dict(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        max_position_embeddings=128000,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-06,
+    ),
+    "vision": dict(
+        depth=32,
+        hidden_size=1280,
+        hidden_act="silu",
+        intermediate_size=3420,
+        num_heads=16,
+        in_chans=3,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        tokens_per_second=2,
+        window_size=112,
+        out_hidden_size=3584,
+        fullatt_block_indexes=[7, 15, 23, 31],
+    ),
+    "mrope_section": [16, 24, 24],
+}
+
+
+def build_random_qwen2_5_vl(out_dir: str | Path, tokenizer_dir: str | Path, seed: int = 0, tiny: bool = False) -> Path:
+    """Save a randomly initialised ``Qwen2_5_VLForConditionalGeneration`` of Qwen2.5-VL-7B-Instruct's shape
+    (:data:`QWEN25_VL_7B`, bfloat16, about 8.3 B parameters with this vocabulary) with a real tokenizer, for
+    throughput runs against eva's and lmms-eval's vLLM paths: its answers mean nothing.
+
+    The tokenizer is ``tokenizer_dir``'s (SmolLM2's: its 49,152 ids, so every id sampled decodes) with Qwen's
+    vision tokens added and Qwen's chat-template image placeholder; Qwen2-VL's image processor with its default
+    pixel bounds (a 96x96 patch becomes 84x84, 9 image tokens, as for the real model). Weights drawn on the GPU
+    when torch sees one. ``tiny``: the same classes at 2 layers of 128 and a 2-block tower, float32 (a check on
+    the CPU build that the layout loads).
+
+    Returns:
+        The model directory.
+    """
+    import torch
+    from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessor
+
+    from .text_models import _random_model
+
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    vision_tokens = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer.add_tokens(list(vision_tokens), special_tokens=True)
+    tokenizer.chat_template = QWEN2_VL_TEMPLATE
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in vision_tokens}
+    eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    text, vision, section = dict(QWEN25_VL_7B["text"]), dict(QWEN25_VL_7B["vision"]), QWEN25_VL_7B["mrope_section"]
+    if tiny:
+        text |= dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4)
+        text |= dict(num_key_value_heads=2, max_position_embeddings=4096)
+        vision |= dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=128)
+        vision |= dict(fullatt_block_indexes=[1])
+        section = [4, 6, 6]
+    dtype = "float32" if tiny else "bfloat16"
+    rope = {"rope_type": "default", "rope_theta": text.pop("rope_theta", 1000000.0), "mrope_section": section}
+    config = Qwen2_5_VLConfig(
+        text_config={
+            **text,
+            "vocab_size": len(tokenizer),
+            "eos_token_id": eos,
+            "pad_token_id": pad,
+            "rope_parameters": rope,
+            "rope_scaling": {"type": "mrope", "mrope_section": section},
+            "tie_word_embeddings": False,
+            "torch_dtype": dtype,
+        },
+        vision_config=vision,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        eos_token_id=eos,
+        pad_token_id=pad,
+        tie_word_embeddings=False,
+        torch_dtype=dtype,
+    )
+    model = _random_model(Qwen2_5_VLForConditionalGeneration, config, dtype, seed)
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
+    model.save_pretrained(out, safe_serialization=True)
+    del model  # built on the GPU: give its memory back before an engine asks for its share
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    tokenizer.save_pretrained(out)
+    try:  # the whole processor where torchvision imports (its video processor needs it), as the real model ships
+        from transformers import Qwen2_5_VLProcessor, Qwen2VLVideoProcessor
+
+        processor = Qwen2_5_VLProcessor(Qwen2VLImageProcessor(), tokenizer, Qwen2VLVideoProcessor())
+        processor.chat_template = QWEN2_VL_TEMPLATE
+        processor.save_pretrained(out)
+    except (ImportError, RuntimeError):  # the CPU build's torch has no torchvision beside it
+        Qwen2VLImageProcessor().save_pretrained(out)
     return out
 
 
