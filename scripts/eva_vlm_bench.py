@@ -160,6 +160,8 @@ def compare(args: argparse.Namespace) -> dict:
         "b": b["side"],
         "samples": len(pairs),
         "equal": same,
+        "common_prefix_chars": sum(len(os.path.commonprefix([x, y])) for x, y in pairs),
+        "chars": sum(max(len(x), len(y)) for x, y in pairs),
         "first_differing": next(([i, x, y] for i, (x, y) in enumerate(pairs) if x != y), None),
     }
 
