@@ -18,6 +18,8 @@ $(VENV)/.installed-$(VLLM_BUILD): pyproject.toml Makefile
 	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip install -q "torch==2.13.0" $(QUIET_PIP); fi
 	$(PY) -m pip install -q -e ".[$(VLLM_BUILD),test]" $(QUIET_PIP)
 	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip uninstall -y -q $(CUDA_ONLY) || true; fi
+	# lmms-eval (the lmms extra) without its dependencies: its torchvision pin would replace the CPU torch (pyproject.toml)
+	$(PY) -m pip install -q --no-deps "lmms-eval==0.7.3" $(QUIET_PIP)
 	$(PY) -c "import torch, transformers, vllm, mteb; print('torch', torch.__version__, '| vllm', vllm.__version__, '| mteb', mteb.__version__)"
 	rm -f $(VENV)/.installed-*; touch $@
 

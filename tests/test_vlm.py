@@ -184,3 +184,112 @@ def test_lm_evals_image_tasks_run_as_its_own_multimodal_model_runs_them(vlm, tmp
 
     with pytest.raises(UsageError, match="task 'digits_vqa' shows images, and model .* takes none"):
         vllm_eval.generate(str(test_models["qwen3"]), tasks=["digits_vqa"], include_path=str(tmp_path / "tasks"))
+
+
+LMMS_TASK_YAML = """task: {name}
+dataset_path: parquet
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: {output_type}
+doc_to_visual: !function lmms_utils.doc_to_visual
+doc_to_text: "Which digit is shown? Answer:"
+doc_to_target: {target}
+{extra}
+metric_list:
+  - metric: {metric}
+"""
+
+
+def _lmms_tasks(tmp_path) -> str:
+    """Two lmms-eval tasks on four Digits images in a parquet file: one generated (``generate_until``), one scored by
+    log-likelihood (``multiple_choice`` over the ten digits); their folder (lmms-eval's ``--include_path``)."""
+    import datasets
+
+    items = get_generative_task("Digits").load()[:4]
+    rows = {"image": [to_pil(it.images[0]) for it in items], "label": [int(it.options[it.target]) for it in items]}
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
+    data = tmp_path / "digits.parquet"
+    datasets.Dataset.from_dict(rows, features=features).to_parquet(str(data))
+    tasks = tmp_path / "lmms_tasks"
+    tasks.mkdir()
+    (tasks / "lmms_utils.py").write_text("def doc_to_visual(doc):\n    return [doc['image'].convert('RGB')]\n")
+    gen = "generation_kwargs:\n  max_new_tokens: 6\n  temperature: 0\n  top_p: 0"
+    (tasks / "digits_gen.yaml").write_text(
+        LMMS_TASK_YAML.format(
+            name="digits_gen", data=data, output_type="generate_until", target="label", extra=gen, metric="exact_match"
+        )
+    )
+    choice = "doc_to_choice: ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9']"
+    (tasks / "digits_mc.yaml").write_text(
+        LMMS_TASK_YAML.format(
+            name="digits_mc", data=data, output_type="multiple_choice", target="label", extra=choice, metric="acc"
+        )
+    )
+    return str(tasks)
+
+
+def test_lmms_eval_runs_its_tasks_on_our_model_by_its_entry_point_name(vlm, tmp_path):
+    """``lmms-eval --model vllm-eval``: lmms-eval finds our model through its ``lmms_eval.models`` entry point; its
+    evaluator runs a generation task and a log-likelihood one (which its own vLLM models refuse) on our engine. The
+    answers equal lmms-eval's own ``vllm`` model's on the same engine settings and images after the text; the
+    log-likelihoods equal our generator's (checked against transformers above) on the rendered prompts."""
+    from lmms_eval import evaluator
+    from lmms_eval.models import get_model
+    from lmms_eval.models.simple.vllm import VLLM
+    from lmms_eval.tasks import TaskManager
+
+    from vllm_eval.models.generator.lmms import VllmLMMS
+
+    assert get_model("vllm-eval") is VllmLMMS
+    include = _lmms_tasks(tmp_path)
+
+    def run(model, tasks):
+        out = evaluator.simple_evaluate(
+            model=model,
+            tasks=tasks,
+            task_manager=TaskManager(include_path=include),
+            log_samples=True,
+            verbosity="ERROR",
+        )
+        return out["results"], out["samples"]
+
+    # A model of its own with the fixture's engine options: the engine is the fixture's (one engine per process).
+    args = dict(model=vlm.model, dtype="float32", max_images_per_prompt=2, max_new_tokens=6)
+    ours = VllmLMMS(**args, cache_dir=str(tmp_path / "cache"))
+    assert ours.generator.llm is vlm.llm
+    results, samples = run(ours, ["digits_gen", "digits_mc"])
+    assert ours.generator.cache.stats.misses > 0
+    again = VllmLMMS(**args, cache_dir=str(tmp_path / "cache"))  # a run started again: every answer stored
+    rerun, rerun_samples = run(again, ["digits_gen"])
+    assert again.generator.cache.stats.misses == 0 and again.generator.cache.stats.hits == 4
+    assert [s["resps"] for s in rerun_samples["digits_gen"]] == [s["resps"] for s in samples["digits_gen"]]
+    answers = [s["resps"][0][0] for s in samples["digits_gen"]]
+    assert len(answers) == 4 and len(set(answers)) > 1
+    scores = [[r[0][0] for r in s["resps"]] for s in samples["digits_mc"]]
+    assert all(len(s) == 10 for s in scores) and len({round(s[0], 6) for s in scores}) > 1
+    # lmms-eval's loss: the mean negative log-likelihood per continuation token, of our generator's log-likelihoods
+    # (checked against transformers above) for the same prompt, option and image; its accuracy the argmin's.
+    docs = samples["digits_mc"]
+    images = [[to_pil(it.images[0]).convert("RGB")] for it in get_generative_task("Digits").load()[:4]]
+    flat = [(i, c) for i in range(4) for c in range(10)]
+    n_tokens = [len(ours.generator.tokenizer(f" {c}", add_special_tokens=False)["input_ids"]) for _, c in flat]
+    expected = ours.generator.loglikelihoods(
+        ["Which digit is shown? Answer:"] * len(flat), [f" {c}" for _, c in flat], [images[i] for i, _ in flat]
+    )
+    np.testing.assert_allclose([scores[i][c] for i, c in flat], -np.asarray(expected) / n_tokens, atol=1e-6)
+    accuracy = np.mean([np.argmin(s) == d["target"] for s, d in zip(scores, docs, strict=True)])
+    assert results["digits_mc"]["acc,none"] == accuracy
+    ours.close()
+
+    theirs = VLLM(
+        model=vlm.model,
+        dtype="float32",
+        max_new_tokens=6,
+        max_model_len=vlm.llm.llm_engine.model_config.max_model_len,
+        limit_mm_per_prompt={"image": 2},
+        kv_cache_memory_bytes=64 << 20,
+    )
+    _, their_samples = run(theirs, ["digits_gen"])
+    assert [s["resps"][0][0] for s in their_samples["digits_gen"]] == answers
