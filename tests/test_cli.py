@@ -4,6 +4,7 @@ points, piped output, the engine's log), else in this one (same ``main``, exit c
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -136,6 +137,11 @@ def test_models_lists_the_registry(cli_in_process):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="14 s of CI's 30 minutes: both stages run in CI through the API (tests/test_api_kinds.py) and the reranker's"
+    " stage through the command (tests/test_reranker.py); VLLMEVAL_FULL_TESTS=1 runs it",
+)
 def test_rerank_two_stages_end_to_end(cli_in_process, tmp_path, test_models, vllm_cross):
     out = tmp_path / "res"
     code, err = cli_in_process(
@@ -231,6 +237,11 @@ def test_generate_end_to_end_both_scorings(cli_in_process, tmp_path, test_models
     assert (out3 / "samples.jsonl").is_file()  # results are kept even when the run fails
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="12 s of CI's 30 minutes: an unknown generate task is refused in CI by tests/test_cli_errors.py;"
+    " VLLMEVAL_FULL_TESTS=1 runs it",
+)
 def test_generate_unknown_task(cli_in_process, test_models):
     code, err = cli_in_process("generate", "--model", str(test_models["qwen3"]), "--task", "Nope")
     assert code == 2 and "unknown task 'Nope'" in err

@@ -260,6 +260,11 @@ def test_replicas_count_the_devices_their_mfu_divides_by(dp_encoder, vllm_encode
     assert dp_encoder.accelerators == 2 and vllm_encoder.accelerators == 1
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="16 s of CI's 30 minutes: the two replicas' vectors equal one engine's, in order, in CI"
+    " (test_two_replicas_match_one_engine_in_order); VLLMEVAL_FULL_TESTS=1 runs it",
+)
 def test_two_replicas_give_the_same_task_scores(dp_encoder, vllm_encoder):
     deltas = score_deltas(dp_encoder, vllm_encoder, ["LeeDocSimilarity", "WordSim353", "PangLeePolarity"])
     print("\n2 replicas vs 1 engine |delta main score|:", deltas)
@@ -377,10 +382,12 @@ def _lm_eval_survives_a_lost_replica(dp, generator, include):
     from lm_eval.tasks import TaskManager
 
     from vllm_eval import VllmLM
+    from vllm_eval.tasks.lmeval_index import build_manager
 
     def hellaswag(g):
         lm = VllmLM(generator=g, chunk_size=8, show_progress_bar=False)
-        manager = TaskManager(include_path=include)
+        # TaskManager(include_path=include) without its 8 s walk of lm-eval's task folders (test_lm_eval_index.py)
+        manager = build_manager(TaskManager, [include])
         out = lm_eval.simple_evaluate(model=lm, tasks=["hellaswag"], limit=16, task_manager=manager, verbosity="ERROR")
         return {k: v for k, v in out["results"]["hellaswag"].items() if isinstance(v, float)}
 
@@ -391,6 +398,11 @@ def _lm_eval_survives_a_lost_replica(dp, generator, include):
     assert two.keys() == one.keys() and all(two[k] == pytest.approx(one[k], abs=1e-9) for k in one), (two, one)
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="22 s of CI's 30 minutes: the replica pool runs in CI for the encoder and generator (this module) and the"
+    " classifier, reward model and token kinds (tests/test_replicas_kinds.py); VLLMEVAL_FULL_TESTS=1 runs it",
+)
 @pytest.mark.slow
 def test_two_reranker_replicas_match_one_engine(vllm_cross):
     from vllm_eval.models.reranker import VllmReranker

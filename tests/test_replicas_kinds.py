@@ -61,7 +61,7 @@ def test_classifier_and_reward_model_on_two_replicas(test_models, vllm_classifie
 @pytest.mark.skipif(
     os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
     reason="38 s of CI's 30 minutes: the replica pool runs in CI for the classifier and reward model (this "
-    "module) and for the encoder, reranker and generator (tests/test_replicas.py); VLLMEVAL_FULL_TESTS=1 "
+    "module) and for the encoder and generator (tests/test_replicas.py); VLLMEVAL_FULL_TESTS=1 "
     "runs it",
 )
 def test_token_classifier_and_token_embedder_on_two_replicas(test_models, tmp_path):

@@ -163,8 +163,11 @@ def test_lm_evals_image_tasks_run_as_its_own_multimodal_model_runs_them(vlm, tmp
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "digits_vqa.yaml").write_text(DIGITS_YAML.format(data=data))
 
+    from vllm_eval.tasks.lmeval_index import build_manager
+
     def run(model, **kw):
-        manager = TaskManager(include_path=str(tmp_path / "tasks"))
+        # TaskManager(include_path=...) without its walk of lm-eval's task folders (test_lm_eval_index.py)
+        manager = build_manager(TaskManager, [str(tmp_path / "tasks")])
         out = lm_eval.simple_evaluate(
             model=model, tasks=["digits_vqa"], task_manager=manager, log_samples=True, verbosity="ERROR", **kw
         )
