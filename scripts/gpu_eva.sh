@@ -10,7 +10,8 @@
 #     docstring-parser litellm==1.110.2 backoff fastuuid python-dotenv pydantic-settings importlib-metadata tenacity \
 #     pyzipper pycryptodomex boto3 botocore jmespath s3transfer omegaconf==2.4.0 lmms-eval==0.7.3 evaluate==0.4.6 \
 #     nibabel cryptography cffi pycparser lm-eval==0.4.13 pytablewriter DataProperty mbstrdecoder pathvalidate \
-#     tabledata tcolorpy typepy chardet rouge-score nltk
+#     tabledata tcolorpy typepy chardet rouge-score nltk lazy-importer h2 hpack hyperframe pytz
+#   (the last five were missing on 2026-12-07: eva.language imports lazy_importer and httpx's http2, lmms_eval pytz)
 #   bash scripts/gpu_eva.sh - stage     (.deveva: SmolLM2's tokenizer and wheels with no binary on the index)
 # then re-split the parts under 52 MB as scripts/gpu_lm_eval.sh's header says, carry each to /root/parts/, and carry
 # .deveva once (mv .deveva /root/eva). Each later call carries .devstage/bin:

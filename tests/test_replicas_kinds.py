@@ -36,18 +36,28 @@ def _same(one, two, rows_one, rows_two, what: str) -> None:
     assert two.counters.engine_start_seconds == two.pool.start_seconds > 0
 
 
-def test_classifier_and_reward_model_on_two_replicas(test_models, vllm_classifier, tmp_path):
+def test_classifier_on_two_replicas(test_models, vllm_classifier):
     from vllm_eval.models.classifier.vllm import VllmClassifier
-    from vllm_eval.testing import build_tiny_reward_model
 
     texts = _texts()
     with VllmClassifier(
         str(test_models["classifier"]), data_parallel_size=2, chunk_size=8, show_progress_bar=False
     ) as two:
         _same(vllm_classifier, two, vllm_classifier.classify(texts), two.classify(texts), "classifier")
+
+
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="45 s of CI's 30 minutes: the classifier's replicas run in CI (the test above), and the reward model in"
+    " one engine (tests/test_reward.py); VLLMEVAL_FULL_TESTS=1 runs it",
+)
+def test_reward_model_on_two_replicas(tmp_path):
+    from vllm_eval.models.classifier.vllm import VllmClassifier
+    from vllm_eval.testing import build_tiny_reward_model
+
     reward = str(build_tiny_reward_model(tmp_path / "rm", architecture="qwen2-reward"))
     kwargs = {"use_activation": False, "labels": ["reward"], "show_progress_bar": False}
-    texts = [t for t in texts if t]  # a decoder refuses an empty prompt (conversations never are)
+    texts = [t for t in _texts() if t]  # a decoder refuses an empty prompt (conversations never are)
     with VllmClassifier(reward, **kwargs) as one:
         with pytest.raises(UsageError, match="vLLM refused an input: The decoder prompt cannot be empty"):
             one.classify([""])
@@ -60,7 +70,7 @@ def test_classifier_and_reward_model_on_two_replicas(test_models, vllm_classifie
 
 @pytest.mark.skipif(
     os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
-    reason="38 s of CI's 30 minutes: the replica pool runs in CI for the classifier and reward model (this "
+    reason="38 s of CI's 30 minutes: the replica pool runs in CI for the classifier (this "
     "module) and for the encoder and generator (tests/test_replicas.py); VLLMEVAL_FULL_TESTS=1 "
     "runs it",
 )

@@ -233,6 +233,22 @@ def _lmms_tasks(tmp_path) -> str:
     return str(tasks)
 
 
+def _lmms_own_vllm(llm, max_new_tokens: int):
+    """lmms-eval's own ``vllm`` model (``lmms_eval/models/simple/vllm.py``: its requests, messages with base64 PNG
+    images after the text, and ``llm.chat`` calls at its default ``batch_size=1``) on an engine already started.
+    Its ``__init__`` would start a second engine, and in CI's full run a second engine's start in this process
+    failed inside vLLM 0.32's CPU kernel rebinding (docs/vllm-issues.md); this also saves CI that start."""
+    from lmms_eval.api.model import lmms
+    from lmms_eval.models.simple.vllm import VLLM
+
+    theirs = VLLM.__new__(VLLM)
+    lmms.__init__(theirs)
+    theirs.client, theirs.batch_size_per_gpu, theirs.image_first, theirs.max_new_tokens = llm, 1, False, max_new_tokens
+    theirs.chat_template, theirs.min_image_pixels, theirs._enforce_image_resize = None, 28, False
+    theirs._tp_group_cpu, theirs._tp_world_size, theirs._tp_rank_in_group, theirs._watchdog_path = None, 1, 0, ""
+    return theirs
+
+
 def test_lmms_eval_runs_its_tasks_on_our_model_by_its_entry_point_name(vlm, tmp_path):
     """``lmms-eval --model vllm-eval``: lmms-eval finds our model through its ``lmms_eval.models`` entry point; its
     evaluator runs a generation task and a log-likelihood one (which its own vLLM models refuse) on our engine. The
@@ -240,7 +256,6 @@ def test_lmms_eval_runs_its_tasks_on_our_model_by_its_entry_point_name(vlm, tmp_
     log-likelihoods equal our generator's (checked against transformers above) on the rendered prompts."""
     from lmms_eval import evaluator
     from lmms_eval.models import get_model
-    from lmms_eval.models.simple.vllm import VLLM
     from lmms_eval.tasks import TaskManager
 
     from vllm_eval.models.generator.lmms import VllmLMMS
@@ -286,13 +301,34 @@ def test_lmms_eval_runs_its_tasks_on_our_model_by_its_entry_point_name(vlm, tmp_
     assert results["digits_mc"]["acc,none"] == accuracy
     ours.close()
 
-    theirs = VLLM(
-        model=vlm.model,
-        dtype="float32",
-        max_new_tokens=6,
-        max_model_len=vlm.llm.llm_engine.model_config.max_model_len,
-        limit_mm_per_prompt={"image": 2},
-        kv_cache_memory_bytes=64 << 20,
+    # The same tasks by name through vllm_eval.generate (`vllm-eval generate --tasks lmms.digits_gen,...`), no cache:
+    # the same answers and scores, lmms-eval's files and our summary; an unknown name stops before any engine.
+    import vllm_eval
+    from vllm_eval.utils.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match=r"unknown lmms-eval task 'lmms.digits_mx'; close: lmms.digits_mc"):
+        vllm_eval.generate(vlm.model, tasks="lmms.digits_mx", include_path=include)
+    kwargs = dict(dtype="float32", limit_mm_per_prompt={"image": 2}, no_cache=True, show_progress=False)
+    got = vllm_eval.generate(
+        vlm.model, tasks="lmms.digits_gen,lmms.digits_mc", include_path=include, output_dir=tmp_path / "out", **kwargs
     )
+    assert got.scores == {"digits_gen": results["digits_gen"]["exact_match,none"], "digits_mc": accuracy}
+    lines = got.lm_eval["samples_paths"]["digits_gen"].read_text().splitlines()
+    assert [json.loads(line)["filtered_resps"] for line in lines] == answers  # lmms-eval's samples file
+    summary = (tmp_path / "out" / "summary.json").read_text()
+    assert "lmms-eval" in summary and str(got.lm_eval["results_path"].resolve()) in summary
+
+    theirs = _lmms_own_vllm(vlm.llm, max_new_tokens=6)
     _, their_samples = run(theirs, ["digits_gen"])
     assert [s["resps"][0][0] for s in their_samples["digits_gen"]] == answers
+
+
+def test_lmms_task_names_run_in_a_call_of_their_own():
+    from vllm_eval.api.lmms_tasks import lmms_names
+    from vllm_eval.utils.errors import UsageError
+
+    assert lmms_names(["lmms.mmmu_val", "LMMS.ai2d"]) == ["mmmu_val", "ai2d"] and lmms_names(["mmlu"]) == []
+    with pytest.raises(UsageError, match=r"lmms-eval's tasks \(lmms.<task>\) run in a call of their own"):
+        lmms_names(["lmms.ai2d", "mmlu"])
+    with pytest.raises(UsageError, match="name an lmms-eval task after the prefix"):
+        lmms_names(["lmms."])

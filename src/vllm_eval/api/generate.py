@@ -25,6 +25,7 @@ from .checks import chat_template, check_model_argument, open_cache, require_mod
 from .command_sweep import sweepable
 from .eva_tasks import EVA_OPTIONS, run_eva
 from .lm_eval_tasks import EVALUATE_OPTIONS, MODEL_OPTIONS
+from .lmms_tasks import lmms_names
 from .session import Session, prepare, split_options
 
 #: Backend options ``generate`` passes on when given; the capability options (``device``, ``endpoint`` ...) too.
@@ -127,10 +128,10 @@ def generate(
     Args:
         model: a model directory or hub id (offline: a cached one); for a served model the served name
             (optional: default the server's).
-        tasks: task names (a list, or one string of names separated by spaces or commas): lm-eval's task, group
-            and tag names and task YAML paths (``mmlu``, ``gsm8k``, ``hellaswag`` ...: lm-eval's prompts, metrics
-            and result files; see :mod:`vllm_eval.api.lm_eval_tasks`), or this project's ``PangLeePolarity``,
-            ``Digits`` (offline; one kind per call).
+        tasks: task names (a list, or one string of comma-separated names): lm-eval's task, group and tag names and
+            task YAML paths (``mmlu``, ``gsm8k`` ...: lm-eval's prompts, metrics and result files; see
+            :mod:`vllm_eval.api.lm_eval_tasks`), lmms-eval's as ``lmms.<task>`` (:mod:`vllm_eval.api.lmms_tasks`),
+            eva's as ``eva.<task>``, or this project's ``PangLeePolarity``, ``Digits`` (offline; one kind per call).
         data: your own multiple-choice file instead of ``tasks`` (``.jsonl``/``.csv``/``.parquet`` with question,
             options, answer [, image]).
         backend: ``vllm`` (default), ``hf`` (transformers, the reference), ``remote`` (``/v1/chat/completions``
@@ -173,8 +174,8 @@ def generate(
     given = (temperature, top_p, top_k, max_tokens, sampling_seed)
     sampling = {name: v for name, v in zip(SAMPLING, given, strict=True) if v is not None}
     call = dict(backend=backend, limit=limit, output_dir=output_dir, verbose=verbose, started=started)
-    if eva_tasks := _eva_tasks(names, options):
-        return _eva(model, eva_tasks, call, (sampling, (cache_dir, no_cache), show_progress), lm_options, options)
+    if framework := _other_framework(model, names, call, lm_options, options, sampling, (cache_dir, no_cache)):
+        return framework(show_progress)
     if names and not all(is_own_task(n) for n in names):
         return _lm_eval(model, names, call, lm_options, options, (cache_dir, no_cache), show_progress)  # lm-eval's
     if lm_options:
@@ -193,6 +194,24 @@ def generate(
     how = dict(answer_format=answer_format, scoring=scoring, letters=letters, reasoning=reasoning)
     how.update(limit=limit, max_missing=max_missing)
     return _run(session, resolved, selected, outputs, sampling, (cache_dir, no_cache), show_progress, how)
+
+
+def _other_framework(
+    model: Any,
+    names: list[str] | None,
+    call: dict[str, Any],
+    lm_options: dict[str, Any],
+    options: dict[str, Any],
+    sampling: dict[str, Any],
+    cache_at: tuple[Any, bool],
+) -> Any:
+    """The call that runs eva's (``eva.<task>``) or lmms-eval's (``lmms.<task>``) tasks, given ``show_progress``;
+    None for lm-eval's and this project's tasks."""
+    if eva_tasks := _eva_tasks(names, options):
+        return lambda progress: _eva(model, eva_tasks, call, (sampling, cache_at, progress), lm_options, options)
+    if lmms := lmms_names(names):
+        return lambda progress: _lmms(model, lmms, call, lm_options, options, cache_at, progress)
+    return None
 
 
 def _eva_tasks(names: list[str] | None, options: dict[str, Any]) -> list[Any]:
@@ -218,6 +237,60 @@ def _eva(model: Any, tasks: list[Any], call: dict, run: tuple, lm_options: dict,
     call.update(prepare_session=_prepare, result_cls=GenerationResult, options=options)
     call.update(sampling=run[0], cache_at=run[1], show_progress=run[2])
     return run_eva(model, tasks, **call)
+
+
+def _lmms(
+    model: Any,
+    names: list[str],
+    call: dict[str, Any],
+    lm_options: dict[str, Any],
+    options: dict[str, Any],
+    cache_at: tuple[Any, bool],
+    show_progress: bool,
+) -> GenerationResult:
+    """lmms-eval's tasks (:mod:`~vllm_eval.api.lmms_tasks`): names and options checked before the model starts,
+    then lmms-eval's evaluator on our engine, its files and ``summary.json``."""
+    from . import lmms_tasks
+
+    taken = {"include_path", "log_samples", *lmms_tasks.EVALUATE_OPTIONS}
+    if other := sorted(k for k in lm_options if k not in taken):
+        raise UsageError(f"{', '.join(other)}: lm-eval's options, not taken by lmms-eval's tasks")
+    if call["backend"] != "vllm":
+        raise UsageError(f"lmms-eval's tasks run on --backend vllm (our engine), not {call['backend']}")
+    with phase("imports"):
+        session = _prepare(call["backend"], options, call["output_dir"], call["verbose"], call["started"])
+    with phase("tasks"):
+        manager = lmms_tasks.prepare_tasks(names, lm_options.get("include_path"), call["verbose"])
+    with phase("model"):
+        model = None if model is None else os.fspath(model)
+        require_model(model, session.spec.remote)
+        resolved = resolve_model(model, session.spec.remote)
+    cache = open_cache(*cache_at)
+    try:
+        ran = lmms_tasks.run(
+            session,
+            resolved,
+            names,
+            manager,
+            cache=cache,
+            limit=call["limit"],
+            log_samples=lm_options.get("log_samples") is not False,
+            evaluate={k: lm_options.get(k) for k in lmms_tasks.EVALUATE_OPTIONS},
+            show_progress=show_progress,
+        )
+    finally:
+        if cache is not None:
+            cache.close()
+    results = {name: dict(metrics) for name, metrics in ran["results"].get("results", {}).items()}
+    folder = ran["results_path"].parent
+    return GenerationResult(
+        results=results,
+        model_name=ran["model_name"],
+        backend=session.spec.name,
+        output_dirs={name: folder for name in results},
+        cache=cache,
+        lm_eval=ran,
+    )
 
 
 def _lm_eval(

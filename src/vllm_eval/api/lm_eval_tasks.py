@@ -213,18 +213,10 @@ def run(
 
 
 def _write_summary(session: Any, backend: Any, path: str, ran: Any, truncated: dict[str, int]) -> Path | None:
-    """``summary.json`` in the output folder (beside lm-eval's folder of the model): the run's main scores as rows,
-    the engine options, versions, timeline and where lm-eval's files are
-    (:func:`~vllm_eval.evaluation.results.write_summary`, the one summary writer)."""
-    from ..evaluation.results import TaskScore, write_summary
-    from ..tasks.lmeval import main_scores
-
+    """``summary.json`` in the output folder (beside lm-eval's folder of the model), with where lm-eval's files
+    are (:func:`write_summary`)."""
     if ran.results_path is None:
         return None
-    rows = [
-        TaskScore(task=name, task_type=f"lm-eval {filt}", main_score_name=metric, main_score=value, seconds=0.0)
-        for name, metric, value, filt in main_scores(ran.results)
-    ]
     info = {
         "model": path,
         "command": sys.argv,
@@ -235,5 +227,21 @@ def _write_summary(session: Any, backend: Any, path: str, ran: Any, truncated: d
         "truncated": truncated,
     }
     target = ran.results_path.parent.parent / "summary.json"  # in --output-dir, where compare and report look
-    write_summary(backend, rows, target, info, session.started)
+    return write_summary(session, backend, ran.results, target, info)
+
+
+def write_summary(session: Any, backend: Any, results: dict[str, Any], target: Path, info: dict[str, Any]) -> Path:
+    """``summary.json`` at ``target`` of lm-eval's (or lmms-eval's, whose results have lm-eval's shape) results:
+    the run's main scores as rows, the engine options, versions, timeline and ``info``
+    (:func:`~vllm_eval.evaluation.results.write_summary`, the one summary writer)."""
+    from ..evaluation.results import TaskScore
+    from ..evaluation.results import write_summary as write
+    from ..tasks.lmeval import main_scores
+
+    framework = info.get("task_framework", "lm-eval")
+    rows = [
+        TaskScore(task=name, task_type=f"{framework} {filt}", main_score_name=metric, main_score=value, seconds=0.0)
+        for name, metric, value, filt in main_scores(results)
+    ]
+    write(backend, rows, target, info, session.started)
     return target

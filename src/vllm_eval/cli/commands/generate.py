@@ -235,8 +235,12 @@ def _add_eva_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _print_lm_eval(ran: dict[str, Any]) -> None:
-    """lm-eval's own tables (``make_table``), then where its files and ``summary.json`` went."""
-    from lm_eval.utils import make_table
+    """lm-eval's (or lmms-eval's) own tables (``make_table``), then where its files and ``summary.json`` went."""
+    framework = ran.get("framework", "lm-eval")
+    if framework == "lmms-eval":
+        from lmms_eval.utils import make_table
+    else:
+        from lm_eval.utils import make_table
 
     print(make_table(ran["results"]))
     if ran["results"].get("groups"):
@@ -245,4 +249,4 @@ def _print_lm_eval(ran: dict[str, Any]) -> None:
         if n:
             print(f"{n} {kind} requests longer than the context were cut on the left (as lm-eval does)")
     if ran["results_path"] is not None:
-        print(f"results: {ran['results_path']} (lm-eval's format), {ran['summary_path']}")
+        print(f"results: {ran['results_path']} ({framework}'s format), {ran['summary_path']}")

@@ -61,7 +61,8 @@ class VllmLMMS(lmms):
             ``cache_dir`` ...); lmms-eval's strings are parsed as JSON where they are JSON.
 
     Raises:
-        UsageError: no model; a model vLLM loads as text-only; a cache folder that cannot be made or read.
+        UsageError: no model; a cache folder that cannot be made or read. Later, a request with images for a model
+            vLLM loads as text-only (its task and document named).
     """
 
     is_simple = True
@@ -99,9 +100,6 @@ class VllmLMMS(lmms):
             from ..cache import OutputCache, default_cache_dir
 
             generator.use_cache(OutputCache(cache_dir or default_cache_dir()))
-        if not getattr(generator, "_multimodal", True):
-            self.close()
-            raise UsageError(f"model {generator.model!r} takes no images (vLLM loads it as a text-only model)")
 
     def close(self) -> None:
         """Stop the engine this model started (not a ``generator`` it was given)."""
@@ -123,6 +121,11 @@ class VllmLMMS(lmms):
                 out.extend(item)
             elif item is not None:
                 out.append(item)
+        if out and not getattr(self.generator, "_multimodal", True):
+            raise UsageError(
+                f"{task}: document {doc_id} shows images, and model {self.generator.model!r} takes none (vLLM loads"
+                " it as a text-only model)"
+            )
         for item in out:
             if isinstance(item, str) and item.lower().endswith((".mp4", ".avi", ".mov", ".flv", ".wmv", ".webm")):
                 raise UsageError(
