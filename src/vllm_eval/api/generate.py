@@ -281,16 +281,7 @@ def _lmms(
     finally:
         if cache is not None:
             cache.close()
-    results = {name: dict(metrics) for name, metrics in ran["results"].get("results", {}).items()}
-    folder = ran["results_path"].parent
-    return GenerationResult(
-        results=results,
-        model_name=ran["model_name"],
-        backend=session.spec.name,
-        output_dirs={name: folder for name in results},
-        cache=cache,
-        lm_eval=ran,
-    )
+    return _framework_result(session, ran, cache)
 
 
 def _lm_eval(
@@ -341,6 +332,11 @@ def _lm_eval(
     finally:
         if cache is not None:
             cache.close()
+    return _framework_result(session, ran, cache)
+
+
+def _framework_result(session: Session, ran: dict[str, Any], cache: Any) -> GenerationResult:
+    """The :class:`GenerationResult` of lm-eval's or lmms-eval's run (``ran``: its ``run``'s dict)."""
     results = {name: dict(metrics) for name, metrics in ran["results"].get("results", {}).items()}
     folder = ran["results_path"].parent if ran["results_path"] is not None else None
     return GenerationResult(
