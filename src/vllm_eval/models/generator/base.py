@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Literal
 
@@ -322,6 +323,25 @@ class GeneratorBase(BackendBase, ABC):
         if self.chat_template_kwargs:  # absent when unused, so earlier runs' cached answers still match
             out["chat_template_kwargs"] = self.chat_template_kwargs
         return out
+
+    @contextmanager
+    def sampled(self, overrides: dict[str, Any]) -> Iterator[None]:
+        """Generate under ``overrides`` (``SamplingParams`` values over the evaluation defaults) inside the block,
+        for callers whose requests each carry their own sampling (lmms-eval's ``gen_kwargs``): the output cache
+        keys on the sampling (:meth:`identity`), so its key is re-derived for the block and restored after. One
+        block at a time per generator.
+
+        Raises:
+            OptionError: a value ``SamplingParams`` refuses.
+        """
+        kept = self.sampling, self.sampling_overrides
+        self.sampling, self.sampling_overrides = sampling_params(overrides), dict(overrides)
+        self.use_cache(self.cache)
+        try:
+            yield
+        finally:
+            self.sampling, self.sampling_overrides = kept
+            self.use_cache(self.cache)
 
     def deterministic(self) -> bool:
         """Whether a sample's answer is fixed (greedy, or a fixed seed), so it may be cached."""

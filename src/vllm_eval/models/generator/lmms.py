@@ -9,8 +9,8 @@ what lmms-eval's own vLLM models (``lmms_eval/models/simple/vllm.py``, ``chat/vl
 * every request of a call in flight at once on one :class:`~vllm_eval.models.generator.vllm.VllmGenerator` (theirs
   send ``batch_size`` requests per ``llm.chat``, 1 by default), over replicas on every GPU or Ray actors in one
   process (``data_parallel_size``; theirs need a ``torchrun`` launch);
-* ``loglikelihood`` (theirs ``assert False``): the sum of the continuation's token log-probabilities after the
-  context rendered with the chat template, the document's images shown as in generation;
+* ``loglikelihood`` (theirs ``assert False``): lmms-eval's loss, the mean negative log-likelihood per token of the
+  continuation after the context rendered with the chat template, the document's images shown as in generation;
 * the output cache (``cache_dir``): a run stopped and started again computes only what was not stored.
 
 Sampling is lmms-eval's: its defaults (temperature 0, top_p 0.95, ``max_new_tokens`` the model's, 1024) under each
@@ -164,18 +164,8 @@ class VllmLMMS(lmms):
         return out
 
     def _generate_with(self, sampling: dict[str, Any], samples: list[tuple[str, list[Any]]]) -> list[Any]:
-        from .base import sampling_params
-
-        generator = self.generator
-        kept = generator.sampling, generator.sampling_overrides
-        # the cache keys on the sampling too (an answer of 1 token is not one of 6): key under this setting
-        generator.sampling, generator.sampling_overrides = sampling_params(sampling), sampling
-        generator.use_cache(generator.cache)
-        try:
-            return generator.generate(samples, total=len(samples))
-        finally:
-            generator.sampling, generator.sampling_overrides = kept
-            generator.use_cache(generator.cache)
+        with self.generator.sampled(sampling):
+            return self.generator.generate(samples, total=len(samples))
 
     def loglikelihood(self, requests: list[Any]) -> list[Any]:
         """``(loss, is_greedy)`` per request, as lmms-eval's ``GenerationResult`` whose ``text`` is that pair.
@@ -210,23 +200,30 @@ class VllmLMMS(lmms):
         if not requests:
             return []
         scores = self.generator.loglikelihoods(contexts, continuations, images if any(images) else None)
-        lengths = [
-            max(len(self.generator.tokenizer(c, add_special_tokens=False)["input_ids"]), 1) for c in continuations
-        ]
-        greedy = self._greedy(contexts, continuations, images)
+        tokenizer = self.generator.tokenizer
+        lengths = [max(len(tokenizer(c, add_special_tokens=False)["input_ids"]), 1) for c in continuations]
+        greedy = self._greedy(contexts, continuations, images, lengths)
         return [GenerationResult(text=(-float(s) / n, g)) for s, n, g in zip(scores, lengths, greedy, strict=True)]
 
-    def _greedy(self, contexts: list[str], continuations: list[str], images: list[list[Any]]) -> list[bool]:
-        """Whether greedy decoding of as many tokens as each continuation has gives its text."""
-        tokenizer, by_length = self.generator.tokenizer, {}
-        for i, cont in enumerate(continuations):
-            by_length.setdefault(len(tokenizer(cont, add_special_tokens=False)["input_ids"]), []).append(i)
-        out = [False] * len(contexts)
-        for length, idx in by_length.items():
-            greedy = {"temperature": 0.0, "top_p": 1.0, "max_tokens": max(length, 1)}
-            for i, gen in zip(idx, self._generate_with(greedy, [(contexts[i], images[i]) for i in idx]), strict=True):
-                out[i] = gen.output == continuations[i]
-        return out
+    def _greedy(
+        self, contexts: list[str], continuations: list[str], images: list[list[Any]], lengths: list[int]
+    ) -> list[bool]:
+        """Whether greedy decoding of ``lengths[i]`` tokens after context ``i`` gives continuation ``i``'s text: one
+        generation per distinct context, images and length (the options of a question share theirs)."""
+        from ..images import image_digest
+
+        keys = [(n, c, *(image_digest(im) for im in ims)) for c, ims, n in zip(contexts, images, lengths, strict=True)]
+        slot: dict[tuple[Any, ...], int] = {}
+        by_length: dict[int, list[tuple[str, list[Any]]]] = {}
+        for key, ctx, ims in zip(keys, contexts, images, strict=True):
+            if key not in slot:
+                slot[key] = len(by_length.setdefault(key[0], []))
+                by_length[key[0]].append((ctx, ims))
+        answers = {
+            n: [g.output for g in self._generate_with({"temperature": 0.0, "top_p": 1.0, "max_tokens": n}, samples)]
+            for n, samples in by_length.items()
+        }
+        return [answers[key[0]][slot[key]] == cont for key, cont in zip(keys, continuations, strict=True)]
 
     def generate_until_multi_round(self, requests: list[Any]) -> list[str]:
         raise UsageError("vllm-eval's lmms-eval model answers one round per request (generate_until)")
