@@ -53,7 +53,7 @@ def run_ours(args: argparse.Namespace, extra: list[str]) -> dict:
     cmd = [sys.executable, "-m", "vllm_eval.cli", "generate", "--model", args.model, "--tasks", "eva.PatchCamelyon"]
     cmd += ["--data-root", args.data_root, "--n-runs", "1", "--missing-limit", "1000000", "--output-dir", str(out)]
     cmd += ["--no-cache", "--no-progress", *(["--limit", str(args.num_samples)] if args.num_samples else []), *extra]
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     results = sorted(out.rglob("results.json"))
@@ -65,12 +65,31 @@ def run_ours(args: argparse.Namespace, extra: list[str]) -> dict:
         report["outputs"] = [json.loads(row)["output"] for row in rows]
         report |= {k: task.get(k) for k in ("engine_kwargs", "image_position", "main_score", "error")}
     log = out / "vllm-eval.log"
-    report["log_lines"] = (
-        [x for x in log.read_text().splitlines() if "layout" in x.lower() or "ready" in x.lower()][:10]
-        if log.is_file()
-        else []
-    )
+    lines = log.read_text().splitlines() if log.is_file() else []
+    report["log_lines"] = [x for x in lines if any(w in x.lower() for w in ("layout", "ready", "enforce_eager"))][:10]
+    report |= _log_marks(lines, wall0)
     return report
+
+
+def _log_marks(lines: list[str], wall0: float) -> dict:
+    """Seconds from the command's start to its engine's first log line, to vLLM's "READY" (the engine ready) and to
+    the log's last line, read off ``vllm-eval.log``'s timestamps (the ``eva`` side's ``engine_ready_seconds``)."""
+    import datetime
+
+    def at(line: str) -> float | None:
+        try:
+            stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+        except ValueError:
+            return None
+        return round(stamp.timestamp() - wall0, 2)
+
+    stamped = [(t, x) for x in lines if (t := at(x)) is not None]
+    ready = [t for t, x in stamped if "READY from" in x]
+    return {
+        "first_log_seconds": stamped[0][0] if stamped else None,
+        "engine_ready_seconds": ready[0] if ready else None,
+        "last_log_seconds": stamped[-1][0] if stamped else None,
+    }
 
 
 def run_eva(args: argparse.Namespace) -> dict:

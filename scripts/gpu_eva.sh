@@ -20,8 +20,11 @@
 #   setup   installs /root/eva's wheels; builds the model in /root/models/Qwen2.5-VL-7B-random (bfloat16) and the
 #           images in /root/data/patch_camelyon; $OUT/setup.txt.
 #   ours    our side with ARGS (vllm-eval generate flags); $OUT/ours-$NAME.json.
-#   eva     eva's calls (BS, default 256); $OUT/eva.json.
+#   eva     eva's calls (BS, default 256); $OUT/eva.json ($OUT/eva-$NAME.json with NAME).
+#   (VLLM_BATCH_INVARIANT=1 before a part: vLLM's batch-invariant kernels, for answers that do not depend on how
+#   requests were batched: the parity runs.)
 #   lmms    lmms-eval's VLLM at BS (default 1), LIMIT requests (default all); $OUT/lmms-bs$BS.json.
+#   (NUM: per class and split, eva's NUM_SAMPLES, on every side; default 250.)
 #   compare A B: the answers of $OUT's A.json and B.json, sample by sample; $OUT/compare-A-B.json.
 set -uo pipefail
 out=${1:?output dir}; part=${2:?part}
@@ -57,13 +60,13 @@ import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch
     nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv >> "$out/setup.txt" ;;
   ours)
     timeout ${TIME:-560} "${bench[@]}" ours --model "$model" --data-root "$data" --out "$out/ours-$name.json" \
-      -- ${ARGS:-} 2>&1 | quiet 40 ;;
+      ${NUM:+--num-samples $NUM} -- ${ARGS:-} 2>&1 | quiet 40 ;;
   eva)
-    timeout ${TIME:-560} "${bench[@]}" eva --model "$model" --data-root "$data" --out "$out/eva.json" \
-      --batch-size ${bs:-256} 2>&1 | quiet ;;
+    timeout ${TIME:-560} "${bench[@]}" eva --model "$model" --data-root "$data" --out "$out/eva${NAME:+-$NAME}.json" \
+      --batch-size ${bs:-256} ${NUM:+--num-samples $NUM} 2>&1 | quiet ;;
   lmms)
     timeout ${TIME:-560} "${bench[@]}" lmms --model "$model" --data-root "$data" --out "$out/lmms-bs${bs:-1}.json" \
-      --batch-size ${bs:-1} ${LIMIT:+--limit $LIMIT} 2>&1 | quiet ;;
+      --batch-size ${bs:-1} ${LIMIT:+--limit $LIMIT} ${NUM:+--num-samples $NUM} 2>&1 | quiet ;;
   compare)
     a=${3:?first side}; b=${4:?second side}
     "${bench[@]}" compare --out "$out/$a.json" --other "$out/$b.json" | tee "$out/compare-$a-$b.json" ;;

@@ -89,6 +89,11 @@ def test_compare_cli_passes_for_parity_and_fails_when_perturbed(cli_in_process, 
     assert [r["config"] for r in report["rows"] if not r["passed"]] == ["st default d=32"]
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="18 s of CI's 30 minutes: compare's parity check runs in CI on the reranker, generator and classifier"
+    " (the test above); VLLMEVAL_FULL_TESTS=1 runs it",
+)
 @pytest.mark.slow
 def test_run_check_parity_records_agreement_per_task(cli_in_process, tmp_path, capsys):
     code, err = cli_in_process(

@@ -196,6 +196,10 @@ def test_three_tasks_in_one_engine_with_evas_rules(ran):
     # eva's registered model: max_num_seqs 8, no prefix caching, images before the text
     assert mmu["engine_kwargs"]["max_num_seqs"] == 8 and mmu["engine_kwargs"]["enable_prefix_caching"] is False
     assert mmu["image_position"] == "before"
+    # eva's multimodal VllmModel starts eager (read from its source); so do its image tasks here unless told otherwise
+    from vllm_eval.api.eva_tasks import eva_engine_default
+
+    assert eva_engine_default("enforce_eager") is True and mmu["engine_kwargs"]["enforce_eager"] is True
     user = mmu["samples"][0]["prompt"].split("<|im_start|>user\n", 1)[1]
     assert user.startswith("<image>") and "Read the provided question" in user
 

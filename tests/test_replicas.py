@@ -317,6 +317,11 @@ def test_a_replica_whose_engine_stalls_exits_3_and_is_lost(dp_encoder):
     assert sorted(pool.state().lost) == [0, 1]
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="30 s of CI's 30 minutes: a failing replica is named and lost in CI (the dead and stalled replica"
+    " tests above); VLLMEVAL_FULL_TESTS=1 runs it",
+)
 def test_replica_that_cannot_start_is_named():
     from vllm_eval import VllmEncoder
 

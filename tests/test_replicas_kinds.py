@@ -36,6 +36,11 @@ def _same(one, two, rows_one, rows_two, what: str) -> None:
     assert two.counters.engine_start_seconds == two.pool.start_seconds > 0
 
 
+@pytest.mark.skipif(
+    os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
+    reason="33 s of CI's 30 minutes: the replica pool runs in CI for the encoder and the generator"
+    " (tests/test_replicas.py); VLLMEVAL_FULL_TESTS=1 runs it",
+)
 def test_classifier_on_two_replicas(test_models, vllm_classifier):
     from vllm_eval.models.classifier.vllm import VllmClassifier
 
@@ -48,8 +53,9 @@ def test_classifier_on_two_replicas(test_models, vllm_classifier):
 
 @pytest.mark.skipif(
     os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
-    reason="45 s of CI's 30 minutes: the classifier's replicas run in CI (the test above), and the reward model in"
-    " one engine (tests/test_reward.py); VLLMEVAL_FULL_TESTS=1 runs it",
+    reason="45 s of CI's 30 minutes: the replica pool runs in CI for the encoder and the generator"
+    " (tests/test_replicas.py), and the reward model in one engine (tests/test_reward.py);"
+    " VLLMEVAL_FULL_TESTS=1 runs it",
 )
 def test_reward_model_on_two_replicas(tmp_path):
     from vllm_eval.models.classifier.vllm import VllmClassifier
@@ -70,9 +76,8 @@ def test_reward_model_on_two_replicas(tmp_path):
 
 @pytest.mark.skipif(
     os.environ.get("VLLMEVAL_FULL_TESTS") != "1",
-    reason="38 s of CI's 30 minutes: the replica pool runs in CI for the classifier (this "
-    "module) and for the encoder and generator (tests/test_replicas.py); VLLMEVAL_FULL_TESTS=1 "
-    "runs it",
+    reason="38 s of CI's 30 minutes: the replica pool runs in CI for the encoder and "
+    "generator (tests/test_replicas.py); VLLMEVAL_FULL_TESTS=1 runs it",
 )
 def test_token_classifier_and_token_embedder_on_two_replicas(test_models, tmp_path):
     from vllm_eval.models.token_classifier.vllm import VllmTokenClassifier

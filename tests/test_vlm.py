@@ -38,16 +38,12 @@ def _reference(model: str, rendered: list[str], conts: list[str], images: list[l
     lm = Idefics3ForConditionalGeneration.from_pretrained(model, dtype=torch.float32).eval()
     out = []
     for text, cont, ims in zip(rendered, conts, images, strict=True):
-        enc = proc(text=[text], images=[[to_pil(im) for im in ims]], return_tensors="pt")
+        enc = proc(text=[text], images=[[to_pil(im) for im in ims]] if ims else None, return_tensors="pt")
         k = proc.tokenizer(cont, add_special_tokens=False)["input_ids"]
         ids = torch.cat([enc["input_ids"], torch.tensor([k])], dim=1)
+        pixels = {n: enc[n] for n in ("pixel_values", "pixel_attention_mask") if n in enc}
         with torch.no_grad():
-            logits = lm(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                pixel_values=enc["pixel_values"],
-                pixel_attention_mask=enc["pixel_attention_mask"],
-            ).logits[0]
+            logits = lm(input_ids=ids, attention_mask=torch.ones_like(ids), **pixels).logits[0]
         logp = torch.log_softmax(logits.double(), -1)
         n = ids.shape[1] - len(k)
         out.append(sum(logp[n + i - 1, t].item() for i, t in enumerate(k)))
@@ -123,6 +119,68 @@ def test_image_loglikelihoods_are_cached_per_image(vlm, tmp_path):
         assert again[0].tobytes() == first[1].tobytes() and again[1] != first[0]
     finally:
         vlm.use_cache(None)
+
+
+def _hf_greedy(model: str, rendered: list[str], images: list[list], max_new_tokens: int) -> list[str]:
+    """transformers' Idefics3 greedy answers to the rendered prompts, decoded without special tokens."""
+    from transformers import AutoProcessor, Idefics3ForConditionalGeneration
+
+    proc = AutoProcessor.from_pretrained(model)
+    lm = Idefics3ForConditionalGeneration.from_pretrained(model, dtype=torch.float32).eval()
+    out = []
+    for text, ims in zip(rendered, images, strict=True):
+        enc = proc(text=[text], images=[[to_pil(im) for im in ims]] if ims else None, return_tensors="pt")
+        with torch.no_grad():
+            ids = lm.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)[0, enc["input_ids"].shape[1] :]
+        out.append(proc.tokenizer.decode(ids, skip_special_tokens=True))
+    return out
+
+
+def test_evas_prompt_formats_match_transformers(vlm, tmp_path):
+    """eva's three multiple-choice tasks' prompts (PatchCamelyon's and PathMMU Atlas's with their images before and
+    after the text, PathMMU's system prompt, PubMedQA's text), through our engine and through transformers' Idefics3
+    on the same rendered prompts and images: the same greedy answers, and the answers' log-likelihoods within 1e-4."""
+    pytest.importorskip("eva", reason="kaiko-eva is not installed: pip install 'vllm-eval[eva]'")
+    from vllm_eval.tasks.eva import get_eva_task, prepare
+    from vllm_eval.testing.eva_data import build_patch_camelyon, build_path_mmu_atlas, build_pubmedqa
+
+    build_patch_camelyon(tmp_path / "patch_camelyon", per_class=1)
+    build_path_mmu_atlas(tmp_path / "path_mmu_atlas", n=1)
+    build_pubmedqa(tmp_path / "pubmedqa", n=1)
+    runs = []
+    for name, positions in (("eva.PatchCamelyon", ("before", "after")), ("eva.PathMMUAtlas", ("before", "after"))):
+        runs += [(name, p) for p in positions]
+    runs.append(("eva.PubMedQA", "after"))
+    got, rendered, answers, shown = [], [], [], []
+    for name, position in runs:
+        task = get_eva_task(name)
+        requests = prepare(task, tmp_path, num_samples=1).requests()[:2]
+        with VllmGenerator(
+            vlm.model,
+            dtype="float32",
+            max_images_per_prompt=2,
+            image_position=position,
+            system_prompt=task.system_prompt,
+            sampling={"max_tokens": 6},
+            show_progress_bar=False,
+        ) as g:
+            assert g.llm is vlm.llm  # the fixture's engine: the same options
+            outs = g.generate(requests)
+            texts, images = [t for t, _ in requests], [list(ims) for _, ims in requests]
+            got += list(g.loglikelihoods(texts, [o.output for o in outs], images))
+            rendered += [g.render(t, ims) for t, ims in requests]
+        answers += [o.output for o in outs]
+        shown += images
+    assert rendered[0].index("<image>") < rendered[0].index("IMPORTANT") and "<image>" not in rendered[-1]
+    assert rendered[2].index("<image>") > rendered[2].index("IMPORTANT")  # PatchCamelyon, images after
+    assert get_eva_task("eva.PathMMUAtlas").system_prompt in rendered[4]
+    theirs = _hf_greedy(vlm.model, rendered, shown, 6)
+    print("eva prompt answers:", answers, theirs)
+    assert [a.rstrip("\ufffd") for a in answers] == [a.rstrip("\ufffd") for a in theirs]
+    ref = _reference(vlm.model, rendered, answers, shown)
+    delta = float(np.max(np.abs(np.asarray(got) - ref)))
+    print(f"eva prompts: loglikelihood |vLLM - transformers| max = {delta:.2e}")
+    assert delta <= 1e-4
 
 
 #: lm-eval's task config of a generation task with images (``doc_to_image``), on the real digits written as Parquet

@@ -29,6 +29,16 @@ def eva_sampling(given: dict[str, Any]) -> dict[str, Any]:
     return {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_tokens": MAX_NEW_TOKENS, **given}
 
 
+def eva_engine_default(name: str) -> Any:
+    """The engine option ``name`` of eva's multimodal ``VllmModel._default_model_kwargs``
+    (eva/multimodal/models/wrappers/vllm.py, read from eva's installed source): ``enforce_eager`` is True there
+    ("reduce start-up time"), so eva's image tasks start eager here too unless ``enforce_eager`` is given. eva's
+    other defaults (``max_model_len``, ``gpu_memory_utilization``) are sizing, which this project does itself."""
+    from ..utils.eva_source import class_attribute
+
+    return class_attribute("multimodal/models/wrappers/vllm.py", "VllmModel", "_default_model_kwargs").get(name)
+
+
 class EvaJudge:
     """eva's judge-model protocol over a generator backend: called with eva's ``TextBatch`` (``text``: one message
     series per prompt), returns ``{"generated_text": [str, ...]}``, as eva's model wrappers do."""
@@ -94,6 +104,8 @@ def run_eva(
             )
             for t in tasks
         ]
+    if backend == "vllm" and options.get("enforce_eager") is None and any(t.modality == "image" for t in tasks):
+        options["enforce_eager"] = eva_engine_default("enforce_eager")
     with phase("imports"):
         session = prepare_session(backend, options, output_dir, verbose, started)
     with phase("model"):

@@ -5,8 +5,9 @@ eva registers each with its own ``VllmModel`` settings (``max_num_seqs``, ``enab
 (:func:`vllm_eval.utils.eva_source.registered_vllm_models`) when kaiko-eva is installed, and registered under eva's
 names the first time one is asked for. ``tensor_parallel_size`` is taken only when ``VLLM_TENSOR_PARALLEL_SIZE`` is
 set (eva's default of 1 or 4 stands in for a layout eva cannot choose; here the engine sizing chooses it). eva's
-``VllmModel`` defaults (``enforce_eager``, ``gpu_memory_utilization`` 0.9, ``max_model_len`` 32768) are not applied:
-they are engine sizing, which this project does for every model.
+``VllmModel`` defaults ``gpu_memory_utilization`` 0.9 and ``max_model_len`` 32768 are not applied: they are engine
+sizing, which this project does for every model. Its ``enforce_eager`` is, for eva's image tasks, by
+:func:`vllm_eval.api.eva_tasks.eva_engine_default`.
 """
 
 from __future__ import annotations

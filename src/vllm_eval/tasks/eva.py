@@ -176,6 +176,29 @@ def find_eva_task(name: str) -> EvaTask | None:
     return None
 
 
+def task_rows() -> list[dict[str, Any]]:
+    """eva's tasks as ``vllm-eval tasks`` rows (name, kind, command, type, main_score, source, available,
+    description); ``available``: the task's folder is under eva's default data root (``.data``), as
+    ``generate --data-root`` reads it."""
+    rows = []
+    for t in EVA_TASKS.values():
+        answers = [a for a in t.mapping or () if a != "missing_answer"]
+        kind = "free form, an LLM judge" if t.free_form else f"multiple choice of {len(answers)}"
+        rows.append(
+            {
+                "name": t.name,
+                "kind": "generator",
+                "command": "generate",
+                "type": f"eva {t.modality}, {kind}",
+                "main_score": "test/GEvalCorrectness" if t.free_form else "test/MulticlassAccuracy",
+                "source": t.source,
+                "available": (Path(".data") / t.folder).is_dir(),
+                "description": f"kaiko-eva's {t.config} ({t.licence}); files in eva's layout under --data-root",
+            }
+        )
+    return rows
+
+
 def get_eva_task(name: str) -> EvaTask:
     """The eva task called ``name``.
 

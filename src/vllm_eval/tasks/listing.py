@@ -49,6 +49,9 @@ def task_rows() -> list[dict[str, Any]]:
                 "kinds": [row["kind"]],
             }
         )
+    from .eva import task_rows as eva_rows
+
+    rows += [{**row, "kind": "eva", "kinds": [row["kind"]]} for row in eva_rows()]
     return rows
 
 

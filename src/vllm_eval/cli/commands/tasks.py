@@ -63,6 +63,7 @@ class TasksCommand(Command):
             "mteb tasks and benchmarks by name: `vllm-eval tasks --benchmark NAME`, `vllm-eval run --tasks NAME ...`."
         )
         print("lm-eval's tasks, groups and tags (generate --tasks): `vllm-eval tasks --search TEXT`.")
+        print("lmms-eval's tasks: `vllm-eval generate --tasks lmms.<task>` (with the lmms extra installed).")
         print("your own data: --data FILE on every command (token-classify: CoNLL or tokens/tags files).")
         return 0
 
