@@ -80,6 +80,8 @@ class EvaTask:
         return self.mapping is None
 
 
+#: eva's default ``DATA_ROOT``: each task's files under ``.data/<folder>``.
+DEFAULT_DATA_ROOT = Path(".data")
 _MM = "configs/multimodal/pathology/online/"
 EVA_TASKS: dict[str, EvaTask] = {
     t.name: t
@@ -190,9 +192,9 @@ def task_rows() -> list[dict[str, Any]]:
                 "kind": "generator",
                 "command": "generate",
                 "type": f"eva {t.modality}, {kind}",
-                "main_score": "test/GEvalCorrectness" if t.free_form else "test/MulticlassAccuracy",
+                "main_score": main_score_name(t),
                 "source": t.source,
-                "available": (Path(".data") / t.folder).is_dir(),
+                "available": (DEFAULT_DATA_ROOT / t.folder).is_dir(),
                 "description": f"kaiko-eva's {t.config} ({t.licence}); files in eva's layout under --data-root",
             }
         )
@@ -235,7 +237,7 @@ class PreparedTask:
 def task_root(task: EvaTask, data_root: str | Path | None) -> Path:
     """Where ``task``'s files are: ``<data_root>/<folder>`` when that exists, else ``data_root`` itself (eva's
     ``DATA_ROOT`` of one config); the default data root is eva's ``.data``."""
-    base = Path(data_root) if data_root is not None else Path(".data")
+    base = Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT
     return base / task.folder if (base / task.folder).is_dir() else base
 
 
@@ -400,10 +402,15 @@ class _Scorer:
         return {k: float(v) for k, v in metrics.compute().items()}
 
 
+def main_score_name(task: EvaTask) -> str:
+    """The metric a table shows for ``task``: the test split's accuracy (macro for PatchCamelyon, micro for PathMMU)
+    or G-Eval correctness."""
+    return "test/GEvalCorrectness" if task.free_form else "test/MulticlassAccuracy"
+
+
 def _main_score(task: EvaTask, metrics: dict[str, Any]) -> dict[str, Any] | None:
-    """The number a table shows: the test split's accuracy (macro for PatchCamelyon, micro for PathMMU) or
-    G-Eval correctness, mean over the runs."""
-    name = "test/GEvalCorrectness" if task.free_form else "test/MulticlassAccuracy"
+    """:func:`main_score_name`'s value, mean over the runs."""
+    name = main_score_name(task)
     for stats in metrics.get("test", []):
         if name in stats:
             return {"name": name, "value": stats[name]["mean"]}
