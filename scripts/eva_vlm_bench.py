@@ -66,7 +66,9 @@ def run_ours(args: argparse.Namespace, extra: list[str]) -> dict:
         report |= {k: task.get(k) for k in ("engine_kwargs", "image_position", "main_score", "error")}
     log = out / "vllm-eval.log"
     lines = log.read_text().splitlines() if log.is_file() else []
-    Path(args.out).with_suffix(".log").write_text("\n".join(lines) + "\n")  # the whole log, for the timeline
+    # The log for the timeline, less vLLM's line per loaded weight (hundreds of a 7B's, at debug level).
+    kept = [x for x in lines if "Loaded weight " not in x and "Loaded shard " not in x]
+    Path(args.out).with_suffix(".log").write_text("\n".join(kept) + "\n")
     report["log_lines"] = [x for x in lines if any(w in x.lower() for w in ("layout", "ready", "enforce_eager"))][:10]
     report |= _log_marks(lines, wall0)
     return report

@@ -20,8 +20,8 @@
 #   setup   installs /root/eva's wheels; compiles /root/site (as pip does at install); fills vLLM's model-info
 #           cache; builds the model in /root/models/Qwen2.5-VL-7B-random (bfloat16) and the
 #           images in /root/data/patch_camelyon; $OUT/setup.txt.
-#   ours    our side with ARGS (vllm-eval generate flags); $OUT/ours-$NAME.json and its log, ours-$NAME.log
-#           (PROFILE=1: under py-spy, $OUT/prof-$NAME.txt).
+#   ours    our side with ARGS (vllm-eval generate flags); $OUT/ours-$NAME.json and its log less the per-weight
+#           lines, ours-$NAME.log (PROFILE=1: under py-spy, $OUT/prof-$NAME.txt).
 #   eva     eva's calls (BS, default 256); $OUT/eva.json ($OUT/eva-$NAME.json with NAME).
 #   (VLLM_BATCH_INVARIANT=1 before a part: vLLM's batch-invariant kernels, for answers that do not depend on how
 #   requests were batched: the parity runs.)
