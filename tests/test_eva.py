@@ -196,6 +196,9 @@ def test_three_tasks_in_one_engine_with_evas_rules(ran):
     # eva's registered model: max_num_seqs 8, no prefix caching, images before the text
     assert mmu["engine_kwargs"]["max_num_seqs"] == 8 and mmu["engine_kwargs"]["enable_prefix_caching"] is False
     assert mmu["image_position"] == "before"
+    # vLLM profiled at the largest image sampled (PatchCamelyon's 96x96 over PathMMU's 64x64), images only
+    image = {"count": 1, "width": 96, "height": 96}
+    assert mmu["engine_kwargs"]["limit_mm_per_prompt"] == {"image": image, "video": 0, "audio": 0}
     # eva's multimodal VllmModel starts eager (read from its source); so do its image tasks here unless told otherwise
     from vllm_eval.api.eva_tasks import eva_engine_default
 
@@ -262,3 +265,66 @@ def test_quilt_vqa_is_judged_by_evas_g_eval(tmp_path):
     assert len(judge.prompts) == 8 and "Ground Truth:" in judge.prompts[0] and "answer 0" in judge.prompts[0]
     with pytest.raises(MissingAnswersError, match="no parsable score"):
         score(prepared, ["a"] * 4, judge=EvaJudge(Judge(lambda k: "no json here")))
+
+
+def test_largest_image_is_read_from_headers_before_any_model(tmp_path):
+    """The size vLLM profiles at: the largest width and height over the sampled images, read without decoding;
+    a damaged image is named before any engine starts."""
+    from PIL import Image
+
+    from vllm_eval.models.generator.vllm import image_limits
+    from vllm_eval.tasks.eva import get_eva_task, prepare
+    from vllm_eval.testing.eva_data import build_quilt_vqa
+    from vllm_eval.utils.errors import UsageError
+
+    build_path_mmu_atlas(tmp_path / "path_mmu_atlas", n=3)
+    build_pubmedqa(tmp_path / "pubmedqa", n=3)
+    build_quilt_vqa(tmp_path / "quilt_vqa", n=3)
+    images = tmp_path / "path_mmu_atlas" / "arch" / "books_set" / "images"
+    Image.new("RGB", (80, 30)).save(images / "val-1.png")
+    Image.new("RGB", (20, 70)).save(images / "test-2.png")
+    mmu = prepare(get_eva_task("eva.PathMMUAtlas"), tmp_path)
+    assert mmu.largest_image() == (80, 70)
+    assert prepare(get_eva_task("eva.PubMedQA"), tmp_path).largest_image() is None
+    assert prepare(get_eva_task("QuiltVQA"), tmp_path).largest_image() == (64, 64)
+    assert image_limits(1, (80, 70)) == {
+        "limit_mm_per_prompt": {"image": {"count": 1, "width": 80, "height": 70}, "video": 0, "audio": 0}
+    }
+    assert image_limits(2) == {"limit_mm_per_prompt": {"image": 2}} and image_limits(None, (80, 70)) is None
+    with pytest.raises(UsageError, match="largest_image must be"):
+        image_limits(1, (0, 5))
+    (images / "val-1.png").write_bytes(b"\x89PNG not really")
+    with pytest.raises(UsageError) as info:
+        prepare(get_eva_task("eva.PathMMUAtlas"), tmp_path).largest_image()
+    assert str(images / "val-1.png") in str(info.value) and "\n" not in str(info.value)
+
+
+def test_damaged_path_mmu_images_are_named(tmp_path):
+    """PathMMU's images through both readers (the header for the size, the decode for the prompt): a damaged file
+    gives a size and an image, or one line naming the file, never another exception."""
+    import io
+
+    from hypothesis import given
+    from hypothesis import strategies as st
+    from PIL import Image
+
+    from _fuzz import FUZZ, mutated, outcome
+    from vllm_eval.tasks.eva import get_eva_task, prepare
+
+    build_path_mmu_atlas(tmp_path / "path_mmu_atlas", n=1)
+    image = tmp_path / "path_mmu_atlas" / "arch" / "books_set" / "images" / "val-0.png"
+    buf = io.BytesIO()
+    Image.new("RGB", (6, 4), (200, 10, 10)).save(buf, format="PNG")
+    prepared = prepare(get_eva_task("eva.PathMMUAtlas"), tmp_path)
+
+    @FUZZ
+    @given(st.data())
+    def check(data):
+        image.write_bytes(data.draw(mutated(buf.getvalue(), ("flip", "truncate", "insert", "delete", "empty"))))
+        split = prepared.splits["val"]
+        size = outcome(lambda: split.image_sizes(0), str(image))
+        pixels = outcome(lambda: split.images(0), str(image))
+        if size is not None and pixels is not None:
+            assert pixels[0].size == size[0]
+
+    check()

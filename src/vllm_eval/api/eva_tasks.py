@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,7 @@ def run_eva(
             )
             for t in tasks
         ]
+        image_limits = _image_limits(prepared)
     if backend == "vllm" and options.get("enforce_eager") is None and any(t.modality == "image" for t in tasks):
         options["enforce_eager"] = eva_engine_default("enforce_eager")
     with phase("imports"):
@@ -114,22 +116,24 @@ def run_eva(
         resolved = resolve_model(model, session.spec.remote)
     outputs = task_output_dirs(session.output_dir, "generate", tasks)
     cache = open_cache(*cache_at)
-    internal = {"sampling": eva_sampling(sampling), "show_progress_bar": show_progress}
-    if any(t.modality == "image" for t in tasks):
-        internal["max_images_per_prompt"] = 1
+    internal = {"sampling": eva_sampling(sampling), "show_progress_bar": show_progress, **image_limits}
     generated: dict[str, tuple[list[str], list[str]]] = {}
+    # The images are decoded on a thread while the engine starts: the driver only waits for its process then.
+    decoding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-eval-images")
     try:
+        pending = [decoding.submit(p.requests) for p in prepared]
         with session.spec.load(resolved, **internal) as generator:
             generator.use_cache(cache)
             name, engine_kwargs = generator.model, getattr(generator, "engine_kwargs", None)
-            for p in prepared:
+            for p, requests in zip(prepared, pending, strict=True):
                 generator.system_prompt = p.task.system_prompt  # the config's, part of the cache's identity
-                gens = generator.generate(p.requests(), total=p.size)
+                gens = generator.generate(requests.result(), total=p.size)
                 generated[p.task.name] = ([g.output for g in gens], [g.prompt for g in gens])
             position = generator.image_position
         judge = _judge(prepare_session, judge_model, judge_endpoint, backend, show_progress, verbose, started, free)
         results, errors = _score_all(prepared, generated, judge, outputs, name, engine_kwargs, position)
     finally:
+        decoding.shutdown(wait=True, cancel_futures=True)
         if cache is not None:
             cache.close()
     return result_cls(
@@ -140,6 +144,16 @@ def run_eva(
         errors=errors,
         cache=cache,
     )
+
+
+def _image_limits(prepared: list[Any]) -> dict[str, Any]:
+    """The generator's ``max_images_per_prompt`` and ``largest_image`` for eva's image tasks (none for text ones):
+    one image per prompt, and the largest width and height the sampled images have, read before the engine starts
+    so that vLLM profiles at that size (:func:`vllm_eval.models.generator.vllm.image_limits`)."""
+    sizes = [wh for p in prepared if p.task.modality == "image" and (wh := p.largest_image())]
+    if not sizes:
+        return {}
+    return {"max_images_per_prompt": 1, "largest_image": (max(w for w, _ in sizes), max(h for _, h in sizes))}
 
 
 def _judge(prepare_session, judge_model, judge_endpoint, backend, show_progress, verbose, started, free) -> Any:

@@ -233,6 +233,12 @@ class PreparedTask:
     def size(self) -> int:
         return sum(len(v) for v in self.order.values())
 
+    def largest_image(self) -> tuple[int, int] | None:
+        """``(width, height)``: the largest width and the largest height over the sampled images (read from headers
+        where the layout allows, not decoded), or None for a text task."""
+        sizes = [wh for s in self.order for i in self.order[s] for wh in self.splits[s].image_sizes(i)]
+        return (max(w for w, _ in sizes), max(h for _, h in sizes)) if sizes else None
+
 
 def task_root(task: EvaTask, data_root: str | Path | None) -> Path:
     """Where ``task``'s files are: ``<data_root>/<folder>`` when that exists, else ``data_root`` itself (eva's

@@ -101,6 +101,10 @@ class PatchCamelyonSplit:
 
         return [Image.fromarray(self._x[index])]
 
+    def image_sizes(self, index: int) -> list[tuple[int, int]]:
+        """``(width, height)`` of each image of sample ``index``, without decoding it (the layout is 96×96)."""
+        return [(96, 96)]
+
 
 class PathMMUAtlasSplit:
     """One split of PathMMU's Atlas subset (``val``, ``test``, ``test_tiny``), prompted by eva's ``PathMMUAtlas``
@@ -151,10 +155,27 @@ class PathMMUAtlasSplit:
         return str(self._load_text(self._eva, index)[0].content)
 
     def images(self, index: int) -> list[Any]:
+        return [self._open(index, lambda im: im.convert("RGB"))]
+
+    def image_sizes(self, index: int) -> list[tuple[int, int]]:
+        """``(width, height)`` of each image of sample ``index``, read from the file's header (PIL opens lazily)."""
+        return [self._open(index, lambda im: im.size)]
+
+    def _open(self, index: int, read: Any) -> Any:
+        """``read(image)`` of sample ``index``'s image file.
+
+        Raises:
+            UsageError: PIL cannot read the file (named, with PIL's reason).
+        """
         from PIL import Image
 
-        with Image.open(self.arch / self._eva._samples[index]["source_img"]) as im:
-            return [im.convert("RGB")]
+        path = self.arch / self._eva._samples[index]["source_img"]
+        try:
+            with Image.open(path) as im:
+                return read(im)
+        except Exception as exc:  # PIL raises many types for a damaged file: OSError, SyntaxError, ValueError ...
+            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise UsageError(f"PathMMUAtlas: {path}: not an image PIL reads ({reason})") from None
 
 
 class PubMedQASplit:
@@ -192,6 +213,9 @@ class PubMedQASplit:
     def images(self, index: int) -> list[Any]:
         return []
 
+    def image_sizes(self, index: int) -> list[tuple[int, int]]:
+        return []
+
 
 class QuiltVQASplit:
     """Quilt-VQA's test split (free form), prompted by eva's ``QuiltVQA.load_text`` with its template.
@@ -208,7 +232,7 @@ class QuiltVQASplit:
         if not (folder / "dataset_info.json").is_file():
             raise _missing(folder, "QuiltVQA", "a datasets.save_to_disk folder of the hub dataset wisdomik/Quilt_VQA")
         templates = eva_templates()
-        self.split = split
+        self.split, self.folder = split, folder
         self._eva = SimpleNamespace(
             dataset=load_from_disk(str(folder)),
             prompt_template=class_attribute(QUILT, "QuiltVQA", "_default_prompt_template", {"templates": templates}),
@@ -218,6 +242,7 @@ class QuiltVQASplit:
         if missing:
             raise UsageError(f"QuiltVQA: {folder} has no column(s) {', '.join(sorted(missing))}")
         self._load_text = class_function(QUILT, "QuiltVQA", "load_text")
+        self._undecoded: Any = None
 
     def __len__(self) -> int:
         return len(self._eva.dataset)
@@ -230,3 +255,26 @@ class QuiltVQASplit:
 
     def images(self, index: int) -> list[Any]:
         return [self._eva.dataset[index]["image"]]
+
+    def image_sizes(self, index: int) -> list[tuple[int, int]]:
+        """``(width, height)`` of each image of sample ``index``, from the image's header where the column is
+        ``datasets``' ``Image`` feature (else decoded)."""
+        from io import BytesIO
+
+        from PIL import Image
+
+        if self._undecoded is None:
+            import datasets
+
+            dataset = self._eva.dataset
+            decoded = not isinstance(dataset.features.get("image"), datasets.Image)
+            self._undecoded = dataset if decoded else dataset.cast_column("image", datasets.Image(decode=False))
+        item = self._undecoded[index]["image"]
+        if not isinstance(item, dict):
+            return [item.size]
+        try:
+            with Image.open(BytesIO(item["bytes"]) if item.get("bytes") else item["path"]) as im:
+                return [im.size]
+        except Exception as exc:  # PIL raises many types for a damaged file: OSError, SyntaxError, ValueError ...
+            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise UsageError(f"QuiltVQA: {self.folder} row {index}: not an image PIL reads ({reason})") from None

@@ -52,6 +52,8 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
             preset's, else before).
         max_images_per_prompt: images one prompt may carry (vLLM's ``limit_mm_per_prompt``);
             set it from the data (tasks do). None means a text-only engine.
+        largest_image: ``(width, height)`` in pixels that no image of the run exceeds, known from the data before
+            the engine starts (eva's tasks): see :func:`image_limits`.
         data_parallel_size: engine replicas over the machine's GPUs (each with
             ``tensor_parallel_size`` GPUs; on the CPU build, over disjoint core sets); each chunk of
             samples is split over them. See :mod:`vllm_eval.replicas.pool`.
@@ -91,6 +93,7 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
         raw_prompts: bool = False,
         image_position: Literal["before", "after"] | None = None,
         max_images_per_prompt: int | None = None,
+        largest_image: tuple[int, int] | None = None,
         sampling: dict[str, Any] | None = None,
         chunk_size: int = 256,
         show_progress_bar: bool = True,
@@ -124,8 +127,8 @@ class VllmGenerator(VllmBackend, LocalChatTemplate, GeneratorBase):
             "generate",
             p.engine_kwargs if p else None,
             forcing,
+            image_limits(max_images_per_prompt, largest_image),
             engine_kwargs,
-            {"limit_mm_per_prompt": {"image": int(max_images_per_prompt)}} if max_images_per_prompt else None,
             trust_remote_code=trust_remote_code,
             revision=revision,
         )
@@ -369,3 +372,29 @@ def _over(preset: dict[str, Any] | None, user: dict[str, Any] | None) -> dict[st
     if user is not None and not isinstance(user, dict):
         return user
     return {**(preset or {}), **(user or {})} or None
+
+
+def image_limits(max_images: int | None, largest: tuple[int, int] | None = None) -> dict[str, Any] | None:
+    """vLLM's ``limit_mm_per_prompt`` for prompts of at most ``max_images`` images, or None (text only).
+
+    With ``largest`` (``(width, height)`` in pixels, no image of the run larger), vLLM's start-up profiling and
+    multimodal warm-up use a dummy image of that size rather than the model's largest, and videos and audio are
+    limited to 0 (modalities a model lacks are ignored by vLLM). Without it, vLLM 0.33 profiles Qwen2.5-VL's encoder
+    with a video of its largest feature size, although the run sends images only. The limits are vLLM's own
+    per-modality dummy options (``MultiModalConfig.limit_per_prompt``, "configurable format").
+
+    Raises:
+        UsageError: ``largest`` not two positive integers.
+    """
+    if not max_images:
+        return None
+    if largest is None:
+        return {"limit_mm_per_prompt": {"image": int(max_images)}}
+    try:
+        width, height = (int(v) for v in largest)
+    except (TypeError, ValueError):
+        raise UsageError(f"largest_image must be (width, height) in pixels, got {largest!r}") from None
+    if width < 1 or height < 1:
+        raise UsageError(f"largest_image must be (width, height) in pixels, got {largest!r}")
+    image = {"count": int(max_images), "width": width, "height": height}
+    return {"limit_mm_per_prompt": {"image": image, "video": 0, "audio": 0}}
