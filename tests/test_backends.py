@@ -78,6 +78,9 @@ def test_capabilities_are_declared_on_the_classes():
     assert engine_options("encoder", "vllm") is None and engine_options("encoder", "remote") == frozenset()
     assert engine_options("reranker", "st") == {"max_model_len", "trust_remote_code", "dtype"}
     assert is_remote("generator", "remote") and not is_remote("generator", "vllm")
+    from vllm_eval.models.backends import SERVED_BACKENDS
+
+    assert {n for k, n in BACKENDS if is_remote(k, n)} == SERVED_BACKENDS
     assert backend_class("generator", "vllm").supports_loglikelihood
     assert not backend_class("generator", "remote").supports_loglikelihood
     assert not backend_class("encoder", "remote").tokenizes_locally and backend_class("encoder", "st").tokenizes_locally

@@ -125,7 +125,7 @@ def _interrupted(signum: int) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     start_ahead(argv)  # replica processes import vLLM while this one imports the rest (replicas_ahead)
-    with timeline.phase("imports"):  # the command modules (and mteb with them)
+    with timeline.phase("imports"):  # the command modules; mteb, vLLM and torch where a command needs them
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
     # `--verbose` after the command's name is the same flag (main reads it anywhere), not an engine option

@@ -54,10 +54,10 @@ PEER = "mteb-vllm"
 def default_backends() -> list[str]:
     """The backends ``bench`` measures when none are named: those of :data:`BACKENDS` that run here (a served one
     needs ``endpoint``, so it is measured only when named)."""
-    from ..models.backends import backend_names, is_remote
+    from ..models.backends import SERVED_BACKENDS, backend_names
 
     names = backend_names("encoder")
-    return [b for b in BACKENDS if b == PEER or (b in names and not is_remote("encoder", b))]
+    return [b for b in BACKENDS if b == PEER or (b in names and b not in SERVED_BACKENDS)]
 
 
 #: The backends that measure a sparse model, by flavour: ours, then the reference of its sparse output.

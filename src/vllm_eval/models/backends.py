@@ -57,6 +57,10 @@ BACKENDS: dict[tuple[str, str], str] = {
     ("sparse_encoder", "hf"): "vllm_eval.models.sparse_encoder.hf:TransformersBgeM3",
 }
 
+#: The backend names that talk to servers, for callers that must not import the classes (the command line's
+#: parsers: importing every backend imports mteb). The classes say so themselves (:func:`is_remote`); a test keeps
+#: the two the same.
+SERVED_BACKENDS = frozenset({"remote"})
 
 #: One line per backend name for ``--help`` (a backend without one is listed by name).
 BACKEND_NOTES: dict[str, str] = {

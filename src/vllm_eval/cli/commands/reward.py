@@ -33,15 +33,13 @@ class RewardCommand(Command):
     backend_options = ()
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        from ...api.spec import capability
-        from ...models.backends import backend_names
+        from ...models.backends import SERVED_BACKENDS
 
         parser.add_argument(
             "--model", required=True, nargs="+", action=OneOrMany, help="model directory or hub id" + SWEEP_HELP
         )
         # The chat template is rendered here, so a served model cannot take the pairs.
-        served = tuple(n for n in backend_names(self.kind) if capability(self.kind, n) == "remote")
-        add_backend(parser, (self.kind,), exclude=served)
+        add_backend(parser, (self.kind,), exclude=tuple(SERVED_BACKENDS))
         add_tasks(parser, "RewardBench (allenai/reward-bench, needs the hub or its cache), unless --data is given")
         parser.add_argument(
             "--data", default=None, help="your own pairs: .jsonl, .csv or .parquet with prompt, chosen, rejected"
