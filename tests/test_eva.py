@@ -328,3 +328,66 @@ def test_damaged_path_mmu_images_are_named(tmp_path):
             assert pixels[0].size == size[0]
 
     check()
+
+
+def test_download_fetches_evas_files_checks_them_and_keeps_what_is_there(tmp_path, monkeypatch):
+    """``--download`` for PatchCamelyon: eva's URLs and MD5 sums read from its source; each ``.gz`` fetched (here
+    from a local transport serving files in eva's layout), unpacked, checked, and kept on the next call; a file
+    whose MD5 is not eva's is refused in one line and not left under its name."""
+    import gzip
+
+    import httpx
+
+    from vllm_eval.tasks import eva_download
+    from vllm_eval.tasks.eva import get_eva_task, prepare
+    from vllm_eval.utils.errors import DataUnavailableError
+
+    real = eva_download.pcam_resources(("val", "test"))
+    assert [r.filename for r in real] == [
+        f"camelyonpatch_level_2_split_{s}_{xy}.h5" for s in ("valid", "test") for xy in ("x", "y")
+    ]
+    assert all(r.url.startswith("https://zenodo.org/records/2546921/") and len(r.md5) == 32 for r in real)
+
+    source = build_patch_camelyon(tmp_path / "made", per_class=2)
+    served = {f"https://files.test/{r.filename}.gz": gzip.compress((source / r.filename).read_bytes()) for r in real}
+    fake = [type(r)(filename=r.filename, url=f"https://files.test/{r.filename}.gz", md5=None) for r in real]
+    for r in fake:
+        r.md5 = eva_download.md5_of(source / r.filename)
+    monkeypatch.setattr(eva_download, "pcam_resources", lambda splits: fake)
+    asked = []
+
+    def serve(request):
+        asked.append(str(request.url))
+        body = served.get(str(request.url))
+        return httpx.Response(200, content=body) if body else httpx.Response(404)
+
+    client = httpx.Client(transport=httpx.MockTransport(serve))
+    task, root = get_eva_task("eva.PatchCamelyon"), tmp_path / "data" / "patch_camelyon"
+    eva_download.download_task(task, root, client=client, show_progress=False)
+    assert len(asked) == 4 and sorted(p.name for p in root.iterdir()) == sorted(r.filename for r in real)
+    assert prepare(task, tmp_path / "data", num_samples=2).size == 8
+    eva_download.download_task(task, root, client=client, show_progress=False)
+    assert len(asked) == 4  # every file already there with eva's MD5
+
+    fake[0].md5 = "0" * 32
+    (root / fake[0].filename).unlink()
+    with pytest.raises(DataUnavailableError) as info:
+        eva_download.download_task(task, root, client=client, show_progress=False)
+    assert fake[0].url in str(info.value) and "not eva's" in str(info.value) and "\n" not in str(info.value)
+    assert not (root / fake[0].filename).exists() and not list(root.glob("*.part"))
+
+
+def test_download_offline_stops_in_one_line(tmp_path, monkeypatch):
+    """Offline, ``--download`` names what it could not reach, before any model starts: zenodo's URL (this machine
+    resolves no host), the hub dataset under HF_HUB_OFFLINE."""
+    import vllm_eval
+    from vllm_eval.utils.errors import DataUnavailableError
+
+    with pytest.raises(DataUnavailableError) as info:
+        vllm_eval.generate("no-such-model-is-loaded", "eva.PatchCamelyon", data_root=str(tmp_path), download=True)
+    msg = str(info.value)
+    assert "zenodo.org/records/2546921" in msg and "--download needs the network" in msg and "\n" not in msg
+    assert not list((tmp_path / "patch_camelyon").glob("*.part"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataUnavailableError, match="bigbio/pubmed_qa, and HF_HUB_OFFLINE is set"):
+        vllm_eval.generate("no-such-model-is-loaded", "eva.PubMedQA", data_root=str(tmp_path), download=True)

@@ -16,7 +16,7 @@ from typing import Any
 from ..utils.errors import MissingAnswersError, UsageError
 
 #: ``generate`` keywords for eva's tasks only.
-EVA_OPTIONS = ("data_root", "judge_model", "judge_endpoint", "missing_limit", "n_runs")
+EVA_OPTIONS = ("data_root", "judge_model", "judge_endpoint", "missing_limit", "n_runs", "download")
 
 
 def eva_sampling(given: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +74,8 @@ def run_eva(
     """Run eva's ``tasks`` (:class:`~vllm_eval.tasks.eva.EvaTask`) on ``model``; see :func:`vllm_eval.generate`.
 
     Raises:
-        DataUnavailableError: a task's file is missing (before any model starts).
+        DataUnavailableError: a task's file is missing (before any model starts); with ``download``, a file that
+            could not be fetched.
         UsageError: a free-form task without a judge, both judges, a bad option.
     """
     from ..tasks import eva
@@ -84,6 +85,7 @@ def run_eva(
     data_root = options.pop("data_root", None)
     judge_model, judge_endpoint = options.pop("judge_model", None), options.pop("judge_endpoint", None)
     missing_limit, n_runs = options.pop("missing_limit", None), options.pop("n_runs", None)
+    download = options.pop("download", None)
     if judge_model and judge_endpoint:
         raise UsageError("give --judge-model or --judge-endpoint, not both")
     free = [t.name for t in tasks if t.free_form]
@@ -95,6 +97,11 @@ def run_eva(
     if not options.get("preset"):  # eva's VllmModel: images after the text; its registered models say their own
         options.setdefault("image_position", "after")
     with phase("tasks"):
+        if download:
+            from ..tasks.eva_download import download_task
+
+            for t in tasks:
+                download_task(t, eva.task_folder(t, data_root), show_progress=show_progress)
         prepared = [
             eva.prepare(
                 t,

@@ -247,6 +247,11 @@ def task_root(task: EvaTask, data_root: str | Path | None) -> Path:
     return base / task.folder if (base / task.folder).is_dir() else base
 
 
+def task_folder(task: EvaTask, data_root: str | Path | None) -> Path:
+    """Where ``--download`` puts ``task``'s files: ``<data_root>/<folder>`` (eva's default data root ``.data``)."""
+    return (Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT) / task.folder
+
+
 def prepare(
     task: EvaTask,
     data_root: str | Path | None,

@@ -232,6 +232,13 @@ def _add_eva_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--judge-endpoint", default=None, help="Quilt-VQA's judge, a served /v1/chat/completions")
     g.add_argument("--missing-limit", type=nonneg_int, default=None, help="eva's MISSING_LIMIT (default 5)")
     g.add_argument("--n-runs", type=positive_int, default=None, help="eva's N_RUNS (default: the task config's)")
+    g.add_argument(
+        "--download",
+        action="store_true",
+        default=None,
+        help="first fetch the task's files into <data root>/<task folder>, as eva's download: true does (needs the "
+        "network; files already there with eva's MD5 are kept)",
+    )
 
 
 def _print_lm_eval(ran: dict[str, Any]) -> None:
