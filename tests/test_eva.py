@@ -374,7 +374,7 @@ def test_download_fetches_evas_files_checks_them_and_keeps_what_is_there(tmp_pat
     with pytest.raises(DataUnavailableError) as info:
         eva_download.download_task(task, root, client=client, show_progress=False)
     assert fake[0].url in str(info.value) and "not eva's" in str(info.value) and "\n" not in str(info.value)
-    assert not (root / fake[0].filename).exists() and not list(root.glob("*.part"))
+    assert not (root / fake[0].filename).exists() and not list(root.glob("*.part")) and not list(root.glob("*.gz"))
 
 
 def test_download_offline_stops_in_one_line(tmp_path, monkeypatch):

@@ -167,15 +167,10 @@ class PathMMUAtlasSplit:
         Raises:
             UsageError: PIL cannot read the file (named, with PIL's reason).
         """
-        from PIL import Image
+        from .owndata import pil_read
 
         path = self.arch / self._eva._samples[index]["source_img"]
-        try:
-            with Image.open(path) as im:
-                return read(im)
-        except Exception as exc:  # PIL raises many types for a damaged file: OSError, SyntaxError, ValueError ...
-            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-            raise UsageError(f"PathMMUAtlas: {path}: not an image PIL reads ({reason})") from None
+        return pil_read(path, read, f"PathMMUAtlas: {path}")
 
 
 class PubMedQASplit:
@@ -261,7 +256,7 @@ class QuiltVQASplit:
         ``datasets``' ``Image`` feature (else decoded)."""
         from io import BytesIO
 
-        from PIL import Image
+        from .owndata import pil_read
 
         if self._undecoded is None:
             import datasets
@@ -272,9 +267,5 @@ class QuiltVQASplit:
         item = self._undecoded[index]["image"]
         if not isinstance(item, dict):
             return [item.size]
-        try:
-            with Image.open(BytesIO(item["bytes"]) if item.get("bytes") else item["path"]) as im:
-                return [im.size]
-        except Exception as exc:  # PIL raises many types for a damaged file: OSError, SyntaxError, ValueError ...
-            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-            raise UsageError(f"QuiltVQA: {self.folder} row {index}: not an image PIL reads ({reason})") from None
+        source = BytesIO(item["bytes"]) if item.get("bytes") else item["path"]
+        return [pil_read(source, lambda im: im.size, f"QuiltVQA: {self.folder} row {index}")]

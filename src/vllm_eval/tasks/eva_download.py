@@ -88,15 +88,16 @@ def _patch_camelyon(task: Any, root: Path, client: Any, show_progress: bool) -> 
         packed = root / (r.filename + ".gz")
         fetch(client, r.url, packed, show_progress=show_progress)
         part = target.with_name(target.name + ".part")
-        with gzip.open(packed, "rb") as src, part.open("wb") as dst:
-            try:
+        try:  # the .gz goes either way: a bad one is fetched again next time
+            with gzip.open(packed, "rb") as src, part.open("wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-            except (OSError, EOFError) as exc:
-                part.unlink(missing_ok=True)
-                raise DataUnavailableError(f"PatchCamelyon: {r.url} did not unpack ({exc})") from None
+        except (OSError, EOFError) as exc:
+            part.unlink(missing_ok=True)
+            raise DataUnavailableError(f"PatchCamelyon: {r.url} did not unpack ({exc})") from None
+        finally:
+            packed.unlink(missing_ok=True)
         _checked(part, r.md5, r.url)
         part.replace(target)
-        packed.unlink()
 
 
 def _path_mmu_atlas(task: Any, root: Path, client: Any, show_progress: bool) -> None:

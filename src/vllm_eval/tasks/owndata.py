@@ -251,15 +251,25 @@ def load_image(path: str | Path, index: int, value: str | bytes) -> Any:
     Raises:
         UsageError: a missing file, or one PIL cannot read (file, line and PIL's reason named).
     """
+    source = io.BytesIO(value) if isinstance(value, bytes) else image_path(path, index, value)
+    return pil_read(source, lambda im: im.convert("RGB"), f"{where(path, index)}: field 'image'")
+
+
+def pil_read(source: Any, read: Any, culprit: str) -> Any:
+    """``read(image)`` of the image PIL opens from ``source`` (a path or a binary file), e.g. its ``size`` (the
+    header only: PIL opens lazily) or ``convert("RGB")``.
+
+    Raises:
+        UsageError: PIL cannot read it: ``culprit`` (the file, row or field), then PIL's reason, on one line.
+    """
     from PIL import Image
 
-    source = io.BytesIO(value) if isinstance(value, bytes) else image_path(path, index, value)
     try:
         with Image.open(source) as im:
-            return im.convert("RGB")
+            return read(im)
     except Exception as exc:  # PIL raises many types for a damaged file: OSError, SyntaxError, ValueError ...
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise UsageError(f"{where(path, index)}: field 'image' is not an image PIL reads ({reason})") from None
+        raise UsageError(f"{culprit} is not an image PIL reads ({reason})") from None
 
 
 def load_images(path: str | Path, rows: list[dict[str, Any]]) -> list[Any]:
