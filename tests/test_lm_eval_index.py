@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import pickle
+import json
 
 
 def _entries(manager) -> dict:
@@ -25,12 +25,17 @@ def test_the_stored_index_gives_lm_evals_own_task_manager(lm_include):
     assert len(ours.all_tasks) > 14_000 and ours.load(["hellaswag"])["tasks"]
 
     # stored once, then read back; a damaged file is built again, never raised
-    (stored,) = (default_cache_dir() / "lm-eval-index").glob("*.pickle")
-    assert pickle.loads(stored.read_bytes()).keys() == wheel_index().keys()
-    stored.write_bytes(b"not a pickle")
+    (stored,) = (default_cache_dir() / "lm-eval-index").glob("*.json")
+    assert {row[0] for row in json.loads(stored.read_text())} == wheel_index().keys()
+    from lm_eval.tasks._index import TaskIndex
+
+    from vllm_eval.tasks.lmeval_index import _wheel_folder
+
+    assert wheel_index() == TaskIndex.build([_wheel_folder()])  # read back: every Entry's fields equal lm-eval's
+    stored.write_bytes(b"[not json")
     again = wheel_index()
     assert again.keys() == wheel_index().keys() and len(again) > 14_000
-    assert pickle.loads(stored.read_bytes()).keys() == again.keys()
+    assert {row[0] for row in json.loads(stored.read_text())} == again.keys()
 
 
 def test_a_cache_folder_that_cannot_be_written_still_gives_the_index(tmp_path):

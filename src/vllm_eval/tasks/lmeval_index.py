@@ -4,17 +4,17 @@
 and tag names: 8.5 s of every ``generate`` or ``tasks`` command on a 2-core machine, before a name can be checked.
 Those files do not change between commands, so the ``{name: Entry}`` dict lm-eval builds of them
 (``lm_eval.tasks._index.TaskIndex.build``) is kept in this project's cache folder
-(:func:`~vllm_eval.models.cache.default_cache_dir`), keyed on lm-eval's version, the folder, and its YAMLs' count and
-latest modification time; reading it back takes under a second. An include path's YAMLs are still parsed by lm-eval
-on every call and override the wheel's entries, as lm-eval's own merge of several paths does.
+(:func:`~vllm_eval.models.cache.default_cache_dir`) as JSON, keyed on lm-eval's version, the folder, and its YAMLs'
+count and latest modification time; reading it back takes under a second. An include path's YAMLs are still parsed by
+lm-eval on every call and override the wheel's entries, as lm-eval's own merge of several paths does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
-import pickle
 import sys
 from collections import defaultdict
 from itertools import chain
@@ -47,7 +47,7 @@ def _key(folder: Path) -> str:
 
 def wheel_index(cache_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     """lm-eval's ``{name: lm_eval.tasks._index.Entry}`` index of its own task folder, as ``TaskIndex.build`` makes
-    it, read from ``<cache_dir>/lm-eval-index/<key>.pickle`` when one for this installation is there, else built
+    it, read from ``<cache_dir>/lm-eval-index/<key>.json`` when one for this installation is there, else built
     and stored there (a cache folder that cannot be written only costs the next command the build).
 
     ``cache_dir``: default :func:`~vllm_eval.models.cache.default_cache_dir`. Never raises for an unreadable or
@@ -58,11 +58,10 @@ def wheel_index(cache_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     from ..models.cache import default_cache_dir
 
     folder = _wheel_folder()
-    path = Path(cache_dir or default_cache_dir()) / "lm-eval-index" / f"{_key(folder)}.pickle"
+    path = Path(cache_dir or default_cache_dir()) / "lm-eval-index" / f"{_key(folder)}.json"
     try:
-        with open(path, "rb") as f:
-            index = pickle.load(f)  # written by this function, in the user's own cache folder
-        if isinstance(index, dict) and index:
+        index = _from_json(path.read_text(encoding="utf-8"))
+        if index:
             return index
     except FileNotFoundError:
         pass
@@ -72,11 +71,32 @@ def wheel_index(cache_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            pickle.dump(index, f, protocol=pickle.HIGHEST_PROTOCOL)
+        tmp.write_text(_to_json(index), encoding="utf-8")
         os.replace(tmp, path)  # whole or not at all: a command reading it meanwhile sees the old one or none
     except OSError as exc:
         logger.debug("lm-eval's task index not stored at %s (%s)", path, exc)
+    return index
+
+
+def _to_json(index: dict[str, Any]) -> str:
+    """The index as JSON: an ``Entry``'s fields, its ``Kind`` by name, its path as text, its tags sorted. The YAMLs'
+    parsed configs are plain JSON types (lm-eval leaves ``!function`` tags unresolved, as text)."""
+    rows = [
+        [e.name, e.kind.name, None if e.yaml_path is None else str(e.yaml_path), e.cfg, sorted(e.tags)]
+        for e in index.values()
+    ]
+    return json.dumps(rows)
+
+
+def _from_json(text: str) -> dict[str, Any]:
+    """:func:`_to_json`'s text back as ``{name: Entry}``.
+
+    Raises ``ValueError``, ``KeyError`` or ``TypeError`` for damaged text."""
+    from lm_eval.tasks._index import Entry, Kind
+
+    index = {}
+    for name, kind, yaml_path, cfg, tags in json.loads(text):
+        index[name] = Entry(name, Kind[kind], None if yaml_path is None else Path(yaml_path), cfg, set(tags))
     return index
 
 
