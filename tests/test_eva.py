@@ -172,6 +172,32 @@ def test_a_missing_file_is_named_with_its_source(tmp_path, task, remove, named):
     assert "\n" not in msg and str(tmp_path / remove).rsplit("/", 1)[0] in msg and named in msg
 
 
+def test_a_bad_engine_option_is_named_before_evas_data_is_read(tmp_path):
+    """The option check runs before the tasks: a misspelt vLLM option is named even where no data file exists
+    (reading eva's data first would stop on the missing file instead, after eva's imports)."""
+    import vllm_eval
+    from vllm_eval.utils.errors import OptionError
+
+    with pytest.raises(OptionError, match="max_model_length.*max_model_len"):
+        vllm_eval.generate("no-such-model-is-loaded", "eva.PatchCamelyon", data_root=str(tmp_path), max_model_length=8)
+
+
+def test_evas_engine_default_is_read_without_importing_eva_language():
+    """eva's ``enforce_eager`` default is a literal in its source: read without importing ``eva.language`` (which
+    imports Lightning and litellm, seconds on a small CPU, and litellm goes online for its cost map)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from vllm_eval.api.eva_tasks import eva_engine_default; "
+        "print(eva_engine_default('enforce_eager'), 'eva.language' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"] and "LiteLLM" not in out.stderr
+
+
 def test_three_tasks_in_one_engine_with_evas_rules(ran):
     result, out = ran
     pcam = json.loads((out / "eva.PatchCamelyon" / "results.json").read_text())

@@ -96,6 +96,11 @@ def run_eva(
         )
     if not options.get("preset"):  # eva's VllmModel: images after the text; its registered models say their own
         options.setdefault("image_position", "after")
+    if backend == "vllm" and options.get("enforce_eager") is None and any(t.modality == "image" for t in tasks):
+        options["enforce_eager"] = eva_engine_default("enforce_eager")
+    # Before the tasks: a bad option is named in seconds, not after eva's imports and the data are read.
+    with phase("imports"):
+        session = prepare_session(backend, options, output_dir, verbose, started)
     with phase("tasks"):
         if download:
             from ..tasks.eva_download import download_task
@@ -113,10 +118,6 @@ def run_eva(
             for t in tasks
         ]
         image_limits = _image_limits(prepared)
-    if backend == "vllm" and options.get("enforce_eager") is None and any(t.modality == "image" for t in tasks):
-        options["enforce_eager"] = eva_engine_default("enforce_eager")
-    with phase("imports"):
-        session = prepare_session(backend, options, output_dir, verbose, started)
     with phase("model"):
         model = None if model is None else os.fspath(model)
         require_model(model, session.spec.remote)

@@ -26,7 +26,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..utils.errors import DataUnavailableError, UsageError
-from ..utils.eva_source import class_attribute, class_function
+from ..utils.eva_source import class_attribute, class_function, local_litellm_cost_map
 
 PCAM = "multimodal/data/datasets/multiple_choice/patch_camelyon.py"
 PCAM_VISION = "vision/data/datasets/classification/patch_camelyon.py"
@@ -37,7 +37,7 @@ QUILT = "multimodal/data/datasets/free_form/quilt_vqa.py"
 def eva_templates() -> Any:
     """``eva.language.prompts.templates`` (imports without torchvision); litellm's cost map is read locally, so
     the import makes no network call."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    local_litellm_cost_map()
     from eva.language.prompts import templates
     from loguru import logger
 

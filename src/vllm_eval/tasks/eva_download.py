@@ -26,7 +26,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..utils.errors import DataUnavailableError
-from ..utils.eva_source import class_attribute, class_function
+from ..utils.eva_source import class_attribute, class_function, local_litellm_cost_map
 from .eva_data import PATH_MMU, PCAM_VISION, QUILT
 
 #: Seconds to connect to a download host (a machine offline fails in this time, not after a hang).
@@ -122,6 +122,7 @@ def _path_mmu_atlas(task: Any, root: Path, client: Any, show_progress: bool) -> 
 
 
 def _pubmedqa(task: Any, root: Path, client: Any, show_progress: bool) -> None:
+    local_litellm_cost_map()
     from eva.language.data.datasets import PubMedQA
 
     for split in task.splits:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import copy
 import importlib.util
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,13 @@ def eva_root() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def local_litellm_cost_map() -> None:
+    """Call before anything imports ``eva.language``: it imports litellm, which fetches its model cost map from
+    GitHub at import time and, offline, logs a warning for each of its retries. eva's tasks never price a call, so
+    litellm's packaged copy serves (``LITELLM_LOCAL_MODEL_COST_MAP``; a value the user set is kept)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
 @lru_cache(maxsize=32)
 def _parsed(relative: str) -> tuple[ast.Module, str]:
     path = eva_root() / relative
@@ -50,6 +58,7 @@ def module_namespace(relative: str, extra: dict[str, Any] | None = None) -> dict
     would define at its top level, as far as they load here: each import statement on its own (those that fail are
     left out), then each top-level assignment whose value evaluates. ``extra`` fills in names first."""
     tree, path = _parsed(relative)
+    local_litellm_cost_map()
     namespace: dict[str, Any] = {"__name__": f"eva_source:{relative}", **(extra or {})}
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -112,6 +121,10 @@ def class_attribute(relative: str, cls: str, attr: str, extra: dict[str, Any] | 
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         )
         if any(isinstance(t, ast.Name) and t.id == attr for t in targets) and node.value is not None:  # type: ignore[union-attr]
+            try:  # a literal needs none of the module's imports (eva.language's take seconds)
+                return ast.literal_eval(node.value)  # type: ignore[union-attr]
+            except (ValueError, TypeError):
+                pass
             expr = ast.Expression(node.value)  # type: ignore[union-attr]
             return eval(compile(expr, path, "eval"), module_namespace(relative, extra))  # noqa: S307
     raise UsageError(f"kaiko-eva's {cls} has no attribute {attr} (a release this project has not read)")
