@@ -198,6 +198,47 @@ def test_evas_engine_default_is_read_without_importing_eva_language():
     assert out.stdout.split() == ["True", "False"] and "LiteLLM" not in out.stderr
 
 
+def test_tasks_are_read_on_their_thread_where_the_engine_starts_apart(tmp_path, monkeypatch):
+    """With the engine's core in a process of its own, eva's reading (its imports and samplers) runs on the tasks'
+    thread while the engine starts, where the layout fixes the images' size; the requests and the engine's image
+    limits are those of the reading done first. Beside an engine starting in this process, it is done first."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vllm_eval.api.eva_tasks import _start_reading, eva_sampling
+    from vllm_eval.engine import procenv
+    from vllm_eval.tasks import eva
+
+    build_patch_camelyon(tmp_path / "patch_camelyon", per_class=2)
+    build_pubmedqa(tmp_path / "pubmedqa", n=2)
+    tasks = [eva.get_eva_task("eva.PatchCamelyon"), eva.get_eva_task("eva.PubMedQA")]
+    how = {"num_samples": 2, "missing_limit": 5, "n_runs": None}
+    real, seen, got = eva.prepare, [], {}
+    monkeypatch.setattr(
+        eva, "prepare", lambda *a, **k: (seen.append(threading.current_thread().name), real(*a, **k))[1]
+    )
+    for overlap in (False, True):
+        seen.clear()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tasks") as work:
+            limits, _, pending = _start_reading(work, tasks, tmp_path, how, overlap)
+            got[overlap] = (limits, [[(t, [i.tobytes() for i in ims]) for t, ims in f.result()] for f in pending])
+        assert len(seen) == 2 and all(n.startswith("tasks") for n in seen) == overlap
+    assert got[False] == got[True] and got[True][0] == {"max_images_per_prompt": 1, "largest_image": (96, 96)}
+    assert [len(r) for r in got[True][1]] == [8, 4]  # 2 a class in each of PatchCamelyon's splits; 2 a split
+
+    monkeypatch.setattr(procenv, "ENV_SET_HERE", set())
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    assert procenv.generation_core_apart()
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    assert not procenv.generation_core_apart()
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
+    assert not procenv.generation_core_apart()  # the CPU build keeps the core in this process
+
+    from eva.language.models.constants import MAX_NEW_TOKENS  # read from eva's source without this import
+
+    assert eva_sampling({})["max_tokens"] == MAX_NEW_TOKENS and eva_sampling({"max_tokens": 3})["max_tokens"] == 3
+
+
 def test_three_tasks_in_one_engine_with_evas_rules(ran):
     result, out = ran
     pcam = json.loads((out / "eva.PatchCamelyon" / "results.json").read_text())

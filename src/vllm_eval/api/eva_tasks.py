@@ -1,5 +1,6 @@
 """kaiko-eva's tasks (``eva.PatchCamelyon``, ``eva.PathMMUAtlas``, ``eva.PubMedQA``, ``eva.QuiltVQA``) in
-``generate``: every task's files read and sampled before the model starts, all its requests in flight at once, then
+``generate``: every task's files checked before the model starts and read and sampled before or while it starts
+(:func:`_start_reading`), all its requests in flight at once, then
 eva's extraction, metrics and ``results.json`` (:mod:`vllm_eval.tasks.eva`). Quilt-VQA's judge is a second model,
 started after the first is shut down (this project's engine, ``judge_model=``) or served (``judge_endpoint=``).
 """
@@ -15,6 +16,8 @@ from typing import Any
 
 from ..utils.errors import MissingAnswersError, UsageError
 
+#: eva's module of ``MAX_NEW_TOKENS``.
+CONSTANTS = "language/models/constants.py"
 #: ``generate`` keywords for eva's tasks only.
 EVA_OPTIONS = ("data_root", "judge_model", "judge_endpoint", "missing_limit", "n_runs", "download")
 
@@ -22,12 +25,14 @@ EVA_OPTIONS = ("data_root", "judge_model", "judge_endpoint", "missing_limit", "n
 def eva_sampling(given: dict[str, Any]) -> dict[str, Any]:
     """eva's ``VllmModel`` sampling (temperature 0, top_p 1, top_k -1, ``max_tokens`` eva's ``MAX_NEW_TOKENS``),
     under the user's values."""
-    from ..tasks.eva_data import eva_templates
+    from ..utils.eva_source import module_namespace
 
-    eva_templates()  # litellm's local cost map before eva.language imports
-    from eva.language.models.constants import MAX_NEW_TOKENS
-
-    return {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_tokens": MAX_NEW_TOKENS, **given}
+    # Read from eva's source: importing eva.language takes seconds (Lightning, litellm) that the engine's start hides
+    # when the tasks are read on their thread.
+    max_new = module_namespace(CONSTANTS, needed={"MAX_NEW_TOKENS"}).get("MAX_NEW_TOKENS")
+    if not isinstance(max_new, int):
+        raise UsageError(f"kaiko-eva's {CONSTANTS} has no MAX_NEW_TOKENS (a release this project has not read)")
+    return {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_tokens": max_new, **given}
 
 
 def eva_engine_default(name: str) -> Any:
@@ -78,7 +83,6 @@ def run_eva(
             could not be fetched.
         UsageError: a free-form task without a judge, both judges, a bad option.
     """
-    from ..tasks import eva
     from ..utils.timeline import phase
     from .checks import open_cache, require_model, resolve_model, task_output_dirs
 
@@ -102,37 +106,23 @@ def run_eva(
     with phase("imports"):
         session = prepare_session(backend, options, output_dir, verbose, started)
     with phase("tasks"):
-        if download:
-            from ..tasks.eva_download import download_task
-
-            for t in tasks:
-                download_task(t, eva.task_folder(t, data_root), show_progress=show_progress)
-        prepared = [
-            eva.prepare(
-                t,
-                data_root,
-                num_samples=limit,
-                missing_limit=5 if missing_limit is None else missing_limit,
-                n_runs=n_runs,
-            )
-            for t in tasks
-        ]
-        image_limits = _image_limits(prepared)
-    with phase("model"):
-        model = None if model is None else os.fspath(model)
-        require_model(model, session.spec.remote)
-        resolved = resolve_model(model, session.spec.remote)
-    outputs = task_output_dirs(session.output_dir, "generate", tasks)
-    cache = open_cache(*cache_at)
-    internal = {"sampling": eva_sampling(sampling), "show_progress_bar": show_progress, **image_limits}
-    generated: dict[str, tuple[list[str], list[str]]] = {}
-    # The images are decoded on a thread while the engine starts: the driver only waits for its process then.
-    decoding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-eval-images")
+        _check_data(tasks, data_root, download, show_progress)
+    how = {"num_samples": limit, "missing_limit": 5 if missing_limit is None else missing_limit, "n_runs": n_runs}
+    work, cache = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-eval-tasks"), None
     try:
-        pending = [decoding.submit(p.requests) for p in prepared]
+        image_limits, ready, pending = _start_reading(work, tasks, data_root, how, _overlaps(session))
+        with phase("model"):
+            model = None if model is None else os.fspath(model)
+            require_model(model, session.spec.remote)
+            resolved = resolve_model(model, session.spec.remote)
+        outputs = task_output_dirs(session.output_dir, "generate", tasks)
+        cache = open_cache(*cache_at)
+        internal = {"sampling": eva_sampling(sampling), "show_progress_bar": show_progress, **image_limits}
+        generated: dict[str, tuple[list[str], list[str]]] = {}
         with session.spec.load(resolved, **internal) as generator:
             generator.use_cache(cache)
             name, engine_kwargs = generator.model, getattr(generator, "engine_kwargs", None)
+            prepared = ready.result()
             for p, requests in zip(prepared, pending, strict=True):
                 generator.system_prompt = p.task.system_prompt  # the config's, part of the cache's identity
                 gens = generator.generate(requests.result(), total=p.size)
@@ -141,7 +131,7 @@ def run_eva(
         judge = _judge(prepare_session, judge_model, judge_endpoint, backend, show_progress, verbose, started, free)
         results, errors = _score_all(prepared, generated, judge, outputs, name, engine_kwargs, position)
     finally:
-        decoding.shutdown(wait=True, cancel_futures=True)
+        work.shutdown(wait=True, cancel_futures=True)
         if cache is not None:
             cache.close()
     return result_cls(
@@ -154,14 +144,67 @@ def run_eva(
     )
 
 
-def _image_limits(prepared: list[Any]) -> dict[str, Any]:
-    """The generator's ``max_images_per_prompt`` and ``largest_image`` for eva's image tasks (none for text ones):
-    one image per prompt, and the largest width and height the sampled images have, read before the engine starts
-    so that vLLM profiles at that size (:func:`vllm_eval.models.generator.vllm.image_limits`)."""
-    sizes = [wh for p in prepared if p.task.modality == "image" and (wh := p.largest_image())]
+def _check_data(tasks: list[Any], data_root: Any, download: Any, show_progress: bool) -> None:
+    """Fetch the tasks' missing files (``download``), then check that they are all there: a missing one is named
+    in milliseconds, before any model starts."""
+    from ..tasks import eva
+
+    for t in tasks:
+        if download:
+            from ..tasks.eva_download import download_task
+
+            download_task(t, eva.task_folder(t, data_root), show_progress=show_progress)
+        eva.check_files(t, data_root)
+
+
+def _overlaps(session: Any) -> bool:
+    """Whether eva's reading may run while the model starts: a served model, or a vLLM engine whose core runs in
+    its own process. Not beside an engine starting in this process: on the 2-core CPU build the two shared the
+    cores and the run took longer (61.1 and 59.2 s sequential against 64.8 and 65.1 s; with the core in its own
+    process 105.8 and 112.0 s against 102.8 and 103.6 s)."""
+    from ..engine.procenv import generation_core_apart
+
+    return bool(session.spec.remote) or (session.spec.runs_engine and generation_core_apart())
+
+
+def _start_reading(work: ThreadPoolExecutor, tasks: list, data_root: Any, how: dict, overlap: bool) -> tuple:
+    """``(image limits, future of the prepared tasks, a future of each task's requests)``, the reading and the
+    images' decoding left to ``work`` (one thread), which runs them while the engine starts. With ``overlap``, where
+    the layout fixes the images' size (PatchCamelyon) or there are none, eva's imports and samplers run there too;
+    otherwise the tasks are read here first (the engine's profiling needs the sampled images' size)."""
+    from ..tasks import eva
+
+    image_limits = _image_limits([eva.fixed_image_size(t) for t in tasks if t.modality == "image"])
+    if image_limits is None or not overlap:
+        early = _prepare_all(tasks, data_root, how)
+        image_limits = _image_limits([wh for p in early if p.task.modality == "image" and (wh := p.largest_image())])
+        ready = work.submit(lambda: early)
+    else:
+        ready = work.submit(_prepare_all, tasks, data_root, how)
+    # Submitted after the reading, on the same thread: each task's images are decoded once it is read.
+    pending = [work.submit(lambda i=i: ready.result()[i].requests()) for i in range(len(tasks))]
+    return image_limits or {}, ready, pending
+
+
+def _prepare_all(tasks: list[Any], data_root: Any, how: dict[str, Any]) -> list[Any]:
+    """:func:`vllm_eval.tasks.eva.prepare` of every task (eva's readers and samplers; their imports)."""
+    from ..tasks import eva
+    from ..utils.timeline import phase
+
+    with phase("tasks"):
+        return [eva.prepare(t, data_root, **how) for t in tasks]
+
+
+def _image_limits(sizes: list[tuple[int, int] | None]) -> dict[str, Any] | None:
+    """The generator's ``max_images_per_prompt`` and ``largest_image`` for eva's image tasks, given each one's
+    ``(width, height)``: one image per prompt, and the largest width and height, so that vLLM profiles at that
+    size (:func:`vllm_eval.models.generator.vllm.image_limits`). ``{}`` for text tasks only; None where a size is
+    not known yet."""
+    if any(wh is None for wh in sizes):
+        return None
     if not sizes:
         return {}
-    return {"max_images_per_prompt": 1, "largest_image": (max(w for w, _ in sizes), max(h for _, h in sizes))}
+    return {"max_images_per_prompt": 1, "largest_image": (max(w for w, _ in sizes), max(h for _, h in sizes))}  # type: ignore[union-attr]
 
 
 def _judge(prepare_session, judge_model, judge_endpoint, backend, show_progress, verbose, started, free) -> Any:

@@ -129,6 +129,19 @@ def choose_engine_core_process(in_process: bool = True) -> list[str]:
     return culprits if here else []
 
 
+def generation_core_apart() -> bool:
+    """Whether a generation engine's core will run in a process of its own, as :func:`choose_engine_core_process`
+    decides for it: the user's ``VLLM_ENABLE_V1_MULTIPROCESSING`` where set, else on a GPU (vLLM's default) and not
+    on the CPU build. Work of this process then overlaps the core's start (its imports, weights and profiling) with
+    no sharing of ``sys.modules`` while that start hides modules."""
+    name = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    if set_by_user(name):
+        return os.environ[name].strip().lower() not in ("0", "false", "")
+    from .args import on_cpu
+
+    return not on_cpu()
+
+
 def big_pooling_model(model: str, engine_kwargs: dict) -> bool:
     """Whether ``model`` (a local folder, or a hub id whose snapshot is cached here) is a text-only pooling model of
     at least :data:`GPU_IN_PROCESS_MIN_PARAMS` parameters (its safetensors headers) on one GPU (no tensor or pipeline

@@ -252,6 +252,24 @@ def task_folder(task: EvaTask, data_root: str | Path | None) -> Path:
     return (Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT) / task.folder
 
 
+def check_files(task: EvaTask, data_root: str | Path | None) -> None:
+    """Check that ``task``'s files are where :func:`prepare` reads them, without eva's imports or reading them
+    (milliseconds): a missing one is named before any engine starts, even when the data is read while it starts.
+
+    Raises:
+        DataUnavailableError: a file is missing (named, with where it comes from).
+    """
+    root = task_root(task, data_root)
+    for split in task.splits:
+        task.reader.check_files(root, split)  # type: ignore[attr-defined]
+
+
+def fixed_image_size(task: EvaTask) -> tuple[int, int] | None:
+    """``(width, height)`` of every image of ``task`` when its layout fixes it (PatchCamelyon's 96×96), else None
+    (a text task, or sizes read from the sampled images: :meth:`PreparedTask.largest_image`)."""
+    return getattr(task.reader, "IMAGE_SIZE", None) if task.modality == "image" else None
+
+
 def prepare(
     task: EvaTask,
     data_root: str | Path | None,

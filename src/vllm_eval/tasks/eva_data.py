@@ -62,18 +62,31 @@ class PatchCamelyonSplit:
         DataUnavailableError: a file of the split is missing (named). UsageError: a file that is not eva's layout.
     """
 
-    def __init__(self, root: str | Path, split: str, answer_format: str = "json") -> None:
-        import h5py
+    #: Every image's ``(width, height)`` in eva's layout.
+    IMAGE_SIZE = (96, 96)
 
+    @staticmethod
+    def check_files(root: str | Path, split: str) -> tuple[Path, Path]:
+        """The split's ``x`` and ``y`` files (eva's names), checked to exist.
+
+        Raises:
+            DataUnavailableError: one is missing (named, with where it comes from).
+        """
         h5_file = class_function(PCAM_VISION, "PatchCamelyon", "_h5_file")
         this = SimpleNamespace(_root=str(root), _split=split)
-        self.split = split
-        self.x_path, y_path = Path(h5_file(this, "x")), Path(h5_file(this, "y"))
-        for path in (self.x_path, y_path):
+        x_path, y_path = Path(h5_file(this, "x")), Path(h5_file(this, "y"))
+        for path in (x_path, y_path):
             if not path.is_file():
                 raise _missing(
                     path, "PatchCamelyon", "the uncompressed HDF5 files of https://zenodo.org/records/2546921"
                 )
+        return x_path, y_path
+
+    def __init__(self, root: str | Path, split: str, answer_format: str = "json") -> None:
+        import h5py
+
+        self.split = split
+        self.x_path, y_path = self.check_files(root, split)
         try:
             with h5py.File(y_path, "r") as fh:
                 self.targets = [int(v) for v in fh["y"][:].reshape(-1)]
@@ -102,8 +115,8 @@ class PatchCamelyonSplit:
         return [Image.fromarray(self._x[index])]
 
     def image_sizes(self, index: int) -> list[tuple[int, int]]:
-        """``(width, height)`` of each image of sample ``index``, without decoding it (the layout is 96×96)."""
-        return [(96, 96)]
+        """``(width, height)`` of each image of sample ``index``, without decoding it (the layout's)."""
+        return [self.IMAGE_SIZE]
 
 
 class PathMMUAtlasSplit:
@@ -114,11 +127,24 @@ class PathMMUAtlasSplit:
         DataUnavailableError: ``data.json`` or an image is missing (named). UsageError: no such split in it.
     """
 
-    def __init__(self, root: str | Path, split: str, answer_format: str = "json") -> None:
-        root = Path(root)
-        data_json = root / "path_mmu_hf" / "data.json"
+    #: The images' sizes vary: read from their headers.
+    IMAGE_SIZE = None
+
+    @staticmethod
+    def check_files(root: str | Path, split: str) -> Path:
+        """The dataset's ``data.json``, checked to exist (its images are checked when the split is read).
+
+        Raises:
+            DataUnavailableError: it is missing (named, with where it comes from).
+        """
+        data_json = Path(root) / "path_mmu_hf" / "data.json"
         if not data_json.is_file():
             raise _missing(data_json, "PathMMUAtlas", "data.json of the hub dataset jamessyx/PathMMU")
+        return data_json
+
+    def __init__(self, root: str | Path, split: str, answer_format: str = "json") -> None:
+        root = Path(root)
+        data_json = self.check_files(root, split)
         try:
             atlas = json.loads(data_json.read_text(encoding="utf-8"))["Atlas"]
             samples = atlas[split]
@@ -180,10 +206,22 @@ class PubMedQASplit:
         DataUnavailableError: ``<root>/<split>`` is missing.
     """
 
-    def __init__(self, root: str | Path, split: str, answer_format: str = "json") -> None:
+    IMAGE_SIZE = None
+
+    @staticmethod
+    def check_files(root: str | Path, split: str) -> Path:
+        """The split's ``save_to_disk`` folder, checked to hold ``dataset_info.json``.
+
+        Raises:
+            DataUnavailableError: it does not (named, with where it comes from).
+        """
         folder = Path(root) / split
         if not (folder / "dataset_info.json").is_file():
             raise _missing(folder, "PubMedQA", "a datasets.save_to_disk folder of bigbio/pubmed_qa, PQA-L fold 0")
+        return folder
+
+    def __init__(self, root: str | Path, split: str, answer_format: str = "json") -> None:
+        folder = self.check_files(root, split)
         templates = eva_templates()
         from eva.language.data.datasets import PubMedQA
 
@@ -219,13 +257,25 @@ class QuiltVQASplit:
         DataUnavailableError: no ``save_to_disk`` folder at ``<root>/test`` or ``<root>``.
     """
 
-    def __init__(self, root: str | Path, split: str = "test", answer_format: str = "raw") -> None:
-        from datasets import load_from_disk
+    IMAGE_SIZE = None
 
+    @staticmethod
+    def check_files(root: str | Path, split: str = "test") -> Path:
+        """The ``save_to_disk`` folder (``<root>/test``, else ``<root>``), checked to hold ``dataset_info.json``.
+
+        Raises:
+            DataUnavailableError: it does not (named, with where it comes from).
+        """
         root = Path(root)
         folder = root / "test" if (root / "test").exists() else root
         if not (folder / "dataset_info.json").is_file():
             raise _missing(folder, "QuiltVQA", "a datasets.save_to_disk folder of the hub dataset wisdomik/Quilt_VQA")
+        return folder
+
+    def __init__(self, root: str | Path, split: str = "test", answer_format: str = "raw") -> None:
+        from datasets import load_from_disk
+
+        folder = self.check_files(root, split)
         templates = eva_templates()
         self.split, self.folder = split, folder
         self._eva = SimpleNamespace(

@@ -53,21 +53,30 @@ def _parsed(relative: str) -> tuple[ast.Module, str]:
     return ast.parse(text, filename=str(path)), str(path)
 
 
-def module_namespace(relative: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def module_namespace(
+    relative: str, extra: dict[str, Any] | None = None, needed: set[str] | None = None
+) -> dict[str, Any]:
     """The names eva's module at ``relative`` (e.g. ``multimodal/data/datasets/multiple_choice/patch_camelyon.py``)
     would define at its top level, as far as they load here: each import statement on its own (those that fail are
-    left out), then each top-level assignment whose value evaluates. ``extra`` fills in names first."""
+    left out), then each top-level assignment whose value evaluates. ``extra`` fills in names first. With
+    ``needed`` (the names the code to run reads), only the statements that bind them, or what those read, run: a
+    file-name helper then needs ``os`` but not the ``eva.core`` import that costs Lightning's seconds."""
     tree, path = _parsed(relative)
+    wanted = None if needed is None else _needed(tree, needed)
     local_litellm_cost_map()
     namespace: dict[str, Any] = {"__name__": f"eva_source:{relative}", **(extra or {})}
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if wanted is not None and not (_bound(node) & (wanted | {"*"})):
+                continue
             code = compile(ast.Module(body=[node], type_ignores=[]), path, "exec")
             try:
                 exec(code, namespace)  # noqa: S102 - eva's own import line
             except Exception:  # noqa: BLE001 - torchvision, monai ...
                 _constants_from_source(node, namespace)
         elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            if wanted is not None and not ({t.id for t in node.targets} & wanted):  # type: ignore[union-attr]
+                continue
             try:
                 value = eval(compile(ast.Expression(node.value), path, "eval"), namespace)  # noqa: S307
             except Exception:  # noqa: BLE001
@@ -75,6 +84,25 @@ def module_namespace(relative: str, extra: dict[str, Any] | None = None) -> dict
             for target in node.targets:
                 namespace[target.id] = value  # type: ignore[union-attr]
     return namespace
+
+
+def _names(node: ast.AST) -> set[str]:
+    """Every name ``node`` reads (``os`` of ``os.path.join``)."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _needed(tree: ast.Module, names: set[str]) -> set[str]:
+    """``names`` and what the top-level assignments that bind them read, transitively."""
+    wanted = set(names)
+    for node in reversed(tree.body):  # an assignment reads only what is bound above it
+        if isinstance(node, ast.Assign) and {t.id for t in node.targets if isinstance(t, ast.Name)} & wanted:
+            wanted |= _names(node.value)
+    return wanted
+
+
+def _bound(node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The names an import statement binds (``*`` for a star import, which :func:`module_namespace` always runs)."""
+    return {alias.asname or alias.name.split(".")[0] for alias in node.names}
 
 
 def _constants_from_source(node: ast.Import | ast.ImportFrom, namespace: dict[str, Any]) -> None:
@@ -88,7 +116,7 @@ def _constants_from_source(node: ast.Import | ast.ImportFrom, namespace: dict[st
         if (root / relative).is_file() and relative not in _READING:
             _READING.add(relative)
             try:
-                source = module_namespace(relative)
+                source = module_namespace(relative, needed={alias.name for alias in node.names})
             finally:
                 _READING.discard(relative)
             for alias in node.names:
@@ -126,7 +154,8 @@ def class_attribute(relative: str, cls: str, attr: str, extra: dict[str, Any] | 
             except (ValueError, TypeError):
                 pass
             expr = ast.Expression(node.value)  # type: ignore[union-attr]
-            return eval(compile(expr, path, "eval"), module_namespace(relative, extra))  # noqa: S307
+            namespace = module_namespace(relative, extra, _names(node.value))  # type: ignore[union-attr]
+            return eval(compile(expr, path, "eval"), namespace)  # noqa: S307
     raise UsageError(f"kaiko-eva's {cls} has no attribute {attr} (a release this project has not read)")
 
 
@@ -145,7 +174,7 @@ def class_function(relative: str, cls: str, name: str, extra: dict[str, Any] | N
             bare.decorator_list, bare.returns = [], None
             bare.args = _without_annotations(bare.args)
             module = ast.fix_missing_locations(ast.Module(body=[bare], type_ignores=[]))
-            namespace = module_namespace(relative, extra)
+            namespace = module_namespace(relative, extra, _names(bare))
             exec(compile(module, path, "exec"), namespace)  # noqa: S102
             return namespace[name]
     raise UsageError(f"kaiko-eva's {cls} has no method {name} (a release this project has not read)")
@@ -164,7 +193,7 @@ def module_function(relative: str, name: str, extra: dict[str, Any] | None = Non
             bare = copy.deepcopy(node)
             bare.decorator_list, bare.returns = [], None
             bare.args = _without_annotations(bare.args)
-            namespace = module_namespace(relative, extra)
+            namespace = module_namespace(relative, extra, _names(bare))
             exec(compile(ast.fix_missing_locations(ast.Module(body=[bare], type_ignores=[])), path, "exec"), namespace)  # noqa: S102
             return namespace[name]
     raise UsageError(f"kaiko-eva's {relative} defines no function {name} (a release this project has not read)")
