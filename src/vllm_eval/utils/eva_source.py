@@ -149,11 +149,8 @@ def class_attribute(relative: str, cls: str, attr: str, extra: dict[str, Any] | 
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         )
         if any(isinstance(t, ast.Name) and t.id == attr for t in targets) and node.value is not None:  # type: ignore[union-attr]
-            try:  # a literal needs none of the module's imports (eva.language's take seconds)
-                return ast.literal_eval(node.value)  # type: ignore[union-attr]
-            except (ValueError, TypeError):
-                pass
             expr = ast.Expression(node.value)  # type: ignore[union-attr]
+            # Only the imports the value reads: a literal (eva's engine defaults) runs none of eva.language's.
             namespace = module_namespace(relative, extra, _names(node.value))  # type: ignore[union-attr]
             return eval(compile(expr, path, "eval"), namespace)  # noqa: S307
     raise UsageError(f"kaiko-eva's {cls} has no attribute {attr} (a release this project has not read)")
